@@ -1,0 +1,208 @@
+//! What a tool call returns: content blocks, structured content, and the error flag.
+
+use serde::Serialize;
+use serde_json::{Map, Value};
+
+/// One block of unstructured tool output.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Content {
+    /// Plain text.
+    Text {
+        /// The text.
+        text: String,
+    },
+    /// A base64-encoded image.
+    Image {
+        /// Base64 data.
+        data: String,
+        /// e.g. `image/png`.
+        #[serde(rename = "mimeType")]
+        mime_type: String,
+    },
+    /// Base64-encoded audio.
+    Audio {
+        /// Base64 data.
+        data: String,
+        /// e.g. `audio/wav`.
+        #[serde(rename = "mimeType")]
+        mime_type: String,
+    },
+    /// A link to a resource the client may read.
+    ResourceLink {
+        /// The resource URI.
+        uri: String,
+        /// The resource name.
+        name: String,
+        /// Optional description.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        description: Option<String>,
+        /// Optional media type.
+        #[serde(rename = "mimeType", skip_serializing_if = "Option::is_none")]
+        mime_type: Option<String>,
+    },
+    /// An embedded resource (`{uri, mimeType?, text}` or `{uri, mimeType?, blob}`).
+    Resource {
+        /// The resource contents.
+        resource: Value,
+    },
+}
+
+impl Content {
+    /// A text block.
+    pub fn text(text: impl Into<String>) -> Self {
+        Content::Text { text: text.into() }
+    }
+}
+
+/// The result of a `tools/call`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CallToolResult {
+    /// Unstructured content, always present (possibly empty).
+    pub content: Vec<Content>,
+    /// Structured content; must match the tool's output schema when it has one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub structured_content: Option<Value>,
+    /// Whether the call ended in an error the model should see and correct.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub is_error: bool,
+    /// Result metadata.
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
+    pub meta: Option<Map<String, Value>>,
+}
+
+impl CallToolResult {
+    /// A successful result with the given content.
+    pub fn success(content: Vec<Content>) -> Self {
+        CallToolResult {
+            content,
+            ..Default::default()
+        }
+    }
+
+    /// A successful result with one text block.
+    pub fn text(text: impl Into<String>) -> Self {
+        Self::success(vec![Content::text(text)])
+    }
+
+    /// A successful result carrying `structured` and its JSON text as a mirror for clients that
+    /// only read content.
+    pub fn structured(structured: Value) -> Self {
+        CallToolResult {
+            content: vec![Content::text(structured.to_string())],
+            structured_content: Some(structured),
+            ..Default::default()
+        }
+    }
+
+    /// Marks the result as an error.
+    pub fn into_error(mut self) -> Self {
+        self.is_error = true;
+        self
+    }
+}
+
+/// A tool-level failure with a stable, machine-readable code.
+///
+/// It becomes a result with `isError: true` whose `structuredContent` is
+/// `{"code": ..., "message": ..., "details"?: ...}` and whose text is the message, so a model reads
+/// what went wrong and a program can branch on the code.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{code}: {message}")]
+pub struct ToolError {
+    code: String,
+    message: String,
+    details: Option<Value>,
+}
+
+impl ToolError {
+    /// The code for arguments that do not match the input schema.
+    pub const INVALID_ARGUMENTS: &'static str = "INVALID_ARGUMENTS";
+    /// The code used when a tool fails with a plain message.
+    pub const TOOL_ERROR: &'static str = "TOOL_ERROR";
+
+    /// An error with a code (conventionally `UPPER_SNAKE_CASE`) and a message for the model.
+    pub fn new(code: impl Into<String>, message: impl Into<String>) -> Self {
+        ToolError {
+            code: code.into(),
+            message: message.into(),
+            details: None,
+        }
+    }
+
+    /// Attaches structured details.
+    pub fn with_details(mut self, details: Value) -> Self {
+        self.details = Some(details);
+        self
+    }
+
+    /// The stable code.
+    pub fn code(&self) -> &str {
+        &self.code
+    }
+
+    /// The message for the model.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+
+    /// Structured details, if any.
+    pub fn details(&self) -> Option<&Value> {
+        self.details.as_ref()
+    }
+
+    /// The `isError` result this error becomes.
+    pub fn into_result(self) -> CallToolResult {
+        let mut structured = Map::new();
+        structured.insert("code".into(), Value::String(self.code));
+        structured.insert("message".into(), Value::String(self.message.clone()));
+        if let Some(details) = self.details {
+            structured.insert("details".into(), details);
+        }
+        CallToolResult {
+            content: vec![Content::text(self.message)],
+            structured_content: Some(Value::Object(structured)),
+            is_error: true,
+            meta: None,
+        }
+    }
+
+    /// The JSON Schema of the structured error payload, shared by every tool's output schema.
+    pub(crate) fn schema() -> Value {
+        serde_json::json!({
+            "type": "object",
+            "description": "A tool-level error: branch on `code`, show `message`.",
+            "properties": {
+                "code": { "type": "string", "description": "Stable machine-readable error code." },
+                "message": { "type": "string", "description": "What went wrong and how to fix it." },
+                "details": { "description": "Optional structured details." }
+            },
+            "required": ["code", "message"]
+        })
+    }
+}
+
+/// Conversion of a domain error into a [`ToolError`]: implement it to choose stable codes.
+pub trait IntoToolError {
+    /// Converts `self`.
+    fn into_tool_error(self) -> ToolError;
+}
+
+impl IntoToolError for ToolError {
+    fn into_tool_error(self) -> ToolError {
+        self
+    }
+}
+
+impl IntoToolError for String {
+    fn into_tool_error(self) -> ToolError {
+        ToolError::new(ToolError::TOOL_ERROR, self)
+    }
+}
+
+impl IntoToolError for &str {
+    fn into_tool_error(self) -> ToolError {
+        ToolError::new(ToolError::TOOL_ERROR, self)
+    }
+}

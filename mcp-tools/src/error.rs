@@ -1,0 +1,157 @@
+use http::StatusCode;
+use serde_json::{Value, json};
+
+use crate::protocol::{RequestId, codes};
+
+/// A JSON-RPC error answer, with the HTTP status it travels under.
+///
+/// Errors found before dispatch (envelope, `_meta`, headers, version) use the 4xx statuses the
+/// protocol pins; errors raised while serving a valid request (an unknown tool, a bad cursor)
+/// travel in-band with HTTP 200, as the reference implementations do.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("JSON-RPC error {code}: {message}")]
+pub struct RpcError {
+    code: i32,
+    message: String,
+    data: Option<Value>,
+    status: StatusCode,
+    id: Option<RequestId>,
+}
+
+impl RpcError {
+    /// An error with any code, answered with HTTP 200.
+    pub fn new(code: i32, message: impl Into<String>) -> Self {
+        RpcError {
+            code,
+            message: message.into(),
+            data: None,
+            status: StatusCode::OK,
+            id: None,
+        }
+    }
+
+    /// `-32700`: the body is not JSON (HTTP 400).
+    pub fn parse_error(cause: &serde_json::Error) -> Self {
+        Self::new(
+            codes::PARSE_ERROR,
+            format!("The body is not valid JSON: {cause}"),
+        )
+        .with_status(StatusCode::BAD_REQUEST)
+    }
+
+    /// `-32600`: not a single valid request or notification (HTTP 400).
+    pub fn invalid_request(message: impl Into<String>) -> Self {
+        Self::new(codes::INVALID_REQUEST, message).with_status(StatusCode::BAD_REQUEST)
+    }
+
+    /// `-32602` for a request whose `params`/`_meta` envelope is malformed (HTTP 400).
+    pub fn invalid_meta(message: impl Into<String>) -> Self {
+        Self::new(codes::INVALID_PARAMS, message).with_status(StatusCode::BAD_REQUEST)
+    }
+
+    /// `-32602`: the method's parameters are wrong (an unknown tool, a bad cursor), in-band.
+    pub fn invalid_params(message: impl Into<String>) -> Self {
+        Self::new(codes::INVALID_PARAMS, message)
+    }
+
+    /// `-32601`: the method is unknown, removed, or behind a capability not advertised (HTTP 404).
+    pub fn method_not_found(method: &str) -> Self {
+        Self::new(
+            codes::METHOD_NOT_FOUND,
+            format!("Method not found: {method}"),
+        )
+        .with_status(StatusCode::NOT_FOUND)
+    }
+
+    /// `-32020`: a routing header is missing, malformed or disagrees with the body (HTTP 400).
+    pub fn header_mismatch(message: impl Into<String>) -> Self {
+        Self::new(codes::HEADER_MISMATCH, message).with_status(StatusCode::BAD_REQUEST)
+    }
+
+    /// `-32021`: the request needs client capabilities it did not declare (HTTP 400).
+    ///
+    /// `required` is a `ClientCapabilities` object such as `{"sampling": {}}`.
+    pub fn missing_capability(required: Value) -> Self {
+        Self::new(
+            codes::MISSING_REQUIRED_CLIENT_CAPABILITY,
+            "The request needs client capabilities it did not declare",
+        )
+        .with_data(json!({ "requiredCapabilities": required }))
+        .with_status(StatusCode::BAD_REQUEST)
+    }
+
+    /// `-32022`: the protocol version is not served here (HTTP 400).
+    pub fn unsupported_version(requested: &str, supported: &[&str]) -> Self {
+        Self::new(
+            codes::UNSUPPORTED_PROTOCOL_VERSION,
+            format!(
+                "Unsupported protocol version {requested:?}; this server speaks {}",
+                supported.join(", ")
+            ),
+        )
+        .with_data(json!({ "supported": supported, "requested": requested }))
+        .with_status(StatusCode::BAD_REQUEST)
+    }
+
+    /// `-32603`: an unexpected failure, in-band.
+    pub fn internal(message: impl Into<String>) -> Self {
+        Self::new(codes::INTERNAL_ERROR, message)
+    }
+
+    /// Attaches `data`.
+    pub fn with_data(mut self, data: Value) -> Self {
+        self.data = Some(data);
+        self
+    }
+
+    /// Sets the HTTP status the error travels under.
+    pub fn with_status(mut self, status: StatusCode) -> Self {
+        self.status = status;
+        self
+    }
+
+    /// Sets the request id the error answers.
+    pub fn with_id(mut self, id: Option<RequestId>) -> Self {
+        self.id = id;
+        self
+    }
+
+    /// The JSON-RPC error code.
+    pub fn code(&self) -> i32 {
+        self.code
+    }
+
+    /// The human-readable message.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+
+    /// The `data` member, if any.
+    pub fn data(&self) -> Option<&Value> {
+        self.data.as_ref()
+    }
+
+    /// The HTTP status this error is answered with.
+    pub fn status(&self) -> StatusCode {
+        self.status
+    }
+
+    /// The id of the request this error answers, if it could be read.
+    pub fn id(&self) -> Option<&RequestId> {
+        self.id.as_ref()
+    }
+
+    /// The JSON-RPC `error` object.
+    pub fn to_error_object(&self) -> Value {
+        let mut object = json!({ "code": self.code, "message": self.message });
+        if let Some(data) = &self.data {
+            object["data"] = data.clone();
+        }
+        object
+    }
+
+    /// The complete JSON-RPC error response.
+    pub fn to_response(&self) -> Value {
+        json!({ "jsonrpc": "2.0", "id": self.id, "error": self.to_error_object() })
+    }
+}

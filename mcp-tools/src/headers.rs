@@ -1,0 +1,98 @@
+//! Checks of the routing headers (`MCP-Protocol-Version`, `Mcp-Method`, `Mcp-Name`) against the
+//! body, so a load balancer routing on headers and the server executing the body agree.
+
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD;
+use http::HeaderMap;
+
+use crate::RpcError;
+
+const SENTINEL_PREFIX: &str = "=?base64?";
+const SENTINEL_SUFFIX: &str = "?=";
+
+/// Reads a header as text: trimmed, and decoded when it uses the `=?base64?...?=` form.
+///
+/// `Ok(None)` when the header is absent; an error when it is present but unreadable.
+pub(crate) fn header_text(headers: &HeaderMap, name: &str) -> Result<Option<String>, RpcError> {
+    let Some(value) = headers.get(name) else {
+        return Ok(None);
+    };
+    let text = value.to_str().map_err(|_| {
+        RpcError::header_mismatch(format!(
+            "Header {name} contains characters that are not visible ASCII; send non-ASCII values as =?base64?...?="
+        ))
+    })?;
+    let text = text.trim_matches([' ', '\t']);
+    match text
+        .strip_prefix(SENTINEL_PREFIX)
+        .and_then(|rest| rest.strip_suffix(SENTINEL_SUFFIX))
+    {
+        Some(encoded) => {
+            let bytes = STANDARD.decode(encoded).map_err(|_| {
+                RpcError::header_mismatch(format!("Header {name} has an invalid Base64 value"))
+            })?;
+            let decoded = String::from_utf8(bytes).map_err(|_| {
+                RpcError::header_mismatch(format!("Header {name} does not decode to UTF-8 text"))
+            })?;
+            Ok(Some(decoded))
+        }
+        None => Ok(Some(text.to_owned())),
+    }
+}
+
+/// Requires `name` to be present and equal to `expected` (the body's value).
+pub(crate) fn require_equal(
+    headers: &HeaderMap,
+    name: &str,
+    display: &str,
+    expected: &str,
+) -> Result<(), RpcError> {
+    match header_text(headers, name)? {
+        None => Err(RpcError::header_mismatch(format!(
+            "Missing required header {display}: it must equal {expected:?} from the body"
+        ))),
+        Some(actual) if actual == expected => Ok(()),
+        Some(actual) => Err(RpcError::header_mismatch(format!(
+            "Header mismatch: {display} header value {actual:?} does not match body value {expected:?}"
+        ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http::HeaderValue;
+
+    fn with(value: &'static str) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        headers.insert("mcp-name", HeaderValue::from_static(value));
+        headers
+    }
+
+    #[test]
+    fn decodes_the_base64_sentinel_and_trims() {
+        assert_eq!(
+            header_text(&with("=?base64?SGVsbG8=?="), "mcp-name")
+                .unwrap()
+                .unwrap(),
+            "Hello"
+        );
+        assert_eq!(
+            header_text(&with("  foo "), "mcp-name").unwrap().unwrap(),
+            "foo"
+        );
+        for literal in ["SGVsbG8=", "=?base64?SGVsbG8=", "=?BASE64?SGVsbG8=?="] {
+            assert_eq!(
+                header_text(&with(literal), "mcp-name").unwrap().unwrap(),
+                literal
+            );
+        }
+        for bad in ["=?base64?SGVsbG8?=", "=?base64?SGVs!!!bG8=?="] {
+            assert_eq!(
+                header_text(&with(bad), "mcp-name").unwrap_err().code(),
+                -32020
+            );
+        }
+        assert_eq!(header_text(&HeaderMap::new(), "mcp-name").unwrap(), None);
+    }
+}

@@ -1,0 +1,158 @@
+//! The Streamable HTTP transport: one POST endpoint, checked in the order the protocol pins.
+
+use std::time::Instant;
+
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::State;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{any, get};
+use http::header::{ALLOW, CONTENT_LENGTH, CONTENT_TYPE};
+use http::{HeaderMap, HeaderValue, Method, StatusCode};
+use tracing::Instrument;
+
+use crate::RpcError;
+use crate::context::Principal;
+use crate::dispatch::{Outcome, Transport};
+use crate::protocol::{Envelope, RequestId};
+use crate::server::McpServer;
+
+const JSON: HeaderValue = HeaderValue::from_static("application/json");
+
+impl McpServer {
+    /// An axum router serving the MCP endpoint (at `/mcp` unless configured) and `GET /healthz`.
+    ///
+    /// Nest it under any path and wrap it in any tower layer:
+    /// `Router::new().nest("/api", server.router()).layer(TraceLayer::new_for_http())`.
+    pub fn router(&self) -> Router {
+        Router::new()
+            .route(&self.shared.endpoint_path, any(endpoint))
+            .route("/healthz", get(healthz))
+            .with_state(self.clone())
+    }
+}
+
+async fn healthz() -> &'static str {
+    "ok"
+}
+
+async fn endpoint(
+    State(server): State<McpServer>,
+    method: Method,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let started = Instant::now();
+    let span = tracing::info_span!(
+        "mcp.request",
+        method = tracing::field::Empty,
+        tool = tracing::field::Empty,
+        id = tracing::field::Empty,
+        outcome = tracing::field::Empty,
+        latency_us = tracing::field::Empty,
+    );
+    let response = server
+        .serve_http(method, headers, body)
+        .instrument(span.clone())
+        .await;
+    span.record("latency_us", started.elapsed().as_micros() as u64);
+    response
+}
+
+impl McpServer {
+    async fn serve_http(&self, method: Method, headers: HeaderMap, body: Body) -> Response {
+        if method != Method::POST {
+            let mut response = error_response(
+                &RpcError::invalid_request(format!(
+                    "HTTP {method} is not supported: send each JSON-RPC message as a POST"
+                ))
+                .with_status(StatusCode::METHOD_NOT_ALLOWED),
+            );
+            response
+                .headers_mut()
+                .insert(ALLOW, HeaderValue::from_static("POST"));
+            return response;
+        }
+        if let Err(reason) = self.shared.hosts.check(&headers) {
+            return error_response(
+                &RpcError::invalid_request(reason).with_status(StatusCode::FORBIDDEN),
+            );
+        }
+        if !is_json(&headers) {
+            return error_response(
+                &RpcError::invalid_request("Content-Type must be application/json")
+                    .with_status(StatusCode::UNSUPPORTED_MEDIA_TYPE),
+            );
+        }
+        let body = match self.read_body(&headers, body).await {
+            Ok(body) => body,
+            Err(error) => return error_response(&error),
+        };
+        let envelope = match Envelope::parse(&body) {
+            Ok(envelope) => envelope,
+            Err(error) => return error_response(&error),
+        };
+        let span = tracing::Span::current();
+        span.record("method", envelope.method.as_str());
+        let outcome = self
+            .handle(envelope, Transport::Http(&headers), Principal::Anonymous)
+            .await;
+        span.record("outcome", outcome.label());
+        match outcome {
+            Outcome::Accepted => StatusCode::ACCEPTED.into_response(),
+            Outcome::Result { id, result } => result_response(&id, &result),
+            Outcome::Error(error) => {
+                span.record("outcome", error.code());
+                error_response(&error)
+            }
+        }
+    }
+
+    async fn read_body(&self, headers: &HeaderMap, body: Body) -> Result<Bytes, RpcError> {
+        let limit = self.shared.body_limit;
+        let too_large = || {
+            RpcError::invalid_request(format!("The request body exceeds the {limit}-byte limit"))
+                .with_status(StatusCode::PAYLOAD_TOO_LARGE)
+        };
+        let declared = headers
+            .get(CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<u64>().ok());
+        if declared.is_some_and(|length| length > limit as u64) {
+            return Err(too_large());
+        }
+        axum::body::to_bytes(body, limit).await.map_err(|error| {
+            let length_limit = std::error::Error::source(&error)
+                .is_some_and(|source| source.is::<http_body_util::LengthLimitError>());
+            if length_limit {
+                too_large()
+            } else {
+                RpcError::invalid_request(format!("The request body could not be read: {error}"))
+            }
+        })
+    }
+}
+
+fn is_json(headers: &HeaderMap) -> bool {
+    headers
+        .get(CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|media| media.trim().eq_ignore_ascii_case("application/json"))
+}
+
+fn result_response(id: &RequestId, result: &[u8]) -> Response {
+    let id = serde_json::to_vec(id).expect("ids serialize");
+    let mut body = Vec::with_capacity(result.len() + id.len() + 40);
+    body.extend_from_slice(br#"{"jsonrpc":"2.0","id":"#);
+    body.extend_from_slice(&id);
+    body.extend_from_slice(br#","result":"#);
+    body.extend_from_slice(result);
+    body.push(b'}');
+    ([(CONTENT_TYPE, JSON)], body).into_response()
+}
+
+fn error_response(error: &RpcError) -> Response {
+    let body = serde_json::to_vec(&error.to_response()).expect("errors serialize");
+    (error.status(), [(CONTENT_TYPE, JSON)], body).into_response()
+}

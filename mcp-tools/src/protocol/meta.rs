@@ -1,0 +1,130 @@
+use serde_json::{Map, Value};
+
+use super::meta_keys;
+use crate::RpcError;
+
+/// The per-request `_meta` every 2026-07-28 request must carry.
+#[derive(Debug, Clone, Default)]
+pub struct RequestMeta {
+    /// The protocol version the request claims.
+    pub protocol_version: String,
+    /// What the client can do, for this request only.
+    pub client_capabilities: Map<String, Value>,
+    /// The self-reported client implementation, if sent.
+    pub client_info: Option<Value>,
+    /// The progress token, if the client opted in to progress.
+    pub progress_token: Option<Value>,
+    /// The log level, if the client opted in to log messages.
+    pub log_level: Option<String>,
+    /// The whole `_meta` object, including keys this runtime does not interpret.
+    pub raw: Map<String, Value>,
+}
+
+impl RequestMeta {
+    /// Takes `_meta` out of `params` and checks its required keys.
+    ///
+    /// Missing or malformed required keys make the request malformed (`-32602`, HTTP 400).
+    pub fn take_from(params: Option<&mut Map<String, Value>>) -> Result<RequestMeta, RpcError> {
+        let Some(params) = params else {
+            return Err(RpcError::invalid_meta(
+                "The request has no `params`: every request must carry `params._meta` with the protocol version and client capabilities",
+            ));
+        };
+        let raw = match params.remove("_meta") {
+            Some(Value::Object(meta)) => meta,
+            Some(_) => return Err(RpcError::invalid_meta("`params._meta` must be an object")),
+            None => {
+                return Err(RpcError::invalid_meta(format!(
+                    "`params._meta` is missing: it must carry `{}` and `{}`",
+                    meta_keys::PROTOCOL_VERSION,
+                    meta_keys::CLIENT_CAPABILITIES
+                )));
+            }
+        };
+        let protocol_version = match raw.get(meta_keys::PROTOCOL_VERSION) {
+            Some(Value::String(v)) => v.clone(),
+            Some(_) => {
+                return Err(RpcError::invalid_meta(format!(
+                    "`_meta[\"{}\"]` must be a string",
+                    meta_keys::PROTOCOL_VERSION
+                )));
+            }
+            None => {
+                return Err(RpcError::invalid_meta(format!(
+                    "`_meta[\"{}\"]` is required",
+                    meta_keys::PROTOCOL_VERSION
+                )));
+            }
+        };
+        let client_capabilities = match raw.get(meta_keys::CLIENT_CAPABILITIES) {
+            Some(Value::Object(caps)) => caps.clone(),
+            Some(_) => {
+                return Err(RpcError::invalid_meta(format!(
+                    "`_meta[\"{}\"]` must be an object",
+                    meta_keys::CLIENT_CAPABILITIES
+                )));
+            }
+            None => {
+                return Err(RpcError::invalid_meta(format!(
+                    "`_meta[\"{}\"]` is required (send {{}} when the client has no optional capabilities)",
+                    meta_keys::CLIENT_CAPABILITIES
+                )));
+            }
+        };
+        let client_info = match raw.get(meta_keys::CLIENT_INFO) {
+            None => None,
+            Some(info @ Value::Object(fields))
+                if fields.get("name").is_some_and(Value::is_string) =>
+            {
+                Some(info.clone())
+            }
+            Some(_) => {
+                return Err(RpcError::invalid_meta(format!(
+                    "`_meta[\"{}\"]` must be an object with a string `name`",
+                    meta_keys::CLIENT_INFO
+                )));
+            }
+        };
+        let progress_token = match raw.get(meta_keys::PROGRESS_TOKEN) {
+            None => None,
+            Some(token @ (Value::String(_) | Value::Number(_))) => Some(token.clone()),
+            Some(_) => {
+                return Err(RpcError::invalid_meta(
+                    "`_meta.progressToken` must be a string or an integer",
+                ));
+            }
+        };
+        let log_level = match raw.get(meta_keys::LOG_LEVEL) {
+            None => None,
+            Some(Value::String(level)) if LOG_LEVELS.contains(&level.as_str()) => {
+                Some(level.clone())
+            }
+            Some(_) => {
+                return Err(RpcError::invalid_meta(format!(
+                    "`_meta[\"{}\"]` must be one of {}",
+                    meta_keys::LOG_LEVEL,
+                    LOG_LEVELS.join(", ")
+                )));
+            }
+        };
+        Ok(RequestMeta {
+            protocol_version,
+            client_capabilities,
+            client_info,
+            progress_token,
+            log_level,
+            raw,
+        })
+    }
+}
+
+const LOG_LEVELS: &[&str] = &[
+    "debug",
+    "info",
+    "notice",
+    "warning",
+    "error",
+    "critical",
+    "alert",
+    "emergency",
+];

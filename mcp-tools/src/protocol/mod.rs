@@ -1,0 +1,73 @@
+//! Wire-level vocabulary of MCP 2026-07-28: versions, `_meta` keys, header names and the
+//! JSON-RPC envelope.
+
+mod envelope;
+mod meta;
+
+pub use envelope::{Envelope, RequestId};
+pub use meta::RequestMeta;
+
+/// The protocol revision this runtime speaks.
+pub const PROTOCOL_VERSION: &str = "2026-07-28";
+
+/// Every protocol version the endpoint serves, newest first.
+pub const SUPPORTED_VERSIONS: &[&str] = &[PROTOCOL_VERSION];
+
+/// `_meta` keys reserved by the protocol.
+pub mod meta_keys {
+    /// Protocol version claimed by the request (required).
+    pub const PROTOCOL_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
+    /// Capabilities the client declares for this request (required).
+    pub const CLIENT_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabilities";
+    /// Self-reported client implementation (optional).
+    pub const CLIENT_INFO: &str = "io.modelcontextprotocol/clientInfo";
+    /// Per-request log level opt-in (optional).
+    pub const LOG_LEVEL: &str = "io.modelcontextprotocol/logLevel";
+    /// Server implementation, carried by every result.
+    pub const SERVER_INFO: &str = "io.modelcontextprotocol/serverInfo";
+    /// Progress opt-in token (optional).
+    pub const PROGRESS_TOKEN: &str = "progressToken";
+}
+
+/// HTTP headers that mirror parts of the body so intermediaries can route without parsing it.
+pub mod headers {
+    /// Must equal the body's protocol version.
+    pub const PROTOCOL_VERSION: &str = "mcp-protocol-version";
+    /// Must equal the JSON-RPC method.
+    pub const METHOD: &str = "mcp-method";
+    /// Must equal `params.name` (or `params.uri`) where the method names a target.
+    pub const NAME: &str = "mcp-name";
+}
+
+/// JSON-RPC and MCP error codes.
+pub mod codes {
+    /// The body is not JSON.
+    pub const PARSE_ERROR: i32 = -32700;
+    /// The body is not a single valid JSON-RPC request or notification.
+    pub const INVALID_REQUEST: i32 = -32600;
+    /// Unknown, removed or unadvertised method.
+    pub const METHOD_NOT_FOUND: i32 = -32601;
+    /// Parameters are missing or malformed.
+    pub const INVALID_PARAMS: i32 = -32602;
+    /// Unexpected server failure.
+    pub const INTERNAL_ERROR: i32 = -32603;
+    /// A routing header is missing, malformed or disagrees with the body.
+    pub const HEADER_MISMATCH: i32 = -32020;
+    /// The request needs a client capability it did not declare.
+    pub const MISSING_REQUIRED_CLIENT_CAPABILITY: i32 = -32021;
+    /// The requested protocol version is not served here.
+    pub const UNSUPPORTED_PROTOCOL_VERSION: i32 = -32022;
+}
+
+/// Methods of earlier revisions (and removed ones) that this endpoint deliberately does not serve.
+pub(crate) const REMOVED_METHODS: &[&str] = &[
+    "initialize",
+    "notifications/initialized",
+    "ping",
+    "logging/setLevel",
+    "resources/subscribe",
+    "resources/unsubscribe",
+    "notifications/roots/list_changed",
+    "tasks/result",
+    "tasks/list",
+];

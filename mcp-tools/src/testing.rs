@@ -1,0 +1,133 @@
+//! Calling a server in-process, through the same request path HTTP uses, to test tool contracts
+//! without sockets.
+//!
+//! ```
+//! # use mcp_tools::{Context, McpServer, NoArgs, Tool, ToolInfo, ToolSet};
+//! # struct Hello;
+//! # impl Tool for Hello {
+//! #     type Args = NoArgs;
+//! #     type Output = &'static str;
+//! #     fn info(&self) -> ToolInfo { ToolInfo::new("hello", "Says hello.") }
+//! #     async fn call(&self, _: NoArgs, _: Context) -> &'static str { "hello" }
+//! # }
+//! # tokio_test_block_on(async {
+//! use mcp_tools::testing::TestClient;
+//!
+//! let server = McpServer::builder("test", "0.0.0").tools(ToolSet::new().with(Hello)).build().unwrap();
+//! let client = TestClient::new(server);
+//! let result = client.call_tool("hello", serde_json::json!({})).await.unwrap();
+//! assert_eq!(result["content"][0]["text"], "hello");
+//! # });
+//! # fn tokio_test_block_on<F: std::future::Future>(f: F) -> F::Output {
+//! #     tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(f)
+//! # }
+//! ```
+
+use std::sync::atomic::{AtomicI64, Ordering};
+
+use serde_json::{Map, Value, json};
+
+use crate::context::Principal;
+use crate::dispatch::{Outcome, Transport};
+use crate::protocol::{Envelope, PROTOCOL_VERSION, RequestId, meta_keys};
+use crate::{McpServer, RpcError};
+
+/// An in-process client. Every call builds a complete 2026-07-28 request (with `_meta`) and runs
+/// it through the server's request path; only the HTTP layer is skipped.
+pub struct TestClient {
+    server: McpServer,
+    principal: Principal,
+    capabilities: Value,
+    next_id: AtomicI64,
+}
+
+impl TestClient {
+    /// A client of `server`, calling as the anonymous principal with no client capabilities.
+    pub fn new(server: McpServer) -> Self {
+        TestClient {
+            server,
+            principal: Principal::Anonymous,
+            capabilities: json!({}),
+            next_id: AtomicI64::new(1),
+        }
+    }
+
+    /// Calls as `principal` from now on.
+    pub fn as_principal(mut self, principal: Principal) -> Self {
+        self.principal = principal;
+        self
+    }
+
+    /// Declares these client capabilities on every request from now on.
+    pub fn with_capabilities(mut self, capabilities: Value) -> Self {
+        self.capabilities = capabilities;
+        self
+    }
+
+    /// Sends `method` with `params` (an object; `_meta` is added) and returns the `result`.
+    pub async fn request(&self, method: &str, params: Value) -> Result<Value, RpcError> {
+        let mut params = match params {
+            Value::Object(params) => params,
+            Value::Null => Map::new(),
+            other => {
+                return Err(RpcError::invalid_params(format!(
+                    "params must be an object, got {other}"
+                )));
+            }
+        };
+        params.insert(
+            "_meta".into(),
+            json!({
+                meta_keys::PROTOCOL_VERSION: PROTOCOL_VERSION,
+                meta_keys::CLIENT_CAPABILITIES: self.capabilities,
+            }),
+        );
+        let envelope = Envelope {
+            id: Some(RequestId::Number(
+                self.next_id.fetch_add(1, Ordering::Relaxed),
+            )),
+            method: method.to_owned(),
+            params: Some(params),
+        };
+        match self
+            .server
+            .handle(envelope, Transport::InProcess, self.principal.clone())
+            .await
+        {
+            Outcome::Result { result, .. } => {
+                Ok(serde_json::from_slice(&result).expect("results are JSON"))
+            }
+            Outcome::Error(error) => Err(error),
+            Outcome::Accepted => unreachable!("requests always carry an id"),
+        }
+    }
+
+    /// Calls a tool; the `result` of `tools/call` (check `isError` for tool-level failures).
+    pub async fn call_tool(&self, name: &str, arguments: Value) -> Result<Value, RpcError> {
+        self.request(
+            "tools/call",
+            json!({ "name": name, "arguments": arguments }),
+        )
+        .await
+    }
+
+    /// Every tool definition, following cursors to the end.
+    pub async fn list_tools(&self) -> Result<Vec<Value>, RpcError> {
+        let mut tools = Vec::new();
+        let mut cursor: Option<String> = None;
+        loop {
+            let params = match &cursor {
+                Some(cursor) => json!({ "cursor": cursor }),
+                None => json!({}),
+            };
+            let page = self.request("tools/list", params).await?;
+            if let Some(Value::Array(items)) = page.get("tools") {
+                tools.extend(items.iter().cloned());
+            }
+            match page.get("nextCursor").and_then(Value::as_str) {
+                Some(next) => cursor = Some(next.to_owned()),
+                None => return Ok(tools),
+            }
+        }
+    }
+}

@@ -1,0 +1,203 @@
+//! The tool trait, its metadata, and the type-erased form the registry stores.
+
+use std::borrow::Cow;
+use std::future::Future;
+use std::pin::Pin;
+
+use schemars::{JsonSchema, SchemaGenerator};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use crate::content::{CallToolResult, ToolError};
+use crate::context::Context;
+use crate::output::IntoCallToolResult;
+
+/// A tool: a name, a description, typed arguments and an async call.
+///
+/// The input schema comes from `Args` and the output schema from `Output`, so the contract a
+/// model sees is the one the code compiles against. The `#[tool]` attribute generates this
+/// implementation from a plain function; writing it by hand looks like this:
+///
+/// ```
+/// use mcp_tools::{Context, Tool, ToolInfo};
+/// use schemars::JsonSchema;
+/// use serde::Deserialize;
+///
+/// #[derive(Deserialize, JsonSchema)]
+/// struct AddArgs {
+///     /// The first addend.
+///     a: i64,
+///     /// The second addend.
+///     b: i64,
+/// }
+///
+/// struct Add;
+///
+/// impl Tool for Add {
+///     type Args = AddArgs;
+///     type Output = String;
+///
+///     fn info(&self) -> ToolInfo {
+///         ToolInfo::new("add", "Adds two integers.").read_only()
+///     }
+///
+///     async fn call(&self, args: AddArgs, _cx: Context) -> String {
+///         (args.a + args.b).to_string()
+///     }
+/// }
+/// ```
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not a tool",
+    note = "implement `mcp_tools::Tool` for it, or annotate a function with `#[mcp_tools::tool]`"
+)]
+pub trait Tool: Send + Sync + 'static {
+    /// The decoded arguments. Their JSON Schema is the tool's input schema.
+    type Args: DeserializeOwned + JsonSchema + Send + 'static;
+    /// What the call returns.
+    type Output: IntoCallToolResult + Send + 'static;
+
+    /// Name, description and hints. Read once, when the server is built.
+    fn info(&self) -> ToolInfo;
+
+    /// The input schema. Defaults to the JSON Schema of `Args`; read once at build time.
+    fn input_schema(&self, generator: &mut SchemaGenerator) -> Value {
+        generator.root_schema_for::<Self::Args>().to_value()
+    }
+
+    /// The output schema of successful results. Defaults to the one `Output` declares.
+    fn output_schema(&self, generator: &mut SchemaGenerator) -> Option<Value> {
+        Self::Output::output_schema(generator)
+    }
+
+    /// Runs the tool.
+    fn call(&self, args: Self::Args, cx: Context) -> impl Future<Output = Self::Output> + Send;
+}
+
+/// Arguments of a tool that takes none: accepts `{}` or no `arguments` at all.
+#[derive(Debug, Clone, Copy, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct NoArgs {}
+
+/// Behaviour hints a client may show or use for confirmation prompts. Hints only: clients must
+/// not trust them for security.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ToolAnnotations {
+    /// Display title.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
+    /// The tool does not modify its environment.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub read_only_hint: Option<bool>,
+    /// The tool may perform destructive updates.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub destructive_hint: Option<bool>,
+    /// Repeating the call with the same arguments has no further effect.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub idempotent_hint: Option<bool>,
+    /// The tool interacts with an open world of external entities.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub open_world_hint: Option<bool>,
+}
+
+impl ToolAnnotations {
+    fn is_empty(&self) -> bool {
+        *self == ToolAnnotations::default()
+    }
+}
+
+/// What a tool says about itself.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolInfo {
+    /// Unique name, 1 to 64 characters of `[A-Za-z0-9_./-]`.
+    pub name: Cow<'static, str>,
+    /// Display name.
+    pub title: Option<Cow<'static, str>>,
+    /// What the tool does, for the model. Required: models choose tools by it.
+    pub description: Cow<'static, str>,
+    /// Behaviour hints.
+    pub annotations: ToolAnnotations,
+    /// Tool metadata (`_meta`).
+    pub meta: Option<Map<String, Value>>,
+}
+
+impl ToolInfo {
+    /// A tool with a name and a description.
+    pub fn new(
+        name: impl Into<Cow<'static, str>>,
+        description: impl Into<Cow<'static, str>>,
+    ) -> Self {
+        ToolInfo {
+            name: name.into(),
+            title: None,
+            description: description.into(),
+            annotations: ToolAnnotations::default(),
+            meta: None,
+        }
+    }
+
+    /// Sets the display title.
+    pub fn title(mut self, title: impl Into<Cow<'static, str>>) -> Self {
+        self.title = Some(title.into());
+        self
+    }
+
+    /// Replaces the annotations.
+    pub fn annotations(mut self, annotations: ToolAnnotations) -> Self {
+        self.annotations = annotations;
+        self
+    }
+
+    /// Marks the tool read-only (which also makes it non-destructive and idempotent).
+    pub fn read_only(mut self) -> Self {
+        self.annotations.read_only_hint = Some(true);
+        self
+    }
+}
+
+/// The wire form of a tool in `tools/list`.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct ToolDefinition {
+    pub name: Cow<'static, str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub title: Option<Cow<'static, str>>,
+    pub description: Cow<'static, str>,
+    pub input_schema: Value,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub output_schema: Option<Value>,
+    #[serde(skip_serializing_if = "ToolAnnotations::is_empty")]
+    pub annotations: ToolAnnotations,
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
+    pub meta: Option<Map<String, Value>>,
+}
+
+pub(crate) type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// A tool with its types erased, so tools of different types share one registry.
+pub(crate) trait ErasedTool: Send + Sync {
+    fn call(&self, arguments: Value, cx: Context) -> BoxFuture<'_, CallToolResult>;
+}
+
+pub(crate) struct Erased<T>(pub T);
+
+impl<T: Tool> ErasedTool for Erased<T> {
+    fn call(&self, arguments: Value, cx: Context) -> BoxFuture<'_, CallToolResult> {
+        // The arguments already passed schema validation; decoding can still fail on rules the
+        // schema cannot express (custom `Deserialize` impls), and that failure goes to the model.
+        match serde_json::from_value::<T::Args>(arguments) {
+            Ok(args) => {
+                Box::pin(async move { self.0.call(args, cx).await.into_call_tool_result() })
+            }
+            Err(error) => {
+                let result = ToolError::new(
+                    ToolError::INVALID_ARGUMENTS,
+                    format!("Invalid arguments: {error}"),
+                )
+                .into_result();
+                Box::pin(std::future::ready(result))
+            }
+        }
+    }
+}

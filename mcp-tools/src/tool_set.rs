@@ -1,0 +1,243 @@
+//! The registry of tools: collected by the user, compiled once when the server is built.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use schemars::SchemaGenerator;
+use schemars::generate::SchemaSettings;
+use serde_json::{Value, json};
+
+use crate::BuildError;
+use crate::content::{CallToolResult, ToolError};
+use crate::context::Context;
+use crate::tool::{Erased, ErasedTool, Tool, ToolDefinition};
+
+/// An ordered collection of tools, in the order `tools/list` returns them.
+///
+/// ```
+/// # use mcp_tools::{Context, NoArgs, Tool, ToolInfo, ToolSet};
+/// # struct Hello;
+/// # impl Tool for Hello {
+/// #     type Args = NoArgs;
+/// #     type Output = &'static str;
+/// #     fn info(&self) -> ToolInfo { ToolInfo::new("hello", "Says hello.") }
+/// #     async fn call(&self, _: NoArgs, _: Context) -> &'static str { "hello" }
+/// # }
+/// let tools = ToolSet::new().with(Hello);
+/// assert_eq!(tools.len(), 1);
+/// ```
+#[derive(Default)]
+pub struct ToolSet {
+    entries: Vec<Entry>,
+}
+
+struct Entry {
+    definition: ToolDefinition,
+    tool: Arc<dyn ErasedTool>,
+}
+
+/// The generator every schema in a tool set comes from: JSON Schema 2020-12, pinned explicitly so
+/// a change of the library's default cannot change the published contract.
+pub(crate) fn schema_generator() -> SchemaGenerator {
+    SchemaSettings::draft2020_12().into_generator()
+}
+
+impl ToolSet {
+    /// An empty set.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds a tool.
+    pub fn with<T: Tool>(mut self, tool: T) -> Self {
+        self.add(tool);
+        self
+    }
+
+    /// Adds a tool.
+    pub fn add<T: Tool>(&mut self, tool: T) -> &mut Self {
+        let info = tool.info();
+        let input_schema = tool.input_schema(&mut schema_generator());
+        let output_schema = tool
+            .output_schema(&mut schema_generator())
+            .map(with_error_branch);
+        self.entries.push(Entry {
+            definition: ToolDefinition {
+                name: info.name,
+                title: info.title,
+                description: info.description,
+                input_schema,
+                output_schema,
+                annotations: info.annotations,
+                meta: info.meta,
+            },
+            tool: Arc::new(Erased(tool)),
+        });
+        self
+    }
+
+    /// Appends every tool of `other`.
+    pub fn merge(mut self, other: ToolSet) -> Self {
+        self.entries.extend(other.entries);
+        self
+    }
+
+    /// The number of tools.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Whether the set is empty.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// The tool definitions as `tools/list` publishes them, as one JSON array.
+    pub fn definitions(&self) -> Value {
+        Value::Array(
+            self.entries
+                .iter()
+                .map(|entry| {
+                    serde_json::to_value(&entry.definition).expect("definitions serialize")
+                })
+                .collect(),
+        )
+    }
+
+    /// Checks every tool and compiles its argument validator.
+    pub(crate) fn compile(self) -> Result<Catalog, BuildError> {
+        let mut index = HashMap::with_capacity(self.entries.len());
+        let mut tools = Vec::with_capacity(self.entries.len());
+        for entry in self.entries {
+            let definition = entry.definition;
+            let name = definition.name.to_string();
+            if !is_valid_tool_name(&name) {
+                return Err(BuildError::InvalidToolName(name));
+            }
+            if definition.description.trim().is_empty() {
+                return Err(BuildError::MissingDescription(name));
+            }
+            if definition.input_schema.get("type") != Some(&json!("object")) {
+                return Err(BuildError::InputSchemaNotObject(name));
+            }
+            let validator = jsonschema::options()
+                .with_draft(jsonschema::Draft::Draft202012)
+                .build(&definition.input_schema)
+                .map_err(|error| BuildError::InvalidSchema {
+                    tool: name.clone(),
+                    reason: error.to_string(),
+                })?;
+            if let Some(output) = &definition.output_schema {
+                jsonschema::options()
+                    .with_draft(jsonschema::Draft::Draft202012)
+                    .build(output)
+                    .map_err(|error| BuildError::InvalidSchema {
+                        tool: name.clone(),
+                        reason: error.to_string(),
+                    })?;
+            }
+            if index.insert(name.clone(), tools.len()).is_some() {
+                return Err(BuildError::DuplicateTool(name));
+            }
+            tools.push(CompiledTool {
+                definition,
+                validator,
+                tool: entry.tool,
+            });
+        }
+        Ok(Catalog { tools, index })
+    }
+}
+
+/// `^[A-Za-z0-9_./-]{1,64}$`: the names every client and the conformance suite accept.
+pub(crate) fn is_valid_tool_name(name: &str) -> bool {
+    (1..=64).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'/' | b'-'))
+}
+
+/// Output schemas also admit the tool-error payload, since any call may end in one (invalid
+/// arguments, a domain error) and `structuredContent` must always match the published schema.
+fn with_error_branch(mut success: Value) -> Value {
+    let Some(object) = success.as_object_mut() else {
+        return success;
+    };
+    object.remove("$schema");
+    let mut defs = match object.remove("$defs") {
+        Some(Value::Object(defs)) => defs,
+        _ => Default::default(),
+    };
+    defs.insert("McpToolError".into(), ToolError::schema());
+    json!({
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "$defs": defs,
+        "anyOf": [success, { "$ref": "#/$defs/McpToolError" }]
+    })
+}
+
+/// The compiled, immutable registry the request path reads.
+pub(crate) struct Catalog {
+    pub(crate) tools: Vec<CompiledTool>,
+    index: HashMap<String, usize>,
+}
+
+pub(crate) struct CompiledTool {
+    pub(crate) definition: ToolDefinition,
+    validator: jsonschema::Validator,
+    tool: Arc<dyn ErasedTool>,
+}
+
+impl Catalog {
+    pub(crate) fn get(&self, name: &str) -> Option<&CompiledTool> {
+        self.index.get(name).map(|&i| &self.tools[i])
+    }
+}
+
+/// At most this many schema violations are reported back in one result.
+const MAX_REPORTED_VIOLATIONS: usize = 8;
+
+impl CompiledTool {
+    /// Validates the arguments against the input schema, then runs the tool.
+    pub(crate) async fn call(&self, arguments: Value, cx: Context) -> CallToolResult {
+        if let Err(result) = self.validate(&arguments) {
+            return result;
+        }
+        self.tool.call(arguments, cx).await
+    }
+
+    fn validate(&self, arguments: &Value) -> Result<(), CallToolResult> {
+        if self.validator.is_valid(arguments) {
+            return Ok(());
+        }
+        let violations: Vec<Value> = self
+            .validator
+            .iter_errors(arguments)
+            .take(MAX_REPORTED_VIOLATIONS)
+            .map(|error| {
+                let path = error.instance_path().to_string();
+                json!({ "path": if path.is_empty() { "/".to_owned() } else { path }, "message": error.to_string() })
+            })
+            .collect();
+        let summary = violations
+            .iter()
+            .map(|v| {
+                format!(
+                    "at {}: {}",
+                    v["path"].as_str().unwrap_or("/"),
+                    v["message"].as_str().unwrap_or("")
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("; ");
+        Err(ToolError::new(
+            ToolError::INVALID_ARGUMENTS,
+            format!(
+                "Invalid arguments for tool {}: {summary}. Fix the arguments to match the tool's input schema and call again.",
+                self.definition.name
+            ),
+        )
+        .with_details(json!({ "violations": violations }))
+        .into_result())
+    }
+}
