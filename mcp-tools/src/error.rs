@@ -151,7 +151,14 @@ impl RpcError {
     }
 
     /// The complete JSON-RPC error response.
+    ///
+    /// When the id could not be read (a parse error, a batch) the `id` member is omitted, as the
+    /// 2026-07-28 schema defines it: optional, and never null.
     pub fn to_response(&self) -> Value {
-        json!({ "jsonrpc": "2.0", "id": self.id, "error": self.to_error_object() })
+        let mut response = json!({ "jsonrpc": "2.0", "error": self.to_error_object() });
+        if let Some(id) = &self.id {
+            response["id"] = json!(id);
+        }
+        response
     }
 }

@@ -1,0 +1,238 @@
+//! Shared harness of the end-to-end tests: real servers on loopback ports, a raw HTTP client, and
+//! validation against the official 2026-07-28 schema.
+#![allow(dead_code)]
+
+use std::net::SocketAddr;
+use std::sync::OnceLock;
+
+use mcp_tools::McpServer;
+use serde_json::{Value, json};
+use tokio::sync::oneshot;
+
+pub mod tools;
+
+pub const VERSION: &str = "2026-07-28";
+
+/// A server listening on an ephemeral loopback port, shut down when dropped.
+pub struct TestServer {
+    pub addr: SocketAddr,
+    shutdown: Option<oneshot::Sender<()>>,
+}
+
+impl TestServer {
+    pub async fn start(server: McpServer) -> TestServer {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (tx, rx) = oneshot::channel::<()>();
+        tokio::spawn(async move {
+            server
+                .serve_listener(listener, async {
+                    let _ = rx.await;
+                })
+                .await
+                .unwrap();
+        });
+        TestServer {
+            addr,
+            shutdown: Some(tx),
+        }
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}/mcp", self.addr)
+    }
+}
+
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+    }
+}
+
+pub fn client() -> reqwest::Client {
+    reqwest::Client::builder().no_proxy().build().unwrap()
+}
+
+/// The `_meta` every valid request carries.
+pub fn meta() -> Value {
+    json!({
+        "io.modelcontextprotocol/protocolVersion": VERSION,
+        "io.modelcontextprotocol/clientCapabilities": {},
+        "io.modelcontextprotocol/clientInfo": { "name": "e2e-tests", "version": "1.0.0" }
+    })
+}
+
+/// A complete, valid request: body plus the headers the protocol requires.
+#[derive(Clone, Debug)]
+pub struct Call {
+    pub body: Value,
+    pub headers: Vec<(String, String)>,
+    pub raw_body: Option<Vec<u8>>,
+    pub http_method: reqwest::Method,
+}
+
+impl Call {
+    pub fn new(method: &str, id: Value, mut params: Value) -> Call {
+        params["_meta"] = meta();
+        let mut headers = vec![
+            ("content-type".to_owned(), "application/json".to_owned()),
+            (
+                "accept".to_owned(),
+                "application/json, text/event-stream".to_owned(),
+            ),
+            ("mcp-protocol-version".to_owned(), VERSION.to_owned()),
+            ("mcp-method".to_owned(), method.to_owned()),
+        ];
+        if let Some(name) = params.get("name").and_then(Value::as_str) {
+            headers.push(("mcp-name".to_owned(), name.to_owned()));
+        }
+        Call {
+            body: json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params }),
+            headers,
+            raw_body: None,
+            http_method: reqwest::Method::POST,
+        }
+    }
+
+    pub fn discover() -> Call {
+        Call::new("server/discover", json!(1), json!({}))
+    }
+
+    pub fn call_tool(name: &str, arguments: Value) -> Call {
+        Call::new(
+            "tools/call",
+            json!(7),
+            json!({ "name": name, "arguments": arguments }),
+        )
+    }
+
+    /// Sets (or replaces) a header.
+    pub fn header(mut self, name: &str, value: &str) -> Call {
+        self.headers.retain(|(n, _)| !n.eq_ignore_ascii_case(name));
+        self.headers.push((name.to_owned(), value.to_owned()));
+        self
+    }
+
+    pub fn without_header(mut self, name: &str) -> Call {
+        self.headers.retain(|(n, _)| !n.eq_ignore_ascii_case(name));
+        self
+    }
+
+    pub fn body(mut self, edit: impl FnOnce(&mut Value)) -> Call {
+        edit(&mut self.body);
+        self
+    }
+
+    pub fn raw(mut self, bytes: impl Into<Vec<u8>>) -> Call {
+        self.raw_body = Some(bytes.into());
+        self
+    }
+
+    pub fn http_method(mut self, method: reqwest::Method) -> Call {
+        self.http_method = method;
+        self
+    }
+
+    pub async fn send(&self, server: &TestServer) -> Reply {
+        self.send_to(&server.url()).await
+    }
+
+    pub async fn send_to(&self, url: &str) -> Reply {
+        let mut request = client().request(self.http_method.clone(), url);
+        for (name, value) in &self.headers {
+            // From bytes, so tests can send obs-text (non-ASCII) values a server must refuse.
+            let value = reqwest::header::HeaderValue::from_bytes(value.as_bytes()).unwrap();
+            request = request.header(name.as_str(), value);
+        }
+        let body = self
+            .raw_body
+            .clone()
+            .unwrap_or_else(|| serde_json::to_vec(&self.body).unwrap());
+        let response = request.body(body).send().await.unwrap();
+        Reply::from(response).await
+    }
+}
+
+/// A response, read whole.
+#[derive(Debug)]
+pub struct Reply {
+    pub status: u16,
+    pub headers: reqwest::header::HeaderMap,
+    pub text: String,
+}
+
+impl Reply {
+    async fn from(response: reqwest::Response) -> Reply {
+        Reply {
+            status: response.status().as_u16(),
+            headers: response.headers().clone(),
+            text: response.text().await.unwrap(),
+        }
+    }
+
+    pub fn json(&self) -> Value {
+        serde_json::from_str(&self.text)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {:?}", self.text))
+    }
+
+    pub fn result(&self) -> Value {
+        let json = self.json();
+        assert!(json.get("error").is_none(), "unexpected error: {json}");
+        json["result"].clone()
+    }
+
+    pub fn error_code(&self) -> Option<i64> {
+        self.json()["error"]["code"].as_i64()
+    }
+}
+
+/// The official 2026-07-28 schema, vendored under `tests/schema/`.
+pub fn official_schema() -> &'static Value {
+    static SCHEMA: OnceLock<Value> = OnceLock::new();
+    SCHEMA.get_or_init(|| {
+        let text = include_str!("../schema/mcp-2026-07-28.schema.json");
+        serde_json::from_str(text).unwrap()
+    })
+}
+
+/// Asserts `instance` is a valid `definition` of the official schema.
+pub fn assert_conforms(definition: &str, instance: &Value) {
+    let schema = official_schema();
+    assert!(
+        schema["$defs"].get(definition).is_some(),
+        "no definition {definition}"
+    );
+    let wrapper = json!({
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "$defs": schema["$defs"],
+        "$ref": format!("#/$defs/{definition}"),
+    });
+    let validator = jsonschema::options()
+        .with_draft(jsonschema::Draft::Draft202012)
+        .build(&wrapper)
+        .unwrap();
+    let errors: Vec<String> = validator
+        .iter_errors(instance)
+        .map(|e| format!("{} at {}", e, e.instance_path()))
+        .collect();
+    assert!(
+        errors.is_empty(),
+        "{definition} violated:\n{}\n{instance:#}",
+        errors.join("\n")
+    );
+}
+
+/// Asserts `instance` conforms to a tool's published output schema.
+pub fn assert_matches_schema(schema: &Value, instance: &Value) {
+    let validator = jsonschema::options()
+        .with_draft(jsonschema::Draft::Draft202012)
+        .build(schema)
+        .unwrap();
+    let errors: Vec<String> = validator
+        .iter_errors(instance)
+        .map(|e| format!("{} at {}", e, e.instance_path()))
+        .collect();
+    assert!(errors.is_empty(), "{}\n{instance:#}", errors.join("\n"));
+}
