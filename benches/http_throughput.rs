@@ -41,7 +41,9 @@ impl Tool for Echo {
 /// The baseline: parse the body as JSON, pull out the same fields, answer the same shape.
 async fn bare(body: Bytes) -> ([(&'static str, &'static str); 1], Vec<u8>) {
     let request: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-    let text = request["params"]["arguments"]["text"].as_str().unwrap_or_default();
+    let text = request["params"]["arguments"]["text"]
+        .as_str()
+        .unwrap_or_default();
     let reply = json!({
         "jsonrpc": "2.0",
         "id": request["id"],
@@ -64,7 +66,11 @@ struct Options {
 }
 
 fn options() -> Options {
-    let mut options = Options { connections: 32, seconds: 5, rounds: 3 };
+    let mut options = Options {
+        connections: 32,
+        seconds: 5,
+        rounds: 3,
+    };
     let args: Vec<String> = std::env::args().collect();
     for pair in args.windows(2) {
         let value = pair[1].parse::<u64>().ok();
@@ -135,7 +141,9 @@ async fn load(addr: SocketAddr, connections: usize, duration: Duration) -> Measu
             let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
             stream.set_nodelay(true).unwrap();
             let (mut sender, connection) =
-                hyper::client::conn::http1::handshake(TokioIo::new(stream)).await.unwrap();
+                hyper::client::conn::http1::handshake(TokioIo::new(stream))
+                    .await
+                    .unwrap();
             tokio::spawn(connection);
             let mut latencies = Vec::new();
             while Instant::now() < deadline {
@@ -162,7 +170,11 @@ async fn load(addr: SocketAddr, connections: usize, duration: Duration) -> Measu
     for worker in workers {
         latencies.extend(worker.await.unwrap());
     }
-    Measurement { requests: latencies.len(), elapsed: started.elapsed(), latencies }
+    Measurement {
+        requests: latencies.len(),
+        elapsed: started.elapsed(),
+        latencies,
+    }
 }
 
 fn main() {
@@ -178,7 +190,12 @@ fn main() {
         let duration = Duration::from_secs(options.seconds);
         // Warm both up so neither pays for first-touch costs in the measurement.
         load(bare_addr, options.connections, Duration::from_millis(500)).await;
-        load(runtime_addr, options.connections, Duration::from_millis(500)).await;
+        load(
+            runtime_addr,
+            options.connections,
+            Duration::from_millis(500),
+        )
+        .await;
         println!(
             "tools/call, {} keep-alive connections, {} s per run, {} rounds",
             options.connections, options.seconds, options.rounds
@@ -203,6 +220,9 @@ fn main() {
             );
         }
         ratios.sort_by(f64::total_cmp);
-        println!("median throughput ratio (mcp-tools / bare axum): {:.2}", ratios[ratios.len() / 2]);
+        println!(
+            "median throughput ratio (mcp-tools / bare axum): {:.2}",
+            ratios[ratios.len() / 2]
+        );
     });
 }

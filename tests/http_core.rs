@@ -854,3 +854,44 @@ fn invalid_configurations_are_refused_with_a_reason() {
         Err(BuildError::InvalidSetting(_))
     ));
 }
+
+/// A tool that takes a while, to observe shutdown draining it.
+struct Slow;
+
+impl mcp_tools::Tool for Slow {
+    type Args = mcp_tools::NoArgs;
+    type Output = &'static str;
+    fn info(&self) -> mcp_tools::ToolInfo {
+        mcp_tools::ToolInfo::new("slow", "Answers after 300 ms.")
+    }
+    async fn call(&self, _: mcp_tools::NoArgs, _: mcp_tools::Context) -> &'static str {
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        "done"
+    }
+}
+
+#[tokio::test]
+async fn graceful_shutdown_drains_in_flight_requests() {
+    let server = McpServer::builder("e2e", "1")
+        .tools(mcp_tools::ToolSet::new().with(Slow))
+        .build()
+        .unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/mcp", listener.local_addr().unwrap());
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let serving = tokio::spawn(server.serve_listener(listener, async {
+        let _ = stopped.await;
+    }));
+    let call = tokio::spawn({
+        let url = url.clone();
+        async move { Call::call_tool("slow", json!({})).send_to(&url).await }
+    });
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    stop.send(()).unwrap();
+    let reply = call.await.unwrap();
+    assert_eq!(reply.status, 200);
+    assert_eq!(reply.result()["content"][0]["text"], "done");
+    serving.await.unwrap().unwrap();
+    // Once drained, the listener is closed.
+    assert!(common::client().post(&url).send().await.is_err());
+}

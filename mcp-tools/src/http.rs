@@ -56,6 +56,7 @@ async fn endpoint(
         .instrument(span.clone())
         .await;
     span.record("latency_us", started.elapsed().as_micros() as u64);
+    tracing::debug!(parent: &span, status = response.status().as_u16(), "request served");
     response
 }
 
