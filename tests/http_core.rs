@@ -560,7 +560,7 @@ async fn discover_advertises_versions_capabilities_and_server_info() {
     assert_eq!(result["supportedVersions"], json!(["2026-07-28"]));
     assert_eq!(
         result["capabilities"],
-        json!({ "tools": { "listChanged": false } })
+        json!({ "tools": { "listChanged": true } })
     );
     assert_eq!(result["instructions"], "Test server.");
     assert_eq!(result["ttlMs"], 300_000);

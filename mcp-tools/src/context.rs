@@ -4,6 +4,7 @@ use std::sync::Arc;
 
 use serde_json::{Map, Value};
 
+use crate::notify::{LogLevel, Notifier};
 use crate::protocol::{RequestId, RequestMeta};
 
 /// Who is calling. Handles and operation ids are bound to it.
@@ -56,6 +57,15 @@ struct ContextInner {
     meta: RequestMeta,
     principal: Principal,
     state: SharedState,
+    notifier: Option<Notifier>,
+    input: RoundInput,
+}
+
+/// What the client sent back on a multi-round retry.
+#[derive(Default)]
+pub(crate) struct RoundInput {
+    pub(crate) responses: Map<String, Value>,
+    pub(crate) state: Option<Value>,
 }
 
 impl Context {
@@ -65,6 +75,8 @@ impl Context {
         meta: RequestMeta,
         principal: Principal,
         state: SharedState,
+        notifier: Option<Notifier>,
+        input: RoundInput,
     ) -> Self {
         Context {
             inner: Arc::new(ContextInner {
@@ -73,7 +85,53 @@ impl Context {
                 meta,
                 principal,
                 state,
+                notifier,
+                input,
             }),
+        }
+    }
+
+    /// The client's answer to the input request `key` of an earlier round, on a retry.
+    pub fn input_response(&self, key: &str) -> Option<&Value> {
+        self.inner.input.responses.get(key)
+    }
+
+    /// Every input response the retry carries.
+    pub fn input_responses(&self) -> &Map<String, Value> {
+        &self.inner.input.responses
+    }
+
+    /// The state the tool attached to its last [`InputRequired`](crate::InputRequired), verified.
+    pub fn request_state(&self) -> Option<&Value> {
+        self.inner.input.state.as_ref()
+    }
+
+    /// Reports progress, when the request asked for it with a `progressToken`; otherwise does
+    /// nothing. Reports must strictly increase: one that does not is dropped.
+    pub fn progress(&self, progress: f64, total: Option<f64>, message: Option<&str>) {
+        if let Some(notifier) = &self.inner.notifier {
+            notifier.progress(progress, total, message);
+        }
+    }
+
+    pub(crate) fn send_notification(&self, message: Value) {
+        if let Some(notifier) = &self.inner.notifier {
+            notifier.send(message);
+        }
+    }
+
+    /// Sends a log message on this request's stream, when the request set a `logLevel` at or
+    /// below `level`; otherwise does nothing.
+    pub fn log(&self, level: LogLevel, data: impl Into<Value>) {
+        if let Some(notifier) = &self.inner.notifier {
+            notifier.log(level, None, data.into());
+        }
+    }
+
+    /// Like [`log`](Self::log), naming the logger.
+    pub fn log_from(&self, logger: &str, level: LogLevel, data: impl Into<Value>) {
+        if let Some(notifier) = &self.inner.notifier {
+            notifier.log(level, Some(logger), data.into());
         }
     }
 

@@ -1,20 +1,26 @@
 //! The transport-independent request path: `_meta`, version and header checks in the order the
 //! protocol pins, then the method handlers. HTTP and the in-process test client both use it.
 
+use std::sync::Arc;
+
 use axum::body::Bytes;
 use http::HeaderMap;
 use serde::Serialize;
 use serde_json::value::RawValue;
-use serde_json::{Map, Value};
+use serde_json::{Map, Value, json};
+use tokio::sync::mpsc;
 
 use crate::RpcError;
+use crate::completion::CompletionTarget;
 use crate::content::{CallToolResult, Content};
-use crate::context::{Context, Principal};
+use crate::context::{Context, Principal, RoundInput};
 use crate::headers::require_equal;
+use crate::input::{Binding, InputRequired, Reply, StateSeal};
+use crate::notify::Notifier;
 use crate::protocol::{
     Envelope, REMOVED_METHODS, RequestId, RequestMeta, SUPPORTED_VERSIONS, headers,
 };
-use crate::server::McpServer;
+use crate::server::{Listing, McpServer, Snapshot};
 
 /// Where a message came from: HTTP carries routing headers that must agree with the body.
 #[derive(Clone, Copy)]
@@ -22,6 +28,8 @@ pub(crate) enum Transport<'a> {
     Http(&'a HeaderMap),
     InProcess,
 }
+
+pub(crate) type Finish = crate::tool::BoxFuture<'static, Result<Bytes, RpcError>>;
 
 /// What the request path produced.
 pub(crate) enum Outcome {
@@ -31,6 +39,13 @@ pub(crate) enum Outcome {
     Result { id: RequestId, result: Bytes },
     /// An error, carrying the id it answers.
     Error(RpcError),
+    /// Notifications, then the result: the request opted in to progress or log messages, or
+    /// opened a subscription. Dropping it cancels the request.
+    Stream {
+        id: RequestId,
+        notifications: mpsc::UnboundedReceiver<Value>,
+        finish: Finish,
+    },
 }
 
 impl Outcome {
@@ -40,28 +55,57 @@ impl Outcome {
             Outcome::Accepted => "accepted",
             Outcome::Result { .. } => "ok",
             Outcome::Error(_) => "error",
+            Outcome::Stream { .. } => "stream",
         }
     }
 }
 
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, PartialEq, Eq)]
 enum Route {
     Discover,
     ListTools,
     CallTool,
+    ListResources,
+    ListTemplates,
+    ReadResource,
+    ListPrompts,
+    GetPrompt,
+    Complete,
+    Listen,
+}
+
+impl Route {
+    /// The route of `method`, if the server currently advertises the capability behind it.
+    fn of(method: &str, capabilities: &Value) -> Option<Route> {
+        let has = |capability: &str| capabilities.get(capability).is_some();
+        let route = match method {
+            "server/discover" => Route::Discover,
+            "tools/list" if has("tools") => Route::ListTools,
+            "tools/call" if has("tools") => Route::CallTool,
+            "resources/list" if has("resources") => Route::ListResources,
+            "resources/templates/list" if has("resources") => Route::ListTemplates,
+            "resources/read" if has("resources") => Route::ReadResource,
+            "prompts/list" if has("prompts") => Route::ListPrompts,
+            "prompts/get" if has("prompts") => Route::GetPrompt,
+            "completion/complete" if has("completions") => Route::Complete,
+            "subscriptions/listen" if has("tools") || has("resources") || has("prompts") => {
+                Route::Listen
+            }
+            _ => return None,
+        };
+        Some(route)
+    }
+}
+
+/// A request that passed every check, ready to run.
+struct Prepared {
+    route: Route,
+    params: Map<String, Value>,
+    cx: Context,
+    snapshot: Arc<Snapshot>,
 }
 
 impl McpServer {
-    fn route(&self, method: &str) -> Option<Route> {
-        let has_tools = !self.shared.catalog.tools.is_empty();
-        match method {
-            "server/discover" => Some(Route::Discover),
-            "tools/list" if has_tools => Some(Route::ListTools),
-            "tools/call" if has_tools => Some(Route::CallTool),
-            _ => None,
-        }
-    }
-
     /// Serves one parsed message.
     pub(crate) async fn handle(
         &self,
@@ -69,34 +113,43 @@ impl McpServer {
         transport: Transport<'_>,
         principal: Principal,
     ) -> Outcome {
-        let Envelope {
-            id,
-            method,
-            mut params,
-        } = envelope;
+        let Envelope { id, method, params } = envelope;
         let Some(id) = id else {
             // Notifications carry nothing this server acts on in 2026-07-28; accept and drop.
             return Outcome::Accepted;
         };
-        match self
-            .serve_request(&id, method, params.as_mut(), transport, principal)
-            .await
-        {
-            Ok(result) => Outcome::Result { id, result },
-            Err(error) => Outcome::Error(error.with_id(Some(id))),
+        let (prepared, notifications) =
+            match self.prepare(&id, method, params, transport, principal) {
+                Ok(prepared) => prepared,
+                Err(error) => return Outcome::Error(error.with_id(Some(id))),
+            };
+        match notifications {
+            Some(notifications) => {
+                let server = self.clone();
+                Outcome::Stream {
+                    id,
+                    notifications,
+                    finish: Box::pin(async move { server.execute(prepared).await }),
+                }
+            }
+            None => match self.execute(prepared).await {
+                Ok(result) => Outcome::Result { id, result },
+                Err(error) => Outcome::Error(error.with_id(Some(id))),
+            },
         }
     }
 
-    async fn serve_request(
+    #[allow(clippy::type_complexity)]
+    fn prepare(
         &self,
         id: &RequestId,
         method: String,
-        mut params: Option<&mut Map<String, Value>>,
+        mut params: Option<Map<String, Value>>,
         transport: Transport<'_>,
         principal: Principal,
-    ) -> Result<Bytes, RpcError> {
-        let meta = RequestMeta::take_from(params.as_deref_mut())?;
-        let params = params.expect("take_from rejects a request without params");
+    ) -> Result<(Prepared, Option<mpsc::UnboundedReceiver<Value>>), RpcError> {
+        let meta = RequestMeta::take_from(params.as_mut())?;
+        let mut params = params.unwrap_or_default();
         if let Transport::Http(headers) = transport {
             require_equal(
                 headers,
@@ -122,73 +175,326 @@ impl McpServer {
                 require_equal(headers, headers::NAME, "Mcp-Name", target)?;
             }
         }
-        let route = match self.route(&method) {
+        let snapshot = self.shared.snapshot.load_full();
+        let route = match Route::of(&method, &snapshot.capabilities) {
             Some(route) => route,
             None if REMOVED_METHODS.contains(&method.as_str()) => {
-                return Err(RpcError::method_not_found(&method).with_data(serde_json::json!({
+                return Err(RpcError::method_not_found(&method).with_data(json!({
                     "reason": "Removed in protocol revision 2026-07-28: requests are self-describing and need no handshake"
                 })));
             }
             None => return Err(RpcError::method_not_found(&method)),
         };
+        if let (Route::CallTool, Transport::Http(headers)) = (route, transport) {
+            self.check_param_headers(&snapshot, &params, headers)?;
+        }
+        let input = self.round_input(route, &mut params, &principal)?;
         tracing::Span::current().record("id", tracing::field::display(id));
+        // Only requests that run user code and opted in get a stream; everything else is one
+        // JSON answer.
+        let (notifier, notifications) = if route == Route::Listen {
+            let (sender, receiver) = mpsc::unbounded_channel();
+            (Some(Notifier::new(sender, None, None)), Some(receiver))
+        } else if matches!(
+            route,
+            Route::CallTool | Route::GetPrompt | Route::ReadResource
+        ) && (meta.progress_token.is_some() || meta.log_level.is_some())
+        {
+            let (sender, receiver) = mpsc::unbounded_channel();
+            let log_level = meta
+                .log_level
+                .filter(|_| snapshot.capabilities.get("logging").is_some());
+            (
+                Some(Notifier::new(
+                    sender,
+                    meta.progress_token.clone(),
+                    log_level,
+                )),
+                Some(receiver),
+            )
+        } else {
+            (None, None)
+        };
+        let cx = Context::new(
+            Some(id.clone()),
+            method,
+            meta,
+            principal,
+            self.shared.state.clone(),
+            notifier,
+            input,
+        );
+        Ok((
+            Prepared {
+                route,
+                params,
+                cx,
+                snapshot,
+            },
+            notifications,
+        ))
+    }
+
+    async fn execute(&self, prepared: Prepared) -> Result<Bytes, RpcError> {
+        let Prepared {
+            route,
+            mut params,
+            cx,
+            snapshot,
+        } = prepared;
         match route {
-            Route::Discover => Ok(self.shared.discover.clone()),
-            Route::ListTools => self.list_tools(params),
-            Route::CallTool => {
-                let cx = Context::new(
-                    Some(id.clone()),
-                    method,
-                    meta,
-                    principal,
-                    self.shared.state.clone(),
-                );
-                self.call_tool(params, cx).await
-            }
+            Route::Discover => Ok(snapshot.discover.clone()),
+            Route::ListTools => self.page(&snapshot.tools, &params),
+            Route::ListResources => self.page(&snapshot.resources, &params),
+            Route::ListTemplates => self.page(&snapshot.templates, &params),
+            Route::ListPrompts => self.page(&snapshot.prompts, &params),
+            Route::CallTool => self.call_tool(&snapshot, &mut params, cx).await,
+            Route::ReadResource => self.read_resource(&snapshot, &params, cx).await,
+            Route::GetPrompt => self.get_prompt(&snapshot, &mut params, cx).await,
+            Route::Complete => self.complete(&snapshot, &params, &cx),
+            Route::Listen => self.listen(&snapshot, &params, cx).await,
         }
     }
 
-    fn list_tools(&self, params: &Map<String, Value>) -> Result<Bytes, RpcError> {
+    fn page(&self, listing: &Listing, params: &Map<String, Value>) -> Result<Bytes, RpcError> {
         let page = match params.get("cursor") {
             None | Some(Value::Null) => 0,
             Some(Value::String(cursor)) => self
                 .shared
+                .base
                 .cursors
-                .decode("tools/list", cursor, self.shared.tools_fingerprint)
+                .decode(listing.kind, cursor, listing.fingerprint)
                 .map_err(|e| RpcError::invalid_params(format!("Invalid cursor: {e}")))?
                 as usize,
             Some(_) => return Err(RpcError::invalid_params("`params.cursor` must be a string")),
         };
-        self.shared
-            .tool_pages
+        listing
+            .pages
             .get(page)
             .cloned()
             .ok_or_else(|| RpcError::invalid_params("Invalid cursor: past the end of the listing"))
     }
 
+    /// Reads `inputResponses` and verifies `requestState` of a multi-round retry.
+    fn round_input(
+        &self,
+        route: Route,
+        params: &mut Map<String, Value>,
+        principal: &Principal,
+    ) -> Result<RoundInput, RpcError> {
+        let responses = match params.remove("inputResponses") {
+            None | Some(Value::Null) => Map::new(),
+            Some(Value::Object(responses)) => responses,
+            Some(_) => {
+                return Err(RpcError::invalid_params(
+                    "`params.inputResponses` must be an object",
+                ));
+            }
+        };
+        let state = match params.remove("requestState") {
+            None | Some(Value::Null) => None,
+            Some(Value::String(sealed)) => {
+                let Some(target) = round_target(route, params) else {
+                    return Err(RpcError::invalid_params(
+                        "`requestState` is only accepted on tools/call, prompts/get and resources/read",
+                    ));
+                };
+                let arguments = round_arguments(route, params);
+                let binding = Binding {
+                    target: &target,
+                    principal: principal.key(),
+                    arguments: &arguments,
+                };
+                StateSeal {
+                    key: &self.shared.state_key,
+                }
+                .open(&binding, &sealed)?
+            }
+            Some(_) => {
+                return Err(RpcError::invalid_params(
+                    "`params.requestState` must be a string",
+                ));
+            }
+        };
+        Ok(RoundInput { responses, state })
+    }
+
+    /// Turns a tool's request for input into an `input_required` result, after checking the
+    /// client declared every capability it needs.
+    fn input_required(
+        &self,
+        route: Route,
+        params: &Map<String, Value>,
+        cx: &Context,
+        input: InputRequired,
+    ) -> Result<Bytes, RpcError> {
+        let declared = cx.client_capabilities();
+        let missing: Map<String, Value> = input
+            .required_capabilities()
+            .into_iter()
+            .filter(|(capability, _)| !declared.contains_key(capability))
+            .collect();
+        if !missing.is_empty() {
+            return Err(RpcError::missing_capability(Value::Object(missing)));
+        }
+        let target = round_target(route, params).unwrap_or_default();
+        let arguments = round_arguments(route, params);
+        let binding = Binding {
+            target: &target,
+            principal: cx.principal().key(),
+            arguments: &arguments,
+        };
+        let sealed = StateSeal {
+            key: &self.shared.state_key,
+        }
+        .seal(&binding, input.state.as_ref());
+        let mut result = json!({ "resultType": "input_required", "requestState": sealed });
+        if !input.requests.is_empty() {
+            result["inputRequests"] = Value::Object(input.requests);
+        }
+        Ok(Bytes::from(result.to_string()))
+    }
+
     async fn call_tool(
         &self,
+        snapshot: &Snapshot,
         params: &mut Map<String, Value>,
         cx: Context,
     ) -> Result<Bytes, RpcError> {
         let Some(Value::String(name)) = params.get("name") else {
             return Err(RpcError::invalid_params("`params.name` must be a string"));
         };
-        let Some(tool) = self.shared.catalog.get(name) else {
+        let Some(tool) = snapshot.catalog.get(name) else {
             return Err(RpcError::invalid_params(format!("Unknown tool: {name}")));
         };
         tracing::Span::current().record("tool", name.as_str());
-        let arguments = match params.remove("arguments") {
+        let arguments = match params.get("arguments") {
             None | Some(Value::Null) => Value::Object(Map::new()),
-            Some(arguments @ Value::Object(_)) => arguments,
+            Some(arguments @ Value::Object(_)) => arguments.clone(),
             Some(_) => {
                 return Err(RpcError::invalid_params(
                     "`params.arguments` must be an object",
                 ));
             }
         };
-        let result = tool.call(arguments, cx).await;
-        Ok(self.serialize_call_result(&result))
+        match tool.call(arguments, cx.clone()).await {
+            Reply::Complete(result) => Ok(self.serialize_call_result(&result)),
+            Reply::InputRequired(input) => self.input_required(Route::CallTool, params, &cx, input),
+        }
+    }
+
+    async fn read_resource(
+        &self,
+        snapshot: &Snapshot,
+        params: &Map<String, Value>,
+        cx: Context,
+    ) -> Result<Bytes, RpcError> {
+        let Some(Value::String(uri)) = params.get("uri") else {
+            return Err(RpcError::invalid_params("`params.uri` must be a string"));
+        };
+        let not_found = || {
+            RpcError::invalid_params(format!("Resource not found: {uri}"))
+                .with_data(json!({ "uri": uri }))
+        };
+        let read = snapshot
+            .offer
+            .resources
+            .read(uri, cx)
+            .ok_or_else(not_found)?;
+        let contents = read.await?;
+        if contents.is_empty() {
+            return Err(not_found());
+        }
+        let result = self.shared.base.cacheable(json!({
+            "resultType": "complete",
+            "contents": contents,
+            "_meta": self.shared.server_meta,
+        }));
+        Ok(Bytes::from(result.to_string()))
+    }
+
+    async fn get_prompt(
+        &self,
+        snapshot: &Snapshot,
+        params: &mut Map<String, Value>,
+        cx: Context,
+    ) -> Result<Bytes, RpcError> {
+        let Some(Value::String(name)) = params.get("name") else {
+            return Err(RpcError::invalid_params("`params.name` must be a string"));
+        };
+        let Some(prompt) = snapshot.offer.prompts.get(name) else {
+            return Err(RpcError::invalid_params(format!("Unknown prompt: {name}")));
+        };
+        let arguments = match params.get("arguments") {
+            None | Some(Value::Null) => Map::new(),
+            Some(Value::Object(arguments)) => arguments.clone(),
+            Some(_) => {
+                return Err(RpcError::invalid_params(
+                    "`params.arguments` must be an object",
+                ));
+            }
+        };
+        let rendered = prompt.get(arguments, cx).await?;
+        let mut result = serde_json::to_value(&rendered).expect("prompt results serialize");
+        result["resultType"] = json!("complete");
+        result["_meta"] = serde_json::to_value(&self.shared.server_meta).expect("meta is JSON");
+        Ok(Bytes::from(result.to_string()))
+    }
+
+    fn complete(
+        &self,
+        snapshot: &Snapshot,
+        params: &Map<String, Value>,
+        cx: &Context,
+    ) -> Result<Bytes, RpcError> {
+        let reference = params
+            .get("ref")
+            .and_then(Value::as_object)
+            .ok_or_else(|| {
+                RpcError::invalid_params("`params.ref` must be a ref/prompt or ref/resource object")
+            })?;
+        let target = match (reference.get("type").and_then(Value::as_str), reference) {
+            (Some("ref/prompt"), r) => match r.get("name").and_then(Value::as_str) {
+                Some(name) if snapshot.offer.prompts.get(name).is_some() => {
+                    CompletionTarget::Prompt(name.to_owned())
+                }
+                Some(name) => {
+                    return Err(RpcError::invalid_params(format!("Unknown prompt: {name}")));
+                }
+                None => return Err(RpcError::invalid_params("`ref.name` must be a string")),
+            },
+            (Some("ref/resource"), r) => match r.get("uri").and_then(Value::as_str) {
+                Some(uri) => CompletionTarget::ResourceTemplate(uri.to_owned()),
+                None => return Err(RpcError::invalid_params("`ref.uri` must be a string")),
+            },
+            _ => {
+                return Err(RpcError::invalid_params(
+                    "`ref.type` must be \"ref/prompt\" or \"ref/resource\"",
+                ));
+            }
+        };
+        let argument = params.get("argument").and_then(Value::as_object);
+        let (Some(name), Some(value)) = (
+            argument.and_then(|a| a.get("name")).and_then(Value::as_str),
+            argument
+                .and_then(|a| a.get("value"))
+                .and_then(Value::as_str),
+        ) else {
+            return Err(RpcError::invalid_params(
+                "`params.argument` must have string `name` and `value`",
+            ));
+        };
+        let context = params
+            .get("context")
+            .and_then(|c| c.get("arguments"))
+            .cloned()
+            .unwrap_or(Value::Null);
+        let completion = snapshot
+            .offer
+            .completions
+            .complete(&target, name, value, &context, cx);
+        let result = json!({ "resultType": "complete", "completion": completion, "_meta": self.shared.server_meta });
+        Ok(Bytes::from(result.to_string()))
     }
 
     fn serialize_call_result(&self, result: &CallToolResult) -> Bytes {
@@ -224,6 +530,28 @@ impl McpServer {
             meta,
         };
         Bytes::from(serde_json::to_vec(&wire).expect("tool results serialize"))
+    }
+}
+
+/// What a multi-round state is bound to: the tool, prompt or resource.
+fn round_target(route: Route, params: &Map<String, Value>) -> Option<String> {
+    let field = match route {
+        Route::CallTool | Route::GetPrompt => "name",
+        Route::ReadResource => "uri",
+        _ => return None,
+    };
+    params
+        .get(field)
+        .and_then(Value::as_str)
+        .map(|t| format!("{}:{t}", field))
+}
+
+fn round_arguments(route: Route, params: &Map<String, Value>) -> Value {
+    match route {
+        Route::CallTool | Route::GetPrompt => {
+            params.get("arguments").cloned().unwrap_or(Value::Null)
+        }
+        _ => Value::Null,
     }
 }
 

@@ -102,6 +102,11 @@ impl McpServer {
         match outcome {
             Outcome::Accepted => StatusCode::ACCEPTED.into_response(),
             Outcome::Result { id, result } => result_response(&id, &result),
+            Outcome::Stream {
+                id,
+                notifications,
+                finish,
+            } => crate::sse::response(id, notifications, finish),
             Outcome::Error(error) => {
                 span.record("outcome", error.code());
                 error_response(&error)
@@ -142,7 +147,8 @@ fn is_json(headers: &HeaderMap) -> bool {
         .is_some_and(|media| media.trim().eq_ignore_ascii_case("application/json"))
 }
 
-fn result_response(id: &RequestId, result: &[u8]) -> Response {
+/// `{"jsonrpc":"2.0","id":...,"result":...}` around an already serialized result.
+pub(crate) fn result_body(id: &RequestId, result: &[u8]) -> Vec<u8> {
     let id = serde_json::to_vec(id).expect("ids serialize");
     let mut body = Vec::with_capacity(result.len() + id.len() + 40);
     body.extend_from_slice(br#"{"jsonrpc":"2.0","id":"#);
@@ -150,7 +156,11 @@ fn result_response(id: &RequestId, result: &[u8]) -> Response {
     body.extend_from_slice(br#","result":"#);
     body.extend_from_slice(result);
     body.push(b'}');
-    ([(CONTENT_TYPE, JSON)], body).into_response()
+    body
+}
+
+fn result_response(id: &RequestId, result: &[u8]) -> Response {
+    ([(CONTENT_TYPE, JSON)], result_body(id, result)).into_response()
 }
 
 fn error_response(error: &RpcError) -> Response {

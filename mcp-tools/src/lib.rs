@@ -37,6 +37,7 @@
 //! ```
 #![warn(missing_docs)]
 
+mod completion;
 pub mod content;
 mod context;
 mod cursor;
@@ -45,19 +46,31 @@ mod error;
 mod headers;
 mod host;
 mod http;
+mod input;
+mod listen;
+mod notify;
 mod output;
+mod param_headers;
+mod prompt;
 pub mod protocol;
+mod resource;
 mod serve;
 mod server;
+mod sse;
 pub mod testing;
 mod tool;
 mod tool_set;
 
+pub use completion::{CompletionTarget, Completions};
 pub use content::{CallToolResult, Content, IntoToolError, ToolError};
 pub use context::{Context, Principal};
 pub use cursor::CursorError;
 pub use error::RpcError;
+pub use input::{InputRequired, ToolReply};
+pub use notify::LogLevel;
 pub use output::{IntoCallToolResult, Structured};
+pub use prompt::{GetPromptResult, Prompt, PromptMessage, PromptSet, Role};
+pub use resource::{Resource, ResourceContents, ResourceSet, ResourceTemplate};
 pub use serve::shutdown_signal;
 pub use server::{BuildError, CacheScope, DEFAULT_BODY_LIMIT, McpServer, McpServerBuilder};
 pub use tool::{NoArgs, Tool, ToolAnnotations, ToolInfo};

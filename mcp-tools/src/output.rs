@@ -5,6 +5,8 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::content::{CallToolResult, Content, IntoToolError};
+#[doc(hidden)]
+pub use crate::input::Reply;
 
 /// A value a tool may return.
 ///
@@ -25,6 +27,16 @@ pub trait IntoCallToolResult {
 
     /// Converts the value.
     fn into_call_tool_result(self) -> CallToolResult;
+
+    /// Converts the value into a result or a request for client input. Only
+    /// [`InputRequired`](crate::InputRequired) and [`ToolReply`](crate::ToolReply) ask for input.
+    #[doc(hidden)]
+    fn into_reply(self) -> Reply
+    where
+        Self: Sized,
+    {
+        Reply::Complete(self.into_call_tool_result())
+    }
 }
 
 impl IntoCallToolResult for CallToolResult {
@@ -66,6 +78,13 @@ impl<T: IntoCallToolResult, E: IntoToolError> IntoCallToolResult for Result<T, E
         match self {
             Ok(value) => value.into_call_tool_result(),
             Err(error) => error.into_tool_error().into_result(),
+        }
+    }
+
+    fn into_reply(self) -> Reply {
+        match self {
+            Ok(value) => value.into_reply(),
+            Err(error) => Reply::Complete(error.into_tool_error().into_result()),
         }
     }
 }

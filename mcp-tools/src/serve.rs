@@ -21,8 +21,15 @@ impl McpServer {
     where
         F: Future<Output = ()> + Send + 'static,
     {
-        axum::serve(listener, self.router())
-            .with_graceful_shutdown(shutdown)
+        let router = self.router();
+        // Open subscriptions never end by themselves: close them (each gets its final result)
+        // so draining can finish.
+        let closing = async move {
+            shutdown.await;
+            self.close_subscriptions();
+        };
+        axum::serve(listener, router)
+            .with_graceful_shutdown(closing)
             .await
     }
 }

@@ -1,16 +1,22 @@
 //! The server: configuration, the compiled catalog, and the answers computed once at start-up.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use arc_swap::ArcSwap;
 use axum::body::Bytes;
 use serde::Serialize;
 use serde_json::{Value, json};
+use tokio::sync::{broadcast, watch};
 
+use crate::completion::Completions;
 use crate::context::SharedState;
 use crate::cursor::CursorCodec;
 use crate::host::HostPolicy;
+use crate::prompt::{Prompt, PromptSet};
 use crate::protocol::{SUPPORTED_VERSIONS, meta_keys};
+use crate::resource::{Resource, ResourceSet};
+use crate::tool::Tool;
 use crate::tool_set::{Catalog, ToolSet};
 
 /// Why a server could not be built. Every variant names what to fix.
@@ -63,19 +69,35 @@ pub struct McpServerBuilder {
     version: String,
     title: Option<String>,
     instructions: Option<String>,
-    tools: ToolSet,
+    catalog: Offer,
     state: http::Extensions,
-    page_size: usize,
-    list_ttl: Duration,
-    cache_scope: CacheScope,
+    settings: ListSettings,
     cursor_key: Option<Vec<u8>>,
     body_limit: usize,
     hosts: HostPolicy,
     endpoint_path: String,
+    logging: bool,
 }
 
 /// Default body limit: 4 MiB.
 pub const DEFAULT_BODY_LIMIT: usize = 4 * 1024 * 1024;
+
+/// Everything the server offers: tools, resources, prompts, completions. Replaced whole when it
+/// changes at run time, so a request sees one consistent version.
+#[derive(Clone, Default)]
+pub(crate) struct Offer {
+    pub(crate) tools: ToolSet,
+    pub(crate) resources: ResourceSet,
+    pub(crate) prompts: PromptSet,
+    pub(crate) completions: Completions,
+}
+
+#[derive(Clone, Copy)]
+pub(crate) struct ListSettings {
+    page_size: usize,
+    ttl_ms: u64,
+    scope: CacheScope,
+}
 
 impl McpServerBuilder {
     fn new(name: String, version: String) -> Self {
@@ -84,15 +106,18 @@ impl McpServerBuilder {
             version,
             title: None,
             instructions: None,
-            tools: ToolSet::new(),
+            catalog: Offer::default(),
             state: http::Extensions::new(),
-            page_size: 100,
-            list_ttl: Duration::from_secs(300),
-            cache_scope: CacheScope::Public,
+            settings: ListSettings {
+                page_size: 100,
+                ttl_ms: 300_000,
+                scope: CacheScope::Public,
+            },
             cursor_key: None,
             body_limit: DEFAULT_BODY_LIMIT,
             hosts: HostPolicy::loopback(),
             endpoint_path: "/mcp".into(),
+            logging: false,
         }
     }
 
@@ -110,7 +135,32 @@ impl McpServerBuilder {
 
     /// Adds the tools of `tools`, after any added before.
     pub fn tools(mut self, tools: ToolSet) -> Self {
-        self.tools = std::mem::take(&mut self.tools).merge(tools);
+        self.catalog.tools = std::mem::take(&mut self.catalog.tools).merge(tools);
+        self
+    }
+
+    /// Offers these resources and resource templates.
+    pub fn resources(mut self, resources: ResourceSet) -> Self {
+        self.catalog.resources = resources;
+        self
+    }
+
+    /// Offers these prompts.
+    pub fn prompts(mut self, prompts: PromptSet) -> Self {
+        self.catalog.prompts = prompts;
+        self
+    }
+
+    /// Offers argument completion.
+    pub fn completions(mut self, completions: Completions) -> Self {
+        self.catalog.completions = completions;
+        self
+    }
+
+    /// Advertises the (deprecated) logging capability: requests that set `logLevel` receive the
+    /// messages tools send with [`Context::log`](crate::Context::log).
+    pub fn logging(mut self) -> Self {
+        self.logging = true;
         self
     }
 
@@ -121,25 +171,25 @@ impl McpServerBuilder {
         self
     }
 
-    /// Items per page of `tools/list` (default 100).
+    /// Items per page of list results (default 100).
     pub fn page_size(mut self, page_size: usize) -> Self {
-        self.page_size = page_size;
+        self.settings.page_size = page_size;
         self
     }
 
-    /// `ttlMs` advertised on `server/discover` and list results (default 5 minutes).
+    /// `ttlMs` advertised on `server/discover`, list and read results (default 5 minutes).
     pub fn list_ttl(mut self, ttl: Duration) -> Self {
-        self.list_ttl = ttl;
+        self.settings.ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
         self
     }
 
-    /// `cacheScope` advertised on `server/discover` and list results (default public).
+    /// `cacheScope` advertised on `server/discover`, list and read results (default public).
     pub fn cache_scope(mut self, scope: CacheScope) -> Self {
-        self.cache_scope = scope;
+        self.settings.scope = scope;
         self
     }
 
-    /// The HMAC-SHA256 key that signs pagination cursors.
+    /// The HMAC-SHA256 key that signs pagination cursors and multi-round request state.
     ///
     /// Every replica behind one load balancer must use the same key, so a listing started on one
     /// continues on another. Without a key each process draws a random one at start-up, which
@@ -180,7 +230,7 @@ impl McpServerBuilder {
 
     /// Checks the configuration and every tool, and computes the answers that never change.
     pub fn build(self) -> Result<McpServer, BuildError> {
-        if self.page_size == 0 {
+        if self.settings.page_size == 0 {
             return Err(BuildError::InvalidSetting("page_size must be at least 1"));
         }
         if !self.endpoint_path.starts_with('/') {
@@ -188,7 +238,7 @@ impl McpServerBuilder {
                 "endpoint_path must start with '/'",
             ));
         }
-        let cursor_key = match self.cursor_key {
+        let key = match self.cursor_key {
             Some(key) if key.is_empty() => {
                 return Err(BuildError::InvalidSetting("cursor_key must not be empty"));
             }
@@ -203,110 +253,203 @@ impl McpServerBuilder {
                 key
             }
         };
-        let catalog = self.tools.compile()?;
         let mut server_info = json!({ "name": self.name, "version": self.version });
         if let Some(title) = &self.title {
             server_info["title"] = json!(title);
         }
         let result_meta = json!({ meta_keys::SERVER_INFO: server_info });
-        let ttl_ms = u64::try_from(self.list_ttl.as_millis()).unwrap_or(u64::MAX);
-        let mut capabilities = serde_json::Map::new();
-        if !catalog.tools.is_empty() {
-            capabilities.insert("tools".into(), json!({ "listChanged": false }));
-        }
-        let mut discover = json!({
-            "resultType": "complete",
-            "supportedVersions": SUPPORTED_VERSIONS,
-            "capabilities": capabilities,
-            "ttlMs": ttl_ms,
-            "cacheScope": self.cache_scope,
-            "_meta": result_meta,
-        });
-        if let Some(instructions) = &self.instructions {
-            discover["instructions"] = json!(instructions);
-        }
-        let cursors = CursorCodec::new(&cursor_key);
-        let tool_pages = paginate(
-            &catalog,
-            self.page_size,
-            &cursors,
-            ttl_ms,
-            self.cache_scope,
-            &result_meta,
-        );
-        let fingerprint = tool_pages.fingerprint;
+        let base = Base {
+            result_meta,
+            instructions: self.instructions,
+            settings: self.settings,
+            cursors: CursorCodec::new(&key),
+            logging: self.logging,
+        };
+        let snapshot = base.snapshot(self.catalog)?;
+        let (changes, _) = broadcast::channel(64);
+        let (shutdown, _) = watch::channel(false);
         Ok(McpServer {
             shared: Arc::new(Shared {
                 endpoint_path: self.endpoint_path,
                 body_limit: self.body_limit,
                 hosts: self.hosts,
                 state: SharedState::new(self.state),
-                server_meta: serde_json::value::to_raw_value(&result_meta).expect("maps serialize"),
-                discover: Bytes::from(discover.to_string()),
-                catalog,
-                tool_pages: tool_pages.pages,
-                tools_fingerprint: fingerprint,
-                cursors,
+                server_meta: serde_json::value::to_raw_value(&base.result_meta)
+                    .expect("maps serialize"),
+                state_key: key,
+                base,
+                snapshot: ArcSwap::from_pointee(snapshot),
+                edit: Mutex::new(()),
+                changes,
+                shutdown,
             }),
         })
     }
 }
 
-struct Pages {
-    pages: Vec<Bytes>,
-    fingerprint: u64,
+/// What does not change when the offer changes.
+pub(crate) struct Base {
+    result_meta: Value,
+    instructions: Option<String>,
+    settings: ListSettings,
+    pub(crate) cursors: CursorCodec,
+    logging: bool,
 }
 
-/// Serializes every page of `tools/list` once, cursors included.
-fn paginate(
-    catalog: &Catalog,
-    page_size: usize,
-    cursors: &CursorCodec,
-    ttl_ms: u64,
-    scope: CacheScope,
-    result_meta: &Value,
-) -> Pages {
-    let definitions: Vec<Value> = catalog
-        .tools
-        .iter()
-        .map(|tool| serde_json::to_value(&tool.definition).expect("definitions serialize"))
-        .collect();
-    let fingerprint = fingerprint_of(&Value::Array(definitions.clone()), page_size);
-    let chunks: Vec<&[Value]> = if definitions.is_empty() {
-        vec![&[]]
-    } else {
-        definitions.chunks(page_size).collect()
-    };
-    let count = chunks.len();
-    let pages = chunks
-        .into_iter()
-        .enumerate()
-        .map(|(i, chunk)| {
-            let mut page = json!({
-                "resultType": "complete",
-                "tools": chunk,
-                "ttlMs": ttl_ms,
-                "cacheScope": scope,
-                "_meta": result_meta,
-            });
-            if i + 1 < count {
-                let position = u32::try_from(i + 1).expect("fewer than 2^32 pages");
-                page["nextCursor"] = json!(cursors.encode("tools/list", position, fingerprint));
-            }
-            Bytes::from(page.to_string())
+/// One listing, serialized page by page, cursors included.
+pub(crate) struct Listing {
+    pub(crate) kind: &'static str,
+    pub(crate) pages: Vec<Bytes>,
+    pub(crate) fingerprint: u64,
+}
+
+impl Base {
+    fn snapshot(&self, offer: Offer) -> Result<Snapshot, BuildError> {
+        let catalog = offer.tools.compile()?;
+        let definitions = catalog
+            .tools
+            .iter()
+            .map(|tool| serde_json::to_value(&tool.definition).expect("definitions serialize"))
+            .collect();
+        let tools = self.listing("tools/list", "tools", definitions);
+        let resources = self.listing(
+            "resources/list",
+            "resources",
+            offer
+                .resources
+                .resources
+                .iter()
+                .map(|r| Value::Object(r.descriptor.clone()))
+                .collect(),
+        );
+        let templates = self.listing(
+            "resources/templates/list",
+            "resourceTemplates",
+            offer
+                .resources
+                .templates
+                .iter()
+                .map(|t| Value::Object(t.descriptor.clone()))
+                .collect(),
+        );
+        let prompts = self.listing(
+            "prompts/list",
+            "prompts",
+            offer
+                .prompts
+                .prompts
+                .iter()
+                .map(|p| Value::Object(p.descriptor.clone()))
+                .collect(),
+        );
+        let mut capabilities = serde_json::Map::new();
+        if !catalog.tools.is_empty() {
+            capabilities.insert("tools".into(), json!({ "listChanged": true }));
+        }
+        if !offer.resources.is_empty() {
+            capabilities.insert(
+                "resources".into(),
+                json!({ "subscribe": true, "listChanged": true }),
+            );
+        }
+        if !offer.prompts.is_empty() {
+            capabilities.insert("prompts".into(), json!({ "listChanged": true }));
+        }
+        if !offer.completions.is_empty() {
+            capabilities.insert("completions".into(), json!({}));
+        }
+        if self.logging {
+            capabilities.insert("logging".into(), json!({}));
+        }
+        let mut discover = json!({
+            "resultType": "complete",
+            "supportedVersions": SUPPORTED_VERSIONS,
+            "capabilities": capabilities,
+            "ttlMs": self.settings.ttl_ms,
+            "cacheScope": self.settings.scope,
+            "_meta": self.result_meta,
+        });
+        if let Some(instructions) = &self.instructions {
+            discover["instructions"] = json!(instructions);
+        }
+        Ok(Snapshot {
+            discover: Bytes::from(discover.to_string()),
+            capabilities: Value::Object(capabilities),
+            catalog,
+            tools,
+            resources,
+            templates,
+            prompts,
+            offer,
         })
-        .collect();
-    Pages { pages, fingerprint }
+    }
+
+    /// Serializes every page of a listing once.
+    fn listing(&self, kind: &'static str, member: &str, items: Vec<Value>) -> Listing {
+        use sha2::{Digest, Sha256};
+        let digest = Sha256::new()
+            .chain_update(Value::Array(items.clone()).to_string().as_bytes())
+            .chain_update(self.settings.page_size.to_be_bytes())
+            .finalize();
+        let fingerprint = u64::from_be_bytes(digest[..8].try_into().expect("8 bytes"));
+        let chunks: Vec<&[Value]> = if items.is_empty() {
+            vec![&[]]
+        } else {
+            items.chunks(self.settings.page_size).collect()
+        };
+        let count = chunks.len();
+        let pages = chunks
+            .into_iter()
+            .enumerate()
+            .map(|(i, chunk)| {
+                let mut page = json!({
+                    "resultType": "complete",
+                    member: chunk,
+                    "ttlMs": self.settings.ttl_ms,
+                    "cacheScope": self.settings.scope,
+                    "_meta": self.result_meta,
+                });
+                if i + 1 < count {
+                    let position = u32::try_from(i + 1).expect("fewer than 2^32 pages");
+                    page["nextCursor"] = json!(self.cursors.encode(kind, position, fingerprint));
+                }
+                Bytes::from(page.to_string())
+            })
+            .collect();
+        Listing {
+            kind,
+            pages,
+            fingerprint,
+        }
+    }
+
+    /// `ttlMs`, `cacheScope` and `_meta` for a cacheable result built per request.
+    pub(crate) fn cacheable(&self, mut result: Value) -> Value {
+        result["ttlMs"] = json!(self.settings.ttl_ms);
+        result["cacheScope"] = json!(self.settings.scope);
+        result
+    }
 }
 
-/// Identifies one listing (its content and page size), so a cursor from another cannot page it.
-fn fingerprint_of(listing: &Value, page_size: usize) -> u64 {
-    use sha2::{Digest, Sha256};
-    let digest = Sha256::new()
-        .chain_update(listing.to_string().as_bytes())
-        .chain_update(page_size.to_be_bytes())
-        .finalize();
-    u64::from_be_bytes(digest[..8].try_into().expect("8 bytes"))
+/// One consistent version of what the server offers, with its serialized listings.
+pub(crate) struct Snapshot {
+    pub(crate) discover: Bytes,
+    pub(crate) capabilities: Value,
+    pub(crate) catalog: Catalog,
+    pub(crate) tools: Listing,
+    pub(crate) resources: Listing,
+    pub(crate) templates: Listing,
+    pub(crate) prompts: Listing,
+    pub(crate) offer: Offer,
+}
+
+/// Which list changed, for `subscriptions/listen`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Change {
+    Tools,
+    Prompts,
+    Resources,
+    ResourceUpdated,
 }
 
 /// A built MCP server. Cheap to clone: clones share everything.
@@ -324,16 +467,98 @@ pub(crate) struct Shared {
     pub(crate) state: SharedState,
     /// `{"io.modelcontextprotocol/serverInfo": {...}}`, serialized once.
     pub(crate) server_meta: Box<serde_json::value::RawValue>,
-    pub(crate) discover: Bytes,
-    pub(crate) catalog: Catalog,
-    pub(crate) tool_pages: Vec<Bytes>,
-    pub(crate) tools_fingerprint: u64,
-    pub(crate) cursors: CursorCodec,
+    /// Seals multi-round request state.
+    pub(crate) state_key: Vec<u8>,
+    pub(crate) base: Base,
+    pub(crate) snapshot: ArcSwap<Snapshot>,
+    /// Serializes run-time edits of the offer (reads never wait on it).
+    edit: Mutex<()>,
+    pub(crate) changes: broadcast::Sender<(Change, Option<String>)>,
+    pub(crate) shutdown: watch::Sender<bool>,
 }
 
 impl McpServer {
     /// Starts building a server that reports `name` and `version` as its implementation.
     pub fn builder(name: impl Into<String>, version: impl Into<String>) -> McpServerBuilder {
         McpServerBuilder::new(name.into(), version.into())
+    }
+
+    fn edit(&self, change: Change, apply: impl FnOnce(&mut Offer)) -> Result<(), BuildError> {
+        let _guard = self.shared.edit.lock().unwrap_or_else(|e| e.into_inner());
+        let mut offer = self.shared.snapshot.load().offer.clone();
+        apply(&mut offer);
+        let snapshot = self.shared.base.snapshot(offer)?;
+        self.shared.snapshot.store(Arc::new(snapshot));
+        let _ = self.shared.changes.send((change, None));
+        Ok(())
+    }
+
+    /// Adds (or replaces) a tool while serving; open `subscriptions/listen` streams that asked
+    /// for tool changes are told.
+    pub fn add_tool<T: Tool>(&self, tool: T) -> Result<(), BuildError> {
+        let addition = ToolSet::new().with(tool);
+        self.edit(Change::Tools, move |offer| {
+            for name in addition.names() {
+                offer.tools.remove(&name);
+            }
+            offer.tools = std::mem::take(&mut offer.tools).merge(addition);
+        })
+    }
+
+    /// Removes a tool while serving; whether it existed.
+    pub fn remove_tool(&self, name: &str) -> bool {
+        let mut removed = false;
+        let _ = self.edit(Change::Tools, |offer| removed = offer.tools.remove(name));
+        removed
+    }
+
+    /// Adds (or replaces) a prompt while serving.
+    pub fn add_prompt(&self, prompt: Prompt) {
+        let _ = self.edit(Change::Prompts, |offer| {
+            offer.prompts = std::mem::take(&mut offer.prompts).with(prompt)
+        });
+    }
+
+    /// Removes a prompt while serving; whether it existed.
+    pub fn remove_prompt(&self, name: &str) -> bool {
+        let mut removed = false;
+        let _ = self.edit(Change::Prompts, |offer| {
+            let before = offer.prompts.prompts.len();
+            offer.prompts.prompts.retain(|p| p.name != name);
+            removed = offer.prompts.prompts.len() != before;
+        });
+        removed
+    }
+
+    /// Adds (or replaces) a resource while serving.
+    pub fn add_resource(&self, resource: Resource) {
+        let _ = self.edit(Change::Resources, |offer| {
+            offer.resources = std::mem::take(&mut offer.resources).with(resource)
+        });
+    }
+
+    /// Removes a resource while serving; whether it existed.
+    pub fn remove_resource(&self, uri: &str) -> bool {
+        let mut removed = false;
+        let _ = self.edit(Change::Resources, |offer| {
+            let before = offer.resources.resources.len();
+            offer.resources.resources.retain(|r| r.uri != uri);
+            removed = offer.resources.resources.len() != before;
+        });
+        removed
+    }
+
+    /// Tells listeners subscribed to `uri` (or a parent of it) that its contents changed.
+    pub fn notify_resource_updated(&self, uri: &str) {
+        let _ = self
+            .shared
+            .changes
+            .send((Change::ResourceUpdated, Some(uri.to_owned())));
+    }
+
+    /// Ends open `subscriptions/listen` streams gracefully (each gets its final result). Called
+    /// by [`serve`](McpServer::serve) on shutdown.
+    pub fn close_subscriptions(&self) {
+        self.shared.shutdown.send_replace(true);
     }
 }

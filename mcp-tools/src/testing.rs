@@ -98,6 +98,14 @@ impl TestClient {
                 Ok(serde_json::from_slice(&result).expect("results are JSON"))
             }
             Outcome::Error(error) => Err(error),
+            Outcome::Stream {
+                notifications,
+                finish,
+                ..
+            } => {
+                let (_notifications, result) = crate::sse::collect(notifications, finish).await;
+                result.map(|bytes| serde_json::from_slice(&bytes).expect("results are JSON"))
+            }
             Outcome::Accepted => unreachable!("requests always carry an id"),
         }
     }

@@ -9,8 +9,9 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use crate::content::{CallToolResult, ToolError};
+use crate::content::ToolError;
 use crate::context::Context;
+use crate::input::Reply;
 use crate::output::IntoCallToolResult;
 
 /// A tool: a name, a description, typed arguments and an async call.
@@ -177,26 +178,24 @@ pub(crate) type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 /// A tool with its types erased, so tools of different types share one registry.
 pub(crate) trait ErasedTool: Send + Sync {
-    fn call(&self, arguments: Value, cx: Context) -> BoxFuture<'_, CallToolResult>;
+    fn call(&self, arguments: Value, cx: Context) -> BoxFuture<'_, Reply>;
 }
 
 pub(crate) struct Erased<T>(pub T);
 
 impl<T: Tool> ErasedTool for Erased<T> {
-    fn call(&self, arguments: Value, cx: Context) -> BoxFuture<'_, CallToolResult> {
+    fn call(&self, arguments: Value, cx: Context) -> BoxFuture<'_, Reply> {
         // The arguments already passed schema validation; decoding can still fail on rules the
         // schema cannot express (custom `Deserialize` impls), and that failure goes to the model.
         match serde_json::from_value::<T::Args>(arguments) {
-            Ok(args) => {
-                Box::pin(async move { self.0.call(args, cx).await.into_call_tool_result() })
-            }
+            Ok(args) => Box::pin(async move { self.0.call(args, cx).await.into_reply() }),
             Err(error) => {
                 let result = ToolError::new(
                     ToolError::INVALID_ARGUMENTS,
                     format!("Invalid arguments: {error}"),
                 )
                 .into_result();
-                Box::pin(std::future::ready(result))
+                Box::pin(std::future::ready(Reply::Complete(result)))
             }
         }
     }

@@ -10,6 +10,7 @@ use serde_json::{Value, json};
 use crate::BuildError;
 use crate::content::{CallToolResult, ToolError};
 use crate::context::Context;
+use crate::input::Reply;
 use crate::tool::{Erased, ErasedTool, Tool, ToolDefinition};
 
 /// An ordered collection of tools, in the order `tools/list` returns them.
@@ -26,11 +27,12 @@ use crate::tool::{Erased, ErasedTool, Tool, ToolDefinition};
 /// let tools = ToolSet::new().with(Hello);
 /// assert_eq!(tools.len(), 1);
 /// ```
-#[derive(Default)]
+#[derive(Clone, Default)]
 pub struct ToolSet {
     entries: Vec<Entry>,
 }
 
+#[derive(Clone)]
 struct Entry {
     definition: ToolDefinition,
     tool: Arc<dyn ErasedTool>,
@@ -76,6 +78,21 @@ impl ToolSet {
         self
     }
 
+    /// The tool names, in order.
+    pub fn names(&self) -> Vec<String> {
+        self.entries
+            .iter()
+            .map(|e| e.definition.name.to_string())
+            .collect()
+    }
+
+    /// Removes the tool named `name`; whether there was one.
+    pub fn remove(&mut self, name: &str) -> bool {
+        let before = self.entries.len();
+        self.entries.retain(|entry| entry.definition.name != name);
+        self.entries.len() != before
+    }
+
     /// Appends every tool of `other`.
     pub fn merge(mut self, other: ToolSet) -> Self {
         self.entries.extend(other.entries);
@@ -105,11 +122,11 @@ impl ToolSet {
     }
 
     /// Checks every tool and compiles its argument validator.
-    pub(crate) fn compile(self) -> Result<Catalog, BuildError> {
+    pub(crate) fn compile(&self) -> Result<Catalog, BuildError> {
         let mut index = HashMap::with_capacity(self.entries.len());
         let mut tools = Vec::with_capacity(self.entries.len());
-        for entry in self.entries {
-            let definition = entry.definition;
+        for entry in &self.entries {
+            let definition = entry.definition.clone();
             let name = definition.name.to_string();
             if !is_valid_tool_name(&name) {
                 return Err(BuildError::InvalidToolName(name));
@@ -139,10 +156,12 @@ impl ToolSet {
             if index.insert(name.clone(), tools.len()).is_some() {
                 return Err(BuildError::DuplicateTool(name));
             }
+            let param_headers = crate::param_headers::declarations(&definition.input_schema);
             tools.push(CompiledTool {
+                param_headers,
                 definition,
                 validator,
-                tool: entry.tool,
+                tool: entry.tool.clone(),
             });
         }
         Ok(Catalog { tools, index })
@@ -184,6 +203,7 @@ pub(crate) struct Catalog {
 
 pub(crate) struct CompiledTool {
     pub(crate) definition: ToolDefinition,
+    pub(crate) param_headers: Vec<crate::param_headers::ParamHeader>,
     validator: jsonschema::Validator,
     tool: Arc<dyn ErasedTool>,
 }
@@ -199,9 +219,9 @@ const MAX_REPORTED_VIOLATIONS: usize = 8;
 
 impl CompiledTool {
     /// Validates the arguments against the input schema, then runs the tool.
-    pub(crate) async fn call(&self, arguments: Value, cx: Context) -> CallToolResult {
+    pub(crate) async fn call(&self, arguments: Value, cx: Context) -> Reply {
         if let Err(result) = self.validate(&arguments) {
-            return result;
+            return Reply::Complete(result);
         }
         self.tool.call(arguments, cx).await
     }

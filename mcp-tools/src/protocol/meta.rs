@@ -2,6 +2,7 @@ use serde_json::{Map, Value};
 
 use super::meta_keys;
 use crate::RpcError;
+use crate::notify::LogLevel;
 
 /// The per-request `_meta` every 2026-07-28 request must carry.
 #[derive(Debug, Clone, Default)]
@@ -15,7 +16,7 @@ pub struct RequestMeta {
     /// The progress token, if the client opted in to progress.
     pub progress_token: Option<Value>,
     /// The log level, if the client opted in to log messages.
-    pub log_level: Option<String>,
+    pub log_level: Option<LogLevel>,
     /// The whole `_meta` object, including keys this runtime does not interpret.
     pub raw: Map<String, Value>,
 }
@@ -96,14 +97,14 @@ impl RequestMeta {
         };
         let log_level = match raw.get(meta_keys::LOG_LEVEL) {
             None => None,
-            Some(Value::String(level)) if LOG_LEVELS.contains(&level.as_str()) => {
-                Some(level.clone())
+            Some(Value::String(level)) if LogLevel::parse(level).is_some() => {
+                LogLevel::parse(level)
             }
             Some(_) => {
                 return Err(RpcError::invalid_meta(format!(
                     "`_meta[\"{}\"]` must be one of {}",
                     meta_keys::LOG_LEVEL,
-                    LOG_LEVELS.join(", ")
+                    LogLevel::NAMES.join(", ")
                 )));
             }
         };
@@ -117,14 +118,3 @@ impl RequestMeta {
         })
     }
 }
-
-const LOG_LEVELS: &[&str] = &[
-    "debug",
-    "info",
-    "notice",
-    "warning",
-    "error",
-    "critical",
-    "alert",
-    "emergency",
-];

@@ -1,0 +1,169 @@
+//! `subscriptions/listen`: one long-lived request whose response stream carries list-change and
+//! resource-update notifications, filtered to what the client asked for.
+
+use axum::body::Bytes;
+use serde_json::{Map, Value, json};
+use tokio::sync::broadcast::error::RecvError;
+
+use crate::RpcError;
+use crate::context::Context;
+use crate::server::{Change, McpServer, Snapshot};
+
+/// The subset of the requested filter this server honours.
+struct Filter {
+    tools: bool,
+    prompts: bool,
+    resources: bool,
+    uris: Vec<String>,
+}
+
+impl Filter {
+    fn honoured(requested: &Map<String, Value>, capabilities: &Value) -> Result<Filter, RpcError> {
+        let flag = |key: &str| -> Result<bool, RpcError> {
+            match requested.get(key) {
+                None | Some(Value::Null) => Ok(false),
+                Some(Value::Bool(b)) => Ok(*b),
+                Some(_) => Err(RpcError::invalid_params(format!(
+                    "`notifications.{key}` must be a boolean"
+                ))),
+            }
+        };
+        let has = |capability: &str| capabilities.get(capability).is_some();
+        let uris = match requested.get("resourceSubscriptions") {
+            None | Some(Value::Null) => Vec::new(),
+            Some(Value::Array(items)) => items
+                .iter()
+                .map(|item| item.as_str().map(str::to_owned))
+                .collect::<Option<Vec<_>>>()
+                .ok_or_else(|| {
+                    RpcError::invalid_params(
+                        "`notifications.resourceSubscriptions` must be an array of URIs",
+                    )
+                })?,
+            Some(_) => {
+                return Err(RpcError::invalid_params(
+                    "`notifications.resourceSubscriptions` must be an array of URIs",
+                ));
+            }
+        };
+        Ok(Filter {
+            tools: flag("toolsListChanged")? && has("tools"),
+            prompts: flag("promptsListChanged")? && has("prompts"),
+            resources: flag("resourcesListChanged")? && has("resources"),
+            uris: if has("resources") { uris } else { Vec::new() },
+        })
+    }
+
+    fn to_json(&self) -> Value {
+        let mut honoured = Map::new();
+        if self.tools {
+            honoured.insert("toolsListChanged".into(), json!(true));
+        }
+        if self.prompts {
+            honoured.insert("promptsListChanged".into(), json!(true));
+        }
+        if self.resources {
+            honoured.insert("resourcesListChanged".into(), json!(true));
+        }
+        if !self.uris.is_empty() {
+            honoured.insert("resourceSubscriptions".into(), json!(self.uris));
+        }
+        Value::Object(honoured)
+    }
+
+    /// The notification for `change`, if this subscription asked for it.
+    fn notification(
+        &self,
+        change: Change,
+        uri: Option<&str>,
+    ) -> Option<(&'static str, Option<String>)> {
+        match change {
+            Change::Tools if self.tools => Some(("notifications/tools/list_changed", None)),
+            Change::Prompts if self.prompts => Some(("notifications/prompts/list_changed", None)),
+            Change::Resources if self.resources => {
+                Some(("notifications/resources/list_changed", None))
+            }
+            Change::ResourceUpdated => {
+                let uri = uri?;
+                // A sub-resource of a subscribed URI counts too.
+                self.uris
+                    .iter()
+                    .any(|s| {
+                        uri == s
+                            || uri
+                                .strip_prefix(s.as_str())
+                                .is_some_and(|rest| rest.starts_with('/'))
+                    })
+                    .then(|| ("notifications/resources/updated", Some(uri.to_owned())))
+            }
+            _ => None,
+        }
+    }
+}
+
+impl McpServer {
+    pub(crate) async fn listen(
+        &self,
+        snapshot: &Snapshot,
+        params: &Map<String, Value>,
+        cx: Context,
+    ) -> Result<Bytes, RpcError> {
+        let requested = match params.get("notifications") {
+            Some(Value::Object(filter)) => filter,
+            _ => {
+                return Err(RpcError::invalid_params(
+                    "`params.notifications` must be a subscription filter object",
+                ));
+            }
+        };
+        let filter = Filter::honoured(requested, &snapshot.capabilities)?;
+        let subscription_id = json!(cx.request_id());
+        // Subscribe before acknowledging, so no change between the two is missed.
+        let mut changes = self.shared.changes.subscribe();
+        let mut shutdown = self.shared.shutdown.subscribe();
+        cx.send_notification(json!({
+            "jsonrpc": "2.0",
+            "method": "notifications/subscriptions/acknowledged",
+            "params": {
+                "_meta": { "io.modelcontextprotocol/subscriptionId": subscription_id },
+                "notifications": filter.to_json(),
+            }
+        }));
+        loop {
+            tokio::select! {
+                changed = shutdown.wait_for(|closing| *closing) => {
+                    let _ = changed;
+                    break;
+                }
+                change = changes.recv() => match change {
+                    Ok((change, uri)) => {
+                        if let Some((method, uri)) = filter.notification(change, uri.as_deref()) {
+                            let mut params = json!({ "_meta": { "io.modelcontextprotocol/subscriptionId": subscription_id } });
+                            if let Some(uri) = uri {
+                                params["uri"] = json!(uri);
+                            }
+                            cx.send_notification(json!({ "jsonrpc": "2.0", "method": method, "params": params }));
+                        }
+                    }
+                    // A slow listener missed some changes: tell it every list it follows changed.
+                    Err(RecvError::Lagged(_)) => {
+                        for change in [Change::Tools, Change::Prompts, Change::Resources] {
+                            if let Some((method, _)) = filter.notification(change, None) {
+                                cx.send_notification(json!({ "jsonrpc": "2.0", "method": method, "params": {
+                                    "_meta": { "io.modelcontextprotocol/subscriptionId": subscription_id } } }));
+                            }
+                        }
+                    }
+                    Err(RecvError::Closed) => break,
+                },
+            }
+        }
+        Ok(Bytes::from(
+            json!({
+                "resultType": "complete",
+                "_meta": { "io.modelcontextprotocol/subscriptionId": subscription_id }
+            })
+            .to_string(),
+        ))
+    }
+}

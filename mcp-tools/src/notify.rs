@@ -1,0 +1,132 @@
+//! Notifications a request may stream before its result: progress and log messages.
+//!
+//! They exist only when the request opted in (`progressToken`, `logLevel` in its `_meta`), travel
+//! only on that request's own response stream, and stop with it.
+
+use std::sync::Mutex;
+
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+
+/// Severity of a log message, lowest first (RFC 5424 order).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum LogLevel {
+    /// Debug.
+    Debug,
+    /// Info.
+    Info,
+    /// Notice.
+    Notice,
+    /// Warning.
+    Warning,
+    /// Error.
+    Error,
+    /// Critical.
+    Critical,
+    /// Alert.
+    Alert,
+    /// Emergency.
+    Emergency,
+}
+
+impl LogLevel {
+    pub(crate) const NAMES: [&'static str; 8] = [
+        "debug",
+        "info",
+        "notice",
+        "warning",
+        "error",
+        "critical",
+        "alert",
+        "emergency",
+    ];
+
+    /// The wire name.
+    pub fn as_str(self) -> &'static str {
+        Self::NAMES[self as usize]
+    }
+
+    /// Parses a wire name.
+    pub fn parse(name: &str) -> Option<LogLevel> {
+        const ALL: [LogLevel; 8] = [
+            LogLevel::Debug,
+            LogLevel::Info,
+            LogLevel::Notice,
+            LogLevel::Warning,
+            LogLevel::Error,
+            LogLevel::Critical,
+            LogLevel::Alert,
+            LogLevel::Emergency,
+        ];
+        Self::NAMES.iter().position(|n| *n == name).map(|i| ALL[i])
+    }
+}
+
+/// The sending half of a request's notification stream.
+pub(crate) struct Notifier {
+    sender: mpsc::UnboundedSender<Value>,
+    progress_token: Option<Value>,
+    log_level: Option<LogLevel>,
+    last_progress: Mutex<Option<f64>>,
+}
+
+impl Notifier {
+    pub(crate) fn new(
+        sender: mpsc::UnboundedSender<Value>,
+        progress_token: Option<Value>,
+        log_level: Option<LogLevel>,
+    ) -> Self {
+        Notifier {
+            sender,
+            progress_token,
+            log_level,
+            last_progress: Mutex::new(None),
+        }
+    }
+
+    /// Sends a notification as is.
+    pub(crate) fn send(&self, message: Value) {
+        let _ = self.sender.send(message);
+    }
+
+    pub(crate) fn progress(&self, progress: f64, total: Option<f64>, message: Option<&str>) {
+        let Some(token) = &self.progress_token else {
+            return;
+        };
+        // Progress must strictly increase; a report that does not is dropped, not sent.
+        {
+            let mut last = self.last_progress.lock().unwrap_or_else(|e| e.into_inner());
+            if last.is_some_and(|last| progress <= last) || !progress.is_finite() {
+                return;
+            }
+            *last = Some(progress);
+        }
+        let mut params = json!({ "progressToken": token, "progress": progress });
+        if let Some(total) = total {
+            params["total"] = json!(total);
+        }
+        if let Some(message) = message {
+            params["message"] = json!(message);
+        }
+        let _ = self.sender.send(json!({
+            "jsonrpc": "2.0",
+            "method": "notifications/progress",
+            "params": params,
+        }));
+    }
+
+    pub(crate) fn log(&self, level: LogLevel, logger: Option<&str>, data: Value) {
+        if self.log_level.is_none_or(|threshold| level < threshold) {
+            return;
+        }
+        let mut params = json!({ "level": level.as_str(), "data": data });
+        if let Some(logger) = logger {
+            params["logger"] = json!(logger);
+        }
+        let _ = self.sender.send(json!({
+            "jsonrpc": "2.0",
+            "method": "notifications/message",
+            "params": params,
+        }));
+    }
+}

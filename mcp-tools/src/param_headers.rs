@@ -1,0 +1,137 @@
+//! `Mcp-Param-*` headers: tool arguments a schema marks with `x-mcp-header` are mirrored in
+//! headers so intermediaries can route on them; the server checks they agree with the body.
+
+use http::HeaderMap;
+use serde_json::{Map, Value};
+
+use crate::RpcError;
+use crate::headers::header_text;
+use crate::server::{McpServer, Snapshot};
+
+/// One argument mirrored in a header.
+#[derive(Debug, Clone)]
+pub(crate) struct ParamHeader {
+    /// The `{Name}` of `Mcp-Param-{Name}`.
+    name: String,
+    /// Property names from the argument root.
+    path: Vec<String>,
+}
+
+/// Finds the `x-mcp-header` declarations reachable from the root through `properties` only.
+pub(crate) fn declarations(schema: &Value) -> Vec<ParamHeader> {
+    fn walk(schema: &Value, path: &mut Vec<String>, found: &mut Vec<ParamHeader>) {
+        let Some(properties) = schema.get("properties").and_then(Value::as_object) else {
+            return;
+        };
+        for (name, property) in properties {
+            path.push(name.clone());
+            if let Some(header) = property.get("x-mcp-header").and_then(Value::as_str) {
+                found.push(ParamHeader {
+                    name: header.to_owned(),
+                    path: path.clone(),
+                });
+            }
+            walk(property, path, found);
+            path.pop();
+        }
+    }
+    let mut found = Vec::new();
+    walk(schema, &mut Vec::new(), &mut found);
+    found
+}
+
+fn lookup<'a>(arguments: &'a Map<String, Value>, path: &[String]) -> Option<&'a Value> {
+    let (first, rest) = path.split_first()?;
+    rest.iter()
+        .try_fold(arguments.get(first)?, |value, key| value.get(key))
+}
+
+/// Whether a header value represents `value` (strings as is, integers numerically, booleans as
+/// `true`/`false`).
+fn agrees(header: &str, value: &Value) -> bool {
+    match value {
+        Value::String(s) => header == s,
+        Value::Bool(b) => header == if *b { "true" } else { "false" },
+        Value::Number(n) => match (header.parse::<f64>(), n.as_f64()) {
+            (Ok(h), Some(v)) => h == v,
+            _ => false,
+        },
+        _ => false,
+    }
+}
+
+impl McpServer {
+    pub(crate) fn check_param_headers(
+        &self,
+        snapshot: &Snapshot,
+        params: &Map<String, Value>,
+        headers: &HeaderMap,
+    ) -> Result<(), RpcError> {
+        let Some(tool) = params
+            .get("name")
+            .and_then(Value::as_str)
+            .and_then(|name| snapshot.catalog.get(name))
+        else {
+            return Ok(());
+        };
+        let empty = Map::new();
+        let arguments = params
+            .get("arguments")
+            .and_then(Value::as_object)
+            .unwrap_or(&empty);
+        for declaration in &tool.param_headers {
+            let header_name = format!("mcp-param-{}", declaration.name.to_ascii_lowercase());
+            let display = format!("Mcp-Param-{}", declaration.name);
+            let header = header_text(headers, &header_name)?;
+            match (lookup(arguments, &declaration.path), header) {
+                (None | Some(Value::Null), None) => {}
+                (Some(value), Some(header)) if agrees(&header, value) => {}
+                (Some(value), None) if !value.is_null() => {
+                    return Err(RpcError::header_mismatch(format!(
+                        "Missing required header {display}: it must mirror the argument {}",
+                        declaration.path.join(".")
+                    )));
+                }
+                (value, header) => {
+                    return Err(RpcError::header_mismatch(format!(
+                        "Header mismatch: {display} header value {:?} does not match body value {}",
+                        header.unwrap_or_default(),
+                        value.unwrap_or(&Value::Null)
+                    )));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn finds_declarations_through_properties_only() {
+        let schema = json!({ "type": "object", "properties": {
+            "region": { "type": "string", "x-mcp-header": "Region" },
+            "nested": { "type": "object", "properties": { "n": { "type": "integer", "x-mcp-header": "N" } } },
+            "list": { "type": "array", "items": { "x-mcp-header": "Ignored" } }
+        }});
+        let found = declarations(&schema);
+        let names: Vec<_> = found
+            .iter()
+            .map(|d| (d.name.as_str(), d.path.join(".")))
+            .collect();
+        assert_eq!(
+            names,
+            [
+                ("N", "nested.n".to_owned()),
+                ("Region", "region".to_owned())
+            ]
+        );
+        assert!(
+            agrees("42", &json!(42)) && agrees("42.0", &json!(42)) && !agrees("43", &json!(42))
+        );
+        assert!(agrees("true", &json!(true)) && !agrees("True", &json!(true)));
+    }
+}
