@@ -1,7 +1,7 @@
 //! Code generation. Every runtime item is named by absolute path (`::mcp_tools::...`); serde and
 //! schemars are reached through `::mcp_tools::__private`, so users need not depend on them.
 
-use proc_macro2::{Span, TokenStream};
+use proc_macro2::TokenStream;
 use quote::{format_ident, quote, quote_spanned};
 use syn::spanned::Spanned;
 use syn::{ImplItem, ItemFn, ItemImpl, Type};
@@ -80,6 +80,7 @@ pub fn toolbox(args: TokenStream, input: TokenStream) -> TokenStream {
     }
     let self_ty = (*item.self_ty).clone();
     let mut tools = Vec::new();
+    let mut used_paths = Vec::new();
     for impl_item in &mut item.items {
         let ImplItem::Fn(method) = impl_item else {
             continue;
@@ -88,6 +89,10 @@ pub fn toolbox(args: TokenStream, input: TokenStream) -> TokenStream {
             continue;
         };
         let attr = method.attrs.remove(position);
+        // The attribute is consumed here; re-import its path so the user's `use` of it counts
+        // as used.
+        let path = attr.path();
+        used_paths.push(quote!(#[allow(unused_imports)] use #path as _;));
         let args = match &attr.meta {
             syn::Meta::Path(_) => TokenStream::new(),
             syn::Meta::List(list) => list.tokens.clone(),
@@ -116,7 +121,7 @@ pub fn toolbox(args: TokenStream, input: TokenStream) -> TokenStream {
     }
     if let Err(error) = errors.finish() {
         let error = error.into_compile_error();
-        return quote!(#item #error);
+        return quote!(#item const _: () = { #(#used_paths)* }; #error);
     }
 
     let wrappers: Vec<_> = tools
@@ -138,6 +143,8 @@ pub fn toolbox(args: TokenStream, input: TokenStream) -> TokenStream {
 
         #[doc(hidden)]
         const _: () = {
+            #(#used_paths)*
+
             #(
                 #[allow(non_camel_case_types)]
                 pub struct #wrappers(::std::sync::Arc<#self_ty>);
@@ -243,11 +250,14 @@ fn tool_impl(tool: &ToolFn, target: &TokenStream, callee: &TokenStream) -> Token
 
     let (out_ty, convert) = output_type(&tool.output, &mut helpers);
     let await_ = tool.is_async.then(|| quote!(.await));
-    let output_span = match &tool.output {
-        Output::Result { ok, .. } => output_span(ok),
-        other => output_span(other),
+    let ret = tool.return_span;
+    let call = quote!(#callee(#(#call_args),*) #await_);
+    let output_schema = quote_spanned! {ret=>
+        <#out_ty as ::mcp_tools::IntoCallToolResult>::output_schema(generator)
     };
-    let call = quote_spanned!(output_span=> #callee(#(#call_args),*) #await_);
+    let into_result = quote_spanned! {ret=>
+        ::mcp_tools::IntoCallToolResult::into_call_tool_result(__mcp_out)
+    };
 
     quote! {
         #[derive(::mcp_tools::__private::serde::Deserialize, ::mcp_tools::__private::schemars::JsonSchema)]
@@ -288,7 +298,7 @@ fn tool_impl(tool: &ToolFn, target: &TokenStream, callee: &TokenStream) -> Token
                 &self,
                 generator: &mut ::mcp_tools::__private::schemars::SchemaGenerator,
             ) -> ::core::option::Option<::mcp_tools::__private::serde_json::Value> {
-                <#out_ty as ::mcp_tools::IntoCallToolResult>::output_schema(generator)
+                #output_schema
             }
 
             #[allow(unused_variables)]
@@ -300,16 +310,9 @@ fn tool_impl(tool: &ToolFn, target: &TokenStream, callee: &TokenStream) -> Token
                 #(#extractions)*
                 let __mcp_out = #call;
                 let __mcp_out: #out_ty = #convert;
-                ::mcp_tools::IntoCallToolResult::into_call_tool_result(__mcp_out)
+                #into_result
             }
         }
-    }
-}
-
-fn output_span(output: &Output) -> Span {
-    match output {
-        Output::Plain(ty) | Output::Structured(ty) => ty.span(),
-        _ => Span::call_site(),
     }
 }
 

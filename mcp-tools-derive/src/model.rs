@@ -14,6 +14,8 @@ pub struct ToolFn {
     pub receiver: Option<Receiver>,
     pub params: Vec<Param>,
     pub output: Output,
+    /// The return type, where errors about it point.
+    pub return_span: Span,
 }
 
 /// The `self` of a method.

@@ -424,5 +424,9 @@ pub fn tool_fn(
         receiver,
         params,
         output: output(&sig.output, sig.ident.span()),
+        return_span: match &sig.output {
+            ReturnType::Default => sig.ident.span(),
+            ReturnType::Type(_, ty) => ty.span(),
+        },
     }
 }
