@@ -430,3 +430,58 @@ pub fn tool_fn(
         },
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn suggests_the_closest_key() {
+        assert_eq!(did_you_mean("readonly", TOOL_KEYS), Some("read_only"));
+        assert_eq!(did_you_mean("titel", TOOL_KEYS), Some("title"));
+        assert_eq!(did_you_mean("renmae", ARG_KEYS), Some("rename"));
+        assert_eq!(did_you_mean("frobnicate", TOOL_KEYS), None);
+    }
+
+    #[test]
+    fn keeps_the_whole_doc_comment() {
+        let item: syn::ItemFn = syn::parse_quote! {
+            /// Summary line.
+            ///
+            ///   Indented detail.
+            fn f() {}
+        };
+        assert_eq!(
+            doc_text(&item.attrs).as_deref(),
+            Some("Summary line.\n\n  Indented detail.")
+        );
+        let bare: syn::ItemFn = syn::parse_quote!(
+            fn f() {}
+        );
+        assert_eq!(doc_text(&bare.attrs), None);
+    }
+
+    #[test]
+    fn classifies_return_types() {
+        let plain: ReturnType = syn::parse_quote!(-> Vec<Content>);
+        assert!(matches!(
+            output(&plain, Span::call_site()),
+            Output::Plain(_)
+        ));
+        let structured: ReturnType = syn::parse_quote!(-> Vec<u32>);
+        assert!(matches!(
+            output(&structured, Span::call_site()),
+            Output::Structured(_)
+        ));
+        let result: ReturnType = syn::parse_quote!(-> Result<String, MyError>);
+        assert!(matches!(
+            output(&result, Span::call_site()),
+            Output::Result { ok, .. } if matches!(*ok, Output::Plain(_))
+        ));
+        let alias: ReturnType = syn::parse_quote!(-> io::Result<String>);
+        assert!(matches!(
+            output(&alias, Span::call_site()),
+            Output::Unsupported(..)
+        ));
+    }
+}

@@ -241,3 +241,27 @@ pub fn is_valid_tool_name(name: &str) -> bool {
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'/' | b'-'))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tool_names() {
+        assert!(is_valid_tool_name("math/add.v2-beta_1"));
+        assert!(is_valid_tool_name(&"a".repeat(64)));
+        assert!(!is_valid_tool_name(&"a".repeat(65)));
+        assert!(!is_valid_tool_name(""));
+        assert!(!is_valid_tool_name("read file"));
+    }
+
+    #[test]
+    fn errors_accumulate() {
+        let mut errors = Errors::default();
+        assert!(Errors::default().finish().is_ok());
+        errors.at(Span::call_site(), "first");
+        errors.at(Span::call_site(), "second");
+        let combined = errors.finish().unwrap_err();
+        assert_eq!(combined.into_iter().count(), 2);
+    }
+}
