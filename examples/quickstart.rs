@@ -1,91 +1,59 @@
-//! A minimal MCP tool server: three plain tools, served statelessly over HTTP.
+//! A minimal MCP tool server: three plain functions, served statelessly over HTTP.
 //!
 //! Run it with `cargo run --example quickstart` (add `-- --bind 127.0.0.1:9000` to move it).
+//! `--print-schemas` prints the JSON document of its tools and `--print-docs` a Markdown page;
+//! both exit without serving.
 
-use mcp_tools::{Context, McpServer, NoArgs, Structured, Tool, ToolError, ToolInfo, ToolSet};
+use mcp_tools::{Context, McpServer, ToolError, ToolSet, tool, tools};
 use schemars::JsonSchema;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
-#[derive(Deserialize, JsonSchema)]
-struct AddArgs {
+/// The sum of two integers.
+#[derive(Serialize, JsonSchema)]
+pub struct Sum {
+    /// `a + b`.
+    pub sum: i64,
+}
+
+/// Adds two integers and returns their sum.
+///
+/// Fails with `OVERFLOW` when the sum does not fit in a 64-bit integer.
+#[tool(title = "Add", read_only)]
+pub fn add(
     /// The first addend.
     a: i64,
     /// The second addend.
     b: i64,
+) -> Result<Sum, ToolError> {
+    let sum = a
+        .checked_add(b)
+        .ok_or_else(|| ToolError::new("OVERFLOW", "The sum does not fit in a 64-bit integer"))?;
+    Ok(Sum { sum })
 }
 
-#[derive(Serialize, JsonSchema)]
-struct Sum {
-    /// `a + b`.
-    sum: i64,
-}
-
-/// Adds two integers, refusing to overflow.
-struct Add;
-
-impl Tool for Add {
-    type Args = AddArgs;
-    type Output = Result<Structured<Sum>, ToolError>;
-
-    fn info(&self) -> ToolInfo {
-        ToolInfo::new("add", "Adds two integers and returns their sum.")
-            .title("Add")
-            .read_only()
-    }
-
-    async fn call(&self, args: AddArgs, _cx: Context) -> Self::Output {
-        let sum = args.a.checked_add(args.b).ok_or_else(|| {
-            ToolError::new("OVERFLOW", "The sum does not fit in a 64-bit integer")
-        })?;
-        Ok(Structured(Sum { sum }))
-    }
-}
-
-#[derive(Deserialize, JsonSchema)]
-struct EchoArgs {
+/// Returns the given text unchanged.
+#[tool(read_only)]
+pub async fn echo(
     /// The text to send back.
     text: String,
+) -> String {
+    text
 }
 
-/// Returns its input unchanged.
-struct Echo;
-
-impl Tool for Echo {
-    type Args = EchoArgs;
-    type Output = String;
-
-    fn info(&self) -> ToolInfo {
-        ToolInfo::new("echo", "Returns the given text unchanged.").read_only()
-    }
-
-    async fn call(&self, args: EchoArgs, _cx: Context) -> String {
-        args.text
-    }
+/// Describes the calling client as the server sees it on this request.
+#[tool(read_only)]
+pub fn whoami(cx: &Context) -> String {
+    let client = cx
+        .client_info()
+        .and_then(|info| info.get("name"))
+        .and_then(|name| name.as_str())
+        .unwrap_or("an unnamed client");
+    format!("{client}, speaking MCP {}", cx.protocol_version())
 }
 
-/// Tells the caller what it knows about the request.
-struct WhoAmI;
-
-impl Tool for WhoAmI {
-    type Args = NoArgs;
-    type Output = String;
-
-    fn info(&self) -> ToolInfo {
-        ToolInfo::new(
-            "whoami",
-            "Describes the calling client as the server sees it on this request.",
-        )
-        .read_only()
-    }
-
-    async fn call(&self, _args: NoArgs, cx: Context) -> String {
-        let client = cx
-            .client_info()
-            .and_then(|info| info.get("name"))
-            .and_then(|name| name.as_str())
-            .unwrap_or("an unnamed client");
-        format!("{client}, speaking MCP {}", cx.protocol_version())
-    }
+/// The tools of this example, in `tools/list` order.
+pub fn tool_set() -> ToolSet {
+    tools![add, echo, whoami]
 }
 
 fn bind_address() -> String {
@@ -104,6 +72,17 @@ fn bind_address() -> String {
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    if std::env::args().any(|arg| arg == "--print-schemas") {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&tool_set().schema_document())?
+        );
+        return Ok(());
+    }
+    if std::env::args().any(|arg| arg == "--print-docs") {
+        print!("{}", tool_set().markdown());
+        return Ok(());
+    }
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
@@ -111,7 +90,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .init();
     let server = McpServer::builder("quickstart", env!("CARGO_PKG_VERSION"))
         .instructions("Small arithmetic and echo tools for trying MCP 2026-07-28.")
-        .tools(ToolSet::new().with(Add).with(Echo).with(WhoAmI))
+        .tools(tool_set())
         .build()?;
     server.serve(bind_address()).await?;
     Ok(())

@@ -1,1 +1,99 @@
-//! Attribute macros for `mcp-tools`. Use them through the `mcp_tools` crate, which re-exports them.
+//! Attribute macros for `mcp-tools`. Use them through the `mcp_tools` crate, which re-exports
+//! them and documents them: `#[tool]`, `#[toolbox]` and `#[derive(ToolError)]`.
+
+mod error_derive;
+mod expand;
+mod model;
+mod parse;
+mod validate;
+
+use proc_macro::TokenStream;
+
+/// Turns a plain function into an MCP tool.
+///
+/// ```ignore
+/// use mcp_tools::{Context, State, ToolError, tool, tools};
+///
+/// /// Adds two integers.
+/// ///
+/// /// The whole doc comment is the tool description.
+/// #[tool(title = "Add", read_only)]
+/// fn add(
+///     /// The first addend.
+///     a: i64,
+///     #[arg(default = 1, description = "The second addend.")] b: i64,
+/// ) -> Result<Sum, ToolError> { /* ... */ }
+///
+/// let set = tools![add];                  // or ToolSet::new().with(add::tool())
+/// ```
+///
+/// * **Name** from the function (without `r#`) or `name = "..."`, checked at compile time against
+///   `^[A-Za-z0-9_./-]{1,64}$`. **Description** from the doc comment, whole, or
+///   `description = "..."`; one of them is required. Optional `title = "..."`.
+/// * **Annotations**: `read_only`, `destructive`, `idempotent`, `open_world` (alone for `true`,
+///   or `= false`); left out, the hint is not published.
+/// * **Parameters** become the properties of the input schema (a hidden struct deriving
+///   `Deserialize` and `JsonSchema`, unknown properties rejected). `Option<T>` is optional;
+///   `#[arg(default)]` / `#[arg(default = expr)]` give a default; `#[arg(rename = "...")]` sets
+///   the wire name; doc comments on parameters or `#[arg(description = "...")]` describe them.
+///   A parameter of type `Context` or `&Context` receives the request context and `State<T>`
+///   the state registered with `McpServerBuilder::state`; neither is part of the schema. Types
+///   are recognised by their last path segment (`Context`, `State<..>`).
+/// * **Return type**: `String`, `&'static str`, `Content`, `Vec<Content>`, `CallToolResult` or
+///   `Structured<T>` give content without an output schema; any other type must implement
+///   `Serialize + JsonSchema` and is returned as `structuredContent` with an output schema and
+///   a text mirror. `Result<T, E>` follows the same rule for `T`; `E: IntoToolError` becomes an
+///   `isError` result with a stable `code`.
+/// * **Registration**: the function stays as written and callable; the attribute adds a
+///   zero-sized type of the same name (types and functions live in different namespaces) whose
+///   `tool()` constructor returns the `Tool`. `mcp_tools::tools![a, b]` builds a `ToolSet`.
+///
+/// Mistakes are compile errors pointing at the offending token, all reported in one build; the
+/// function is still emitted so the rest of the crate keeps compiling. `self` is only accepted
+/// inside an impl marked [`macro@toolbox`].
+#[proc_macro_attribute]
+pub fn tool(args: TokenStream, input: TokenStream) -> TokenStream {
+    expand::tool(args.into(), input.into()).into()
+}
+
+/// Publishes the `#[tool]` methods of an inherent impl block as tools sharing one server value.
+///
+/// ```ignore
+/// struct Notes { notes: Mutex<Vec<String>> }
+///
+/// #[mcp_tools::toolbox]
+/// impl Notes {
+///     /// Stores a note.
+///     #[tool(name = "notes.add")]
+///     fn add(&self, text: String) -> String { /* ... */ }
+/// }
+///
+/// let set = Arc::new(Notes::default()).tool_set();
+/// ```
+///
+/// Adds `fn tool_set(self: Arc<Self>) -> ToolSet`. Tool methods take `&self` (or no receiver);
+/// their parameters and return types follow the rules of [`macro@tool`]. Methods without
+/// `#[tool]` are left alone. The impl cannot be generic or a trait impl.
+#[proc_macro_attribute]
+pub fn toolbox(args: TokenStream, input: TokenStream) -> TokenStream {
+    expand::toolbox(args.into(), input.into()).into()
+}
+
+/// Implements `IntoToolError` for an error type that implements `Display`.
+///
+/// Each enum variant's code is `#[code = "..."]` or, without it, the variant name in
+/// `UPPER_SNAKE_CASE`; a struct's code is its `#[code = "..."]` or its name. The message is the
+/// `Display` text.
+///
+/// ```ignore
+/// #[derive(Debug, mcp_tools::ToolError)]
+/// enum DivideError {
+///     #[code = "DIVISION_BY_ZERO"]
+///     ByZero,
+///     Overflow,            // code "OVERFLOW"
+/// }
+/// ```
+#[proc_macro_derive(ToolError, attributes(code))]
+pub fn derive_tool_error(input: TokenStream) -> TokenStream {
+    error_derive::derive(input.into()).into()
+}

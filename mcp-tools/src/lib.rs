@@ -42,7 +42,9 @@ pub mod content;
 mod context;
 mod cursor;
 mod dispatch;
+mod docs;
 mod error;
+mod extract;
 mod headers;
 mod host;
 mod http;
@@ -61,12 +63,43 @@ pub mod testing;
 mod tool;
 mod tool_set;
 
+#[doc(hidden)]
+#[path = "private.rs"]
+pub mod __private;
+
+/// Collects `#[tool]` functions into a [`ToolSet`], in the given order.
+///
+/// `tools![add, echo]` is `ToolSet::new().with(add::tool()).with(echo::tool())`: every `#[tool]`
+/// function `f` also defines a zero-sized type `f` (in the type namespace, so the function stays
+/// callable as before) whose `f::tool()` constructor returns the tool.
+///
+/// ```
+/// use mcp_tools::{tool, tools};
+///
+/// /// Adds two integers.
+/// #[tool]
+/// fn add(a: i64, b: i64) -> String {
+///     (a + b).to_string()
+/// }
+///
+/// assert_eq!(add(1, 2), "3");
+/// assert_eq!(tools![add].len(), 1);
+/// ```
+#[macro_export]
+macro_rules! tools {
+    ($($tool:path),* $(,)?) => {
+        $crate::ToolSet::new() $(.with(<$tool>::tool()))*
+    };
+}
+
 pub use completion::{CompletionTarget, Completions};
 pub use content::{CallToolResult, Content, IntoToolError, ToolError};
 pub use context::{Context, Principal};
 pub use cursor::CursorError;
 pub use error::RpcError;
+pub use extract::{FromContext, MISSING_STATE, State};
 pub use input::{InputRequired, ToolReply};
+pub use mcp_tools_derive::{ToolError, tool, toolbox};
 pub use notify::LogLevel;
 pub use output::{IntoCallToolResult, Structured};
 pub use prompt::{GetPromptResult, Prompt, PromptMessage, PromptSet, Role};

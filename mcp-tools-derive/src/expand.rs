@@ -1,0 +1,359 @@
+//! Code generation. Every runtime item is named by absolute path (`::mcp_tools::...`); serde and
+//! schemars are reached through `::mcp_tools::__private`, so users need not depend on them.
+
+use proc_macro2::TokenStream;
+use quote::{format_ident, quote, quote_spanned};
+use syn::spanned::Spanned;
+use syn::{ImplItem, ItemFn, ItemImpl, Type};
+
+use crate::model::{ArgDefault, Output, ParamKind, ToolFn};
+use crate::parse;
+use crate::validate::{self, Errors, Place};
+
+/// `#[tool]` on a free function.
+pub fn tool(args: TokenStream, input: TokenStream) -> TokenStream {
+    // A function that does not parse is given back untouched: rustc then reports the real
+    // syntax error and IDEs keep working.
+    let Ok(mut item) = syn::parse2::<ItemFn>(input.clone()) else {
+        return input;
+    };
+    let mut errors = Errors::default();
+    let attrs = parse::tool_attrs(args, &mut errors);
+    validate::signature(&item.sig, Place::Free, &mut errors);
+    let model = parse::tool_fn(attrs, &item.attrs, &item.vis, &mut item.sig, &mut errors);
+    validate::tool(&model, Place::Free, &mut errors);
+    if let Err(error) = errors.finish() {
+        let error = error.into_compile_error();
+        return quote!(#item #error);
+    }
+
+    let ident = &model.ident;
+    let vis = &model.vis;
+    let (name, _) = model.name();
+    let struct_doc = format!(
+        "The `{name}` tool: register it with `tools![{ident}]` or `ToolSet::new().with({ident}::tool())`."
+    );
+    let body = tool_impl(&model, &quote!(#ident), &quote!(#ident));
+    quote! {
+        #item
+
+        #[doc = #struct_doc]
+        #[allow(non_camel_case_types, dead_code)]
+        #[derive(Clone, Copy, Debug, Default)]
+        #vis struct #ident {}
+
+        #[doc(hidden)]
+        const _: () = {
+            #[automatically_derived]
+            impl #ident {
+                /// The tool, to add to a `ToolSet`.
+                pub const fn tool() -> Self {
+                    #ident {}
+                }
+            }
+
+            #body
+        };
+    }
+}
+
+/// `#[toolbox]` on an impl block whose `#[tool]` methods become tools sharing one `Arc<Self>`.
+pub fn toolbox(args: TokenStream, input: TokenStream) -> TokenStream {
+    let Ok(mut item) = syn::parse2::<ItemImpl>(input.clone()) else {
+        return input;
+    };
+    let mut errors = Errors::default();
+    if !args.is_empty() {
+        errors.spanned(&args, "`#[toolbox]` takes no arguments; remove them");
+    }
+    if !item.generics.params.is_empty() {
+        errors.spanned(
+            &item.generics,
+            "a `#[toolbox]` impl cannot be generic: tool schemas must be known when the server is built",
+        );
+    }
+    if let Some((path, _)) = &item.trait_ {
+        errors.spanned(
+            path,
+            "`#[toolbox]` goes on an inherent impl (`impl MyServer { ... }`), not a trait impl",
+        );
+    }
+    let self_ty = (*item.self_ty).clone();
+    let mut tools = Vec::new();
+    let mut used_paths = Vec::new();
+    for impl_item in &mut item.items {
+        let ImplItem::Fn(method) = impl_item else {
+            continue;
+        };
+        let Some(position) = method.attrs.iter().position(is_tool_attr) else {
+            continue;
+        };
+        let attr = method.attrs.remove(position);
+        // The attribute is consumed here; re-import its path so the user's `use` of it counts
+        // as used.
+        let path = attr.path();
+        used_paths.push(quote!(#[allow(unused_imports)] use #path as _;));
+        let args = match &attr.meta {
+            syn::Meta::Path(_) => TokenStream::new(),
+            syn::Meta::List(list) => list.tokens.clone(),
+            syn::Meta::NameValue(nv) => {
+                errors.spanned(nv, "write `#[tool]` or `#[tool(key = value, ...)]`");
+                TokenStream::new()
+            }
+        };
+        let attrs = parse::tool_attrs(args, &mut errors);
+        validate::signature(&method.sig, Place::Toolbox, &mut errors);
+        let model = parse::tool_fn(
+            attrs,
+            &method.attrs,
+            &method.vis,
+            &mut method.sig,
+            &mut errors,
+        );
+        validate::tool(&model, Place::Toolbox, &mut errors);
+        tools.push(model);
+    }
+    if tools.is_empty() {
+        errors.spanned(
+            item.impl_token,
+            "this `#[toolbox]` impl has no `#[tool]` methods; mark the methods to publish with `#[tool]`",
+        );
+    }
+    if let Err(error) = errors.finish() {
+        let error = error.into_compile_error();
+        return quote!(#item const _: () = { #(#used_paths)* }; #error);
+    }
+
+    let wrappers: Vec<_> = tools
+        .iter()
+        .map(|tool| format_ident!("__McpTool_{}", parse::unraw(&tool.ident)))
+        .collect();
+    let bodies = tools.iter().zip(&wrappers).map(|(tool, wrapper)| {
+        let method = &tool.ident;
+        let callee = if tool.receiver.is_some() {
+            quote!(self.0.#method)
+        } else {
+            quote!(<#self_ty>::#method)
+        };
+        let body = tool_impl(tool, &quote!(#wrapper), &callee);
+        quote!(const _: () = { #body };)
+    });
+    quote! {
+        #item
+
+        #[doc(hidden)]
+        const _: () = {
+            #(#used_paths)*
+
+            #(
+                #[allow(non_camel_case_types)]
+                pub struct #wrappers(::std::sync::Arc<#self_ty>);
+            )*
+
+            #[automatically_derived]
+            impl #self_ty {
+                /// The `#[tool]` methods of this impl as a `ToolSet`, all sharing `self`.
+                pub fn tool_set(self: ::std::sync::Arc<Self>) -> ::mcp_tools::ToolSet {
+                    ::mcp_tools::ToolSet::new()
+                        #(.with(#wrappers(::std::sync::Arc::clone(&self))))*
+                }
+            }
+
+            #(#bodies)*
+        };
+    }
+}
+
+fn is_tool_attr(attr: &syn::Attribute) -> bool {
+    attr.path()
+        .segments
+        .last()
+        .is_some_and(|segment| segment.ident == "tool")
+}
+
+/// The arguments struct, the assertions and the `Tool` impl for `target`, whose `call` invokes
+/// `callee(...)`.
+fn tool_impl(tool: &ToolFn, target: &TokenStream, callee: &TokenStream) -> TokenStream {
+    let (name, _) = tool.name();
+    let description = tool.description().unwrap_or_default();
+    let title = tool
+        .attrs
+        .title
+        .as_ref()
+        .map(|title| quote!(.title(#title)));
+    let hint = |flag: &Option<syn::LitBool>| match flag {
+        Some(value) => quote!(::core::option::Option::Some(#value)),
+        None => quote!(::core::option::Option::None),
+    };
+    let read_only = hint(&tool.attrs.read_only);
+    let destructive = hint(&tool.attrs.destructive);
+    let idempotent = hint(&tool.attrs.idempotent);
+    let open_world = hint(&tool.attrs.open_world);
+
+    let mut fields = Vec::new();
+    let mut helpers = Vec::new();
+    let mut extractions = Vec::new();
+    let mut call_args = Vec::new();
+    for (index, param) in tool.params.iter().enumerate() {
+        let ty = &param.ty;
+        let ident = &param.ident;
+        match param.kind {
+            ParamKind::Context => call_args.push(quote!(::core::clone::Clone::clone(&__mcp_cx))),
+            ParamKind::ContextRef => call_args.push(quote!(&__mcp_cx)),
+            ParamKind::Extract => {
+                let var = format_ident!("__mcp_extracted_{}", index);
+                extractions.push(quote_spanned! {ty.span()=>
+                    let #var = match <#ty as ::mcp_tools::__private::FromContext>::from_context(&__mcp_cx) {
+                        ::core::result::Result::Ok(value) => value,
+                        ::core::result::Result::Err(error) => return error.into_result(),
+                    };
+                });
+                call_args.push(quote!(#var));
+            }
+            ParamKind::Argument => {
+                helpers.push(quote_spanned! {ty.span()=>
+                    const _: () = ::mcp_tools::__private::assert_parameter::<#ty>();
+                });
+                let mut attrs = Vec::new();
+                let doc = param
+                    .attrs
+                    .description
+                    .as_ref()
+                    .map(|d| d.value())
+                    .or_else(|| param.doc.clone());
+                if let Some(doc) = doc {
+                    attrs.push(quote!(#[doc = #doc]));
+                }
+                let wire = param.wire_name();
+                if *ident != wire {
+                    attrs.push(quote!(#[serde(rename = #wire)]));
+                }
+                match &param.attrs.default {
+                    Some(ArgDefault::Trait) => attrs.push(quote!(#[serde(default)])),
+                    Some(ArgDefault::Expr(expr)) => {
+                        let function = format_ident!("__mcp_default_{}", index);
+                        let path = function.to_string();
+                        helpers.push(quote! {
+                            fn #function() -> #ty {
+                                #expr
+                            }
+                        });
+                        attrs.push(quote!(#[serde(default = #path)]));
+                    }
+                    None => {}
+                }
+                fields.push(quote!(#(#attrs)* pub #ident: #ty));
+                call_args.push(quote!(__mcp_args.#ident));
+            }
+        }
+    }
+
+    let (out_ty, convert) = output_type(&tool.output, &mut helpers);
+    let await_ = tool.is_async.then(|| quote!(.await));
+    let ret = tool.return_span;
+    let call = quote!(#callee(#(#call_args),*) #await_);
+    let output_schema = quote_spanned! {ret=>
+        <#out_ty as ::mcp_tools::IntoCallToolResult>::output_schema(generator)
+    };
+    let into_result = quote_spanned! {ret=>
+        ::mcp_tools::IntoCallToolResult::into_call_tool_result(__mcp_out)
+    };
+
+    quote! {
+        #[derive(::mcp_tools::__private::serde::Deserialize, ::mcp_tools::__private::schemars::JsonSchema)]
+        #[serde(crate = "::mcp_tools::__private::serde", deny_unknown_fields)]
+        #[schemars(crate = "::mcp_tools::__private::schemars")]
+        #[allow(non_camel_case_types, non_snake_case)]
+        pub struct __McpArgs {
+            #(#fields,)*
+        }
+
+        #(#helpers)*
+
+        #[automatically_derived]
+        impl ::mcp_tools::Tool for #target {
+            type Args = __McpArgs;
+            type Output = ::mcp_tools::CallToolResult;
+
+            fn info(&self) -> ::mcp_tools::ToolInfo {
+                ::mcp_tools::ToolInfo::new(#name, #description)
+                    #title
+                    .annotations(::mcp_tools::ToolAnnotations {
+                        title: ::core::option::Option::None,
+                        read_only_hint: #read_only,
+                        destructive_hint: #destructive,
+                        idempotent_hint: #idempotent,
+                        open_world_hint: #open_world,
+                    })
+            }
+
+            fn input_schema(
+                &self,
+                generator: &mut ::mcp_tools::__private::schemars::SchemaGenerator,
+            ) -> ::mcp_tools::__private::serde_json::Value {
+                ::mcp_tools::__private::input_schema::<__McpArgs>(generator)
+            }
+
+            fn output_schema(
+                &self,
+                generator: &mut ::mcp_tools::__private::schemars::SchemaGenerator,
+            ) -> ::core::option::Option<::mcp_tools::__private::serde_json::Value> {
+                #output_schema
+            }
+
+            #[allow(unused_variables)]
+            async fn call(
+                &self,
+                __mcp_args: __McpArgs,
+                __mcp_cx: ::mcp_tools::Context,
+            ) -> ::mcp_tools::CallToolResult {
+                #(#extractions)*
+                let __mcp_out = #call;
+                let __mcp_out: #out_ty = #convert;
+                #into_result
+            }
+        }
+    }
+}
+
+/// The type the return value converts into and the conversion of `__mcp_out`; pushes the
+/// assertions that point at the return type when it cannot be a result.
+fn output_type(output: &Output, helpers: &mut Vec<TokenStream>) -> (TokenStream, TokenStream) {
+    match output {
+        Output::Plain(ty) => (quote!(#ty), quote!(__mcp_out)),
+        Output::Structured(ty) => {
+            helpers.push(assert_output(ty));
+            (
+                quote!(::mcp_tools::Structured<#ty>),
+                quote!(::mcp_tools::Structured(__mcp_out)),
+            )
+        }
+        Output::Result { ok, err } => {
+            helpers.push(quote_spanned! {err.span()=>
+                const _: () = ::mcp_tools::__private::assert_error::<#err>();
+            });
+            match &**ok {
+                Output::Structured(ty) => {
+                    helpers.push(assert_output(ty));
+                    (
+                        quote!(::core::result::Result<::mcp_tools::Structured<#ty>, #err>),
+                        quote!(__mcp_out.map(::mcp_tools::Structured)),
+                    )
+                }
+                Output::Plain(ty) => (quote!(::core::result::Result<#ty, #err>), quote!(__mcp_out)),
+                // Rejected by validation.
+                _ => (quote!(::mcp_tools::CallToolResult), quote!(__mcp_out)),
+            }
+        }
+        // Rejected by validation.
+        Output::Unit(_) | Output::Unsupported(..) => {
+            (quote!(::mcp_tools::CallToolResult), quote!(__mcp_out))
+        }
+    }
+}
+
+fn assert_output(ty: &Type) -> TokenStream {
+    quote_spanned! {ty.span()=>
+        const _: () = ::mcp_tools::__private::assert_output::<#ty>();
+    }
+}

@@ -1,0 +1,61 @@
+//! Support for the code `#[tool]` generates. Not public API: no stability guarantees.
+
+pub use schemars;
+pub use serde;
+pub use serde_json;
+
+use schemars::{JsonSchema, SchemaGenerator};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+pub use crate::extract::FromContext;
+
+/// Holds for every type a `#[tool]` parameter may have.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot be a tool parameter",
+    label = "this parameter's type must implement `Deserialize` and `JsonSchema`",
+    note = "add `#[derive(serde::Deserialize, schemars::JsonSchema)]` to the type, or use a type that has both",
+    note = "parameters of type `Context`, `&Context` and `State<T>` are taken from the request instead"
+)]
+pub trait ToolParameter {}
+
+impl<T: DeserializeOwned + JsonSchema> ToolParameter for T {}
+
+/// Holds for every type a `#[tool]` function may return as structured output.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot be returned from a tool",
+    label = "the return type must implement `Serialize` and `JsonSchema`",
+    note = "add `#[derive(serde::Serialize, schemars::JsonSchema)]` to the type, or return `String`, `Content`, `Vec<Content>` or `CallToolResult`"
+)]
+pub trait ToolOutput {}
+
+impl<T: Serialize + JsonSchema> ToolOutput for T {}
+
+/// Holds for every error type a `#[tool]` function may return in `Result<_, E>`.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot be a tool error",
+    label = "the error type must implement `IntoToolError`",
+    note = "implement `mcp_tools::IntoToolError` (or `#[derive(mcp_tools::ToolError)]`) to choose stable codes, or return `ToolError` or `String`"
+)]
+pub trait ToolErrorType {}
+
+impl<E: crate::IntoToolError> ToolErrorType for E {}
+
+/// Compile-time assertion, spanned at a parameter by the generated code.
+pub const fn assert_parameter<T: ToolParameter + ?Sized>() {}
+
+/// Compile-time assertion, spanned at the return type by the generated code.
+pub const fn assert_output<T: ToolOutput + ?Sized>() {}
+
+/// Compile-time assertion, spanned at the error type by the generated code.
+pub const fn assert_error<T: ToolErrorType + ?Sized>() {}
+
+/// The input schema of a generated arguments struct, without the struct's internal name.
+pub fn input_schema<T: JsonSchema>(generator: &mut SchemaGenerator) -> Value {
+    let mut schema = generator.root_schema_for::<T>().to_value();
+    if let Some(object) = schema.as_object_mut() {
+        object.remove("title");
+    }
+    schema
+}

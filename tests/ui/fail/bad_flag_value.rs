@@ -1,0 +1,9 @@
+use mcp_tools::tool;
+
+/// Deletes a file.
+#[tool(destructive = "yes")]
+fn delete(path: String) -> String {
+    path
+}
+
+fn main() {}

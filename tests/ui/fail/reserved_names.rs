@@ -1,0 +1,13 @@
+use mcp_tools::tool;
+
+/// Updates a record.
+#[tool]
+fn update(
+    expected_version: u64,
+    #[arg(rename = "operation_id")] op: String,
+    #[arg(rename = "_meta")] meta: String,
+) -> String {
+    format!("{expected_version} {op} {meta}")
+}
+
+fn main() {}
