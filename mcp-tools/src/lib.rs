@@ -49,6 +49,7 @@ mod output;
 pub mod protocol;
 mod serve;
 mod server;
+pub mod state;
 pub mod testing;
 mod tool;
 mod tool_set;
@@ -60,5 +61,8 @@ pub use error::RpcError;
 pub use output::{IntoCallToolResult, Structured};
 pub use serve::shutdown_signal;
 pub use server::{BuildError, CacheScope, DEFAULT_BODY_LIMIT, McpServer, McpServerBuilder};
+#[cfg(feature = "sqlite")]
+pub use state::SqliteStore;
+pub use state::{MemoryStore, MutationOutcome, Resource, StateStore};
 pub use tool::{NoArgs, Tool, ToolAnnotations, ToolInfo};
 pub use tool_set::ToolSet;
