@@ -44,6 +44,7 @@ impl Fingerprint {
         &self.0
     }
 
+    #[cfg(feature = "sqlite")]
     pub(crate) fn from_stored(hex: String) -> Self {
         Fingerprint(hex)
     }
