@@ -59,6 +59,7 @@ mod resource;
 mod serve;
 mod server;
 mod sse;
+pub mod state;
 pub mod testing;
 mod tool;
 mod tool_set;
@@ -106,5 +107,8 @@ pub use prompt::{GetPromptResult, Prompt, PromptMessage, PromptSet, Role};
 pub use resource::{Resource, ResourceContents, ResourceSet, ResourceTemplate};
 pub use serve::shutdown_signal;
 pub use server::{BuildError, CacheScope, DEFAULT_BODY_LIMIT, McpServer, McpServerBuilder};
+#[cfg(feature = "sqlite")]
+pub use state::SqliteStore;
+pub use state::{MemoryStore, MutationOutcome, StateStore};
 pub use tool::{NoArgs, Tool, ToolAnnotations, ToolInfo};
 pub use tool_set::ToolSet;

@@ -1,0 +1,283 @@
+//! The atomic boundary, written once against a minimal transaction interface that each store
+//! implements while it holds its locks (memory) or its write transaction (SQL).
+
+use serde_json::Value;
+
+use super::clock::{duration_millis, format_rfc3339};
+use super::delta::diff;
+use super::fingerprint::Fingerprint;
+use super::handle::has_prefix;
+use super::outcome::Recovery;
+use super::outcome::{
+    Applied, MutationOutcome, ReadOutcome, RecordedOutcome, Rejected, Replayed, Resumption,
+    Snapshot, StaleView, code,
+};
+use super::resource::{Lifecycle, ResourceKind};
+use super::store::{
+    ConflictPolicy, MutationRequest, ReadRequest, StoreConfig, StoreError, Transition,
+};
+
+/// One stored resource at its current version.
+#[derive(Debug, Clone)]
+pub(crate) struct Record {
+    pub(crate) kind: String,
+    pub(crate) owner: String,
+    pub(crate) version: u64,
+    pub(crate) state: Value,
+    pub(crate) lifecycle: Lifecycle,
+    pub(crate) expires_at: Option<i64>,
+}
+
+/// One operation-id ledger record.
+#[derive(Debug, Clone)]
+pub(crate) struct LedgerEntry {
+    pub(crate) fingerprint: Fingerprint,
+    pub(crate) outcome: RecordedOutcome,
+    pub(crate) recorded_at: i64,
+    pub(crate) expires_at: i64,
+}
+
+/// The operations the boundary performs inside one store transaction.
+pub(crate) trait Txn {
+    /// The ledger record of (principal, operation id), expired or not.
+    fn ledger_get(
+        &mut self,
+        principal: &str,
+        operation_id: &str,
+    ) -> Result<Option<LedgerEntry>, StoreError>;
+    /// Inserts or replaces the ledger record of (principal, operation id).
+    fn ledger_put(
+        &mut self,
+        principal: &str,
+        operation_id: &str,
+        entry: &LedgerEntry,
+    ) -> Result<(), StoreError>;
+    /// The resource at its current version.
+    fn load(&mut self, handle: &str) -> Result<Option<Record>, StoreError>;
+    /// The state at an older version, if still kept.
+    fn history(&mut self, handle: &str, version: u64) -> Result<Option<Value>, StoreError>;
+    /// Writes `record` as the new current version, appends it to the history and drops history
+    /// versions `<= drop_through`.
+    fn write(&mut self, handle: &str, record: &Record, drop_through: u64)
+    -> Result<(), StoreError>;
+}
+
+pub(crate) fn resumption(handle: &str, record: &Record) -> Resumption {
+    Resumption {
+        handle: handle.to_owned(),
+        basis_version: record.version,
+        lifecycle: record.lifecycle,
+        expires_at: record.expires_at.map(format_rfc3339),
+    }
+}
+
+pub(crate) fn expiry(kind: &ResourceKind, now: i64) -> Option<i64> {
+    kind.ttl.map(|ttl| now.saturating_add(duration_millis(ttl)))
+}
+
+/// The first record of a new resource.
+pub(crate) fn new_record(kind: &ResourceKind, owner: &str, state: Value, now: i64) -> Record {
+    Record {
+        kind: kind.kind.to_owned(),
+        owner: owner.to_owned(),
+        version: 1,
+        lifecycle: (kind.lifecycle)(&state),
+        state,
+        expires_at: expiry(kind, now),
+    }
+}
+
+pub(crate) fn applied_on_create(handle: &str, record: &Record) -> Applied {
+    Applied {
+        handle: handle.to_owned(),
+        version: record.version,
+        state: record.state.clone(),
+        result: Value::Null,
+        rebased_from: None,
+        resumption: resumption(handle, record),
+    }
+}
+
+/// Resolves a handle for `principal`: `Err` with the rejection the caller must see otherwise.
+fn resolve(
+    kind: &ResourceKind,
+    principal: &str,
+    handle: &str,
+    record: Option<Record>,
+) -> Result<Record, Rejected> {
+    match record {
+        Some(record)
+            if record.owner == principal
+                && record.kind == kind.kind
+                && has_prefix(handle, kind.prefix) =>
+        {
+            Ok(record)
+        }
+        _ => Err(Rejected::not_found(kind.kind)),
+    }
+}
+
+fn expired(record: &Record, now: i64) -> Option<i64> {
+    record.expires_at.filter(|at| *at <= now)
+}
+
+/// The read boundary.
+pub(crate) fn read(
+    txn: &mut impl Txn,
+    request: &ReadRequest,
+    now: i64,
+) -> Result<ReadOutcome, StoreError> {
+    let loaded = if has_prefix(&request.handle, request.kind.prefix) {
+        txn.load(&request.handle)?
+    } else {
+        None
+    };
+    let record = match resolve(
+        &request.kind,
+        request.principal.key(),
+        &request.handle,
+        loaded,
+    ) {
+        Ok(record) => record,
+        Err(rejected) => return Ok(ReadOutcome::Rejected(rejected)),
+    };
+    if let Some(at) = expired(&record, now) {
+        return Ok(ReadOutcome::Rejected(Rejected::expired(
+            request.kind.kind,
+            &request.handle,
+            &format_rfc3339(at),
+        )));
+    }
+    Ok(ReadOutcome::Current(Snapshot {
+        handle: request.handle.clone(),
+        version: record.version,
+        resumption: resumption(&request.handle, &record),
+        state: record.state,
+    }))
+}
+
+/// The mutation boundary. The caller holds whatever makes `txn` atomic.
+pub(crate) fn mutate(
+    txn: &mut impl Txn,
+    config: &StoreConfig,
+    request: &MutationRequest,
+    transition: &mut Transition,
+    now: i64,
+) -> Result<MutationOutcome, StoreError> {
+    let principal = request.principal.key();
+    if let Some((operation_id, fingerprint)) = &request.operation
+        && let Some(entry) = txn.ledger_get(principal, operation_id)?
+        && entry.expires_at > now
+    {
+        if &entry.fingerprint != fingerprint {
+            return Ok(MutationOutcome::Rejected(Rejected::operation_id_reused(
+                operation_id,
+            )));
+        }
+        return Ok(MutationOutcome::Replayed(Replayed {
+            operation_id: operation_id.clone(),
+            recorded_at: format_rfc3339(entry.recorded_at),
+            original: entry.outcome,
+        }));
+    }
+    let outcome = decide(txn, config, request, transition, now)?;
+    if let Some((operation_id, fingerprint)) = &request.operation {
+        let entry = LedgerEntry {
+            fingerprint: fingerprint.clone(),
+            outcome: outcome.clone(),
+            recorded_at: now,
+            expires_at: now.saturating_add(duration_millis(config.ledger_retention)),
+        };
+        txn.ledger_put(principal, operation_id, &entry)?;
+    }
+    Ok(outcome.into())
+}
+
+fn decide(
+    txn: &mut impl Txn,
+    config: &StoreConfig,
+    request: &MutationRequest,
+    transition: &mut Transition,
+    now: i64,
+) -> Result<RecordedOutcome, StoreError> {
+    let kind = &request.kind;
+    let handle = request.handle.as_str();
+    let loaded = if has_prefix(handle, kind.prefix) {
+        txn.load(handle)?
+    } else {
+        None
+    };
+    let mut record = match resolve(kind, request.principal.key(), handle, loaded) {
+        Ok(record) => record,
+        Err(rejected) => return Ok(RecordedOutcome::Rejected(rejected)),
+    };
+    if record.lifecycle == Lifecycle::Terminal {
+        return Ok(RecordedOutcome::Rejected(Rejected::terminal(
+            kind.kind, handle,
+        )));
+    }
+    if let Some(at) = expired(&record, now) {
+        return Ok(RecordedOutcome::Rejected(Rejected::expired(
+            kind.kind,
+            handle,
+            &format_rfc3339(at),
+        )));
+    }
+
+    let mut rebased_from = None;
+    if let Some(expected) = request.expected_version
+        && expected != record.version
+        && !config.unchecked_versions_for_tests
+    {
+        let before = if expected < record.version {
+            txn.history(handle, expected)?
+        } else {
+            None
+        };
+        let delta = before.as_ref().map(|before| diff(before, &record.state));
+        let rebase = match (&request.policy, &delta) {
+            (ConflictPolicy::Rebase { touches }, Some(delta)) => delta.iter().all(|change| {
+                change
+                    .top_level_field()
+                    .is_some_and(|field| !touches.contains(&field))
+            }),
+            _ => false,
+        };
+        if !rebase {
+            let recovery = match request.policy {
+                ConflictPolicy::Reconfirm => Recovery::Reconfirm,
+                _ => Recovery::RefreshAndReplan,
+            };
+            return Ok(RecordedOutcome::StaleView(StaleView {
+                code: code::STALE_VIEW.to_owned(),
+                handle: handle.to_owned(),
+                expected_version: expected,
+                current_version: record.version,
+                recovery,
+                delta_available: delta.is_some(),
+                delta: delta.unwrap_or_default(),
+                resumption: resumption(handle, &record),
+                current_state: record.state,
+            }));
+        }
+        rebased_from = Some(expected);
+    }
+
+    let result = match transition.run(&mut record.state) {
+        Ok(result) => result,
+        Err(error) => return Ok(RecordedOutcome::Rejected(Rejected::domain(&error))),
+    };
+    record.version += 1;
+    record.lifecycle = (kind.lifecycle)(&record.state);
+    record.expires_at = expiry(kind, now);
+    let drop_through = record.version.saturating_sub(config.history_limit.max(1));
+    txn.write(handle, &record, drop_through)?;
+    Ok(RecordedOutcome::Applied(Applied {
+        handle: handle.to_owned(),
+        version: record.version,
+        result,
+        rebased_from,
+        resumption: resumption(handle, &record),
+        state: record.state,
+    }))
+}

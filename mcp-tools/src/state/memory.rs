@@ -1,0 +1,254 @@
+//! The in-process store: sharded maps and one lock per handle, no global lock on the hot path.
+
+use std::collections::hash_map::RandomState;
+use std::collections::{HashMap, VecDeque};
+use std::hash::BuildHasher;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+
+use serde_json::Value;
+
+use super::boundary::{self, LedgerEntry, Record, Txn};
+use super::handle::mint_handle;
+use super::outcome::{Applied, MutationOutcome, ReadOutcome};
+use super::store::{
+    CreateRequest, MutationRequest, PruneReport, ReadRequest, StateStore, StoreConfig, StoreError,
+    StoreFuture, Transition,
+};
+
+const SHARDS: usize = 64;
+/// Mutations between two automatic ledger sweeps.
+const SWEEP_EVERY: u64 = 4096;
+
+type Slot = Arc<Mutex<Option<LedgerEntry>>>;
+type ResourceShard = RwLock<HashMap<String, Arc<Mutex<Entry>>>>;
+type LedgerShard = Mutex<HashMap<(String, String), Slot>>;
+
+struct Entry {
+    record: Record,
+    history: VecDeque<(u64, Value)>,
+}
+
+/// A store that keeps everything in process memory; state is lost when the process ends.
+///
+/// Resources and ledger records live in 64 shards each. A mutation locks its operation id's ledger
+/// slot (when it has one), then its handle's entry, always in that order, and holds both for the
+/// whole boundary; shard locks are held only to find or insert an entry. Requests on different
+/// handles with different operation ids never wait for each other.
+#[derive(Clone)]
+pub struct MemoryStore {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    config: StoreConfig,
+    hasher: RandomState,
+    resources: Box<[ResourceShard]>,
+    ledger: Box<[LedgerShard]>,
+    mutations: AtomicU64,
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panicking transition only ever changed a copy, so the data behind a poisoned lock is intact.
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+impl MemoryStore {
+    /// An empty store.
+    pub fn new(config: StoreConfig) -> Self {
+        MemoryStore {
+            inner: Arc::new(Inner {
+                config,
+                hasher: RandomState::new(),
+                resources: (0..SHARDS).map(|_| RwLock::default()).collect(),
+                ledger: (0..SHARDS).map(|_| Mutex::default()).collect(),
+                mutations: AtomicU64::new(0),
+            }),
+        }
+    }
+}
+
+impl Default for MemoryStore {
+    fn default() -> Self {
+        MemoryStore::new(StoreConfig::default())
+    }
+}
+
+impl Inner {
+    fn shard_of<K: std::hash::Hash>(&self, key: &K) -> usize {
+        (self.hasher.hash_one(key) % SHARDS as u64) as usize
+    }
+
+    fn entry(&self, handle: &str) -> Option<Arc<Mutex<Entry>>> {
+        let shard = self.resources[self.shard_of(&handle)]
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        shard.get(handle).cloned()
+    }
+
+    fn slot(&self, principal: &str, operation_id: &str) -> Slot {
+        let key = (principal.to_owned(), operation_id.to_owned());
+        let mut shard = lock(&self.ledger[self.shard_of(&key)]);
+        shard.entry(key).or_default().clone()
+    }
+
+    fn prune(&self) -> PruneReport {
+        let now = self.config.clock.now_millis();
+        let mut removed = 0;
+        for shard in self.ledger.iter() {
+            let mut shard = lock(shard);
+            shard.retain(|_, slot| {
+                // Clones of a slot are only taken under this shard lock, so a count of one means
+                // no request holds it or is about to lock it.
+                if Arc::strong_count(slot) > 1 {
+                    return true;
+                }
+                let live = lock(slot).as_ref().map(|entry| entry.expires_at > now);
+                if live == Some(false) {
+                    removed += 1;
+                }
+                live == Some(true)
+            });
+        }
+        PruneReport {
+            ledger_records: removed,
+        }
+    }
+
+    fn create(&self, request: CreateRequest) -> Result<Applied, StoreError> {
+        let now = self.config.clock.now_millis();
+        let handle = mint_handle(request.kind.prefix)?;
+        let record =
+            boundary::new_record(&request.kind, request.principal.key(), request.state, now);
+        let applied = boundary::applied_on_create(&handle, &record);
+        let entry = Entry {
+            history: VecDeque::from([(1, record.state.clone())]),
+            record,
+        };
+        let mut shard = self.resources[self.shard_of(&handle.as_str())]
+            .write()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if shard.contains_key(&handle) {
+            return Err(StoreError::Backend(
+                "minted a handle that already exists".into(),
+            ));
+        }
+        shard.insert(handle, Arc::new(Mutex::new(entry)));
+        Ok(applied)
+    }
+
+    fn read(&self, request: &ReadRequest) -> Result<ReadOutcome, StoreError> {
+        let now = self.config.clock.now_millis();
+        let entry = self.entry(&request.handle);
+        let mut guard = entry.as_deref().map(lock);
+        let mut txn = MemoryTxn {
+            slot: None,
+            entry: guard.as_deref_mut(),
+        };
+        boundary::read(&mut txn, request, now)
+    }
+
+    fn mutate(
+        &self,
+        request: &MutationRequest,
+        transition: &mut Transition,
+    ) -> Result<MutationOutcome, StoreError> {
+        let slot = request
+            .operation
+            .as_ref()
+            .map(|(operation_id, _)| self.slot(request.principal.key(), operation_id));
+        let mut slot_guard = slot.as_deref().map(lock);
+        let entry = self.entry(&request.handle);
+        let mut entry_guard = entry.as_deref().map(lock);
+        let now = self.config.clock.now_millis();
+        let mut txn = MemoryTxn {
+            slot: slot_guard.as_deref_mut(),
+            entry: entry_guard.as_deref_mut(),
+        };
+        let outcome = boundary::mutate(&mut txn, &self.config, request, transition, now);
+        drop(entry_guard);
+        drop(slot_guard);
+        if self.mutations.fetch_add(1, Ordering::Relaxed) % SWEEP_EVERY == SWEEP_EVERY - 1 {
+            self.prune();
+        }
+        outcome
+    }
+}
+
+struct MemoryTxn<'a> {
+    slot: Option<&'a mut Option<LedgerEntry>>,
+    entry: Option<&'a mut Entry>,
+}
+
+impl Txn for MemoryTxn<'_> {
+    fn ledger_get(&mut self, _: &str, _: &str) -> Result<Option<LedgerEntry>, StoreError> {
+        Ok(self.slot.as_ref().and_then(|slot| (**slot).clone()))
+    }
+
+    fn ledger_put(&mut self, _: &str, _: &str, entry: &LedgerEntry) -> Result<(), StoreError> {
+        match self.slot.as_mut() {
+            Some(slot) => {
+                **slot = Some(entry.clone());
+                Ok(())
+            }
+            None => Err(StoreError::Backend("ledger slot not held".into())),
+        }
+    }
+
+    fn load(&mut self, _: &str) -> Result<Option<Record>, StoreError> {
+        Ok(self.entry.as_ref().map(|entry| entry.record.clone()))
+    }
+
+    fn history(&mut self, _: &str, version: u64) -> Result<Option<Value>, StoreError> {
+        Ok(self.entry.as_ref().and_then(|entry| {
+            entry
+                .history
+                .iter()
+                .find(|(kept, _)| *kept == version)
+                .map(|(_, state)| state.clone())
+        }))
+    }
+
+    fn write(&mut self, _: &str, record: &Record, drop_through: u64) -> Result<(), StoreError> {
+        let entry = self
+            .entry
+            .as_mut()
+            .ok_or_else(|| StoreError::Backend("resource entry not held".into()))?;
+        entry.record = record.clone();
+        entry
+            .history
+            .push_back((record.version, record.state.clone()));
+        while entry
+            .history
+            .front()
+            .is_some_and(|(version, _)| *version <= drop_through)
+        {
+            entry.history.pop_front();
+        }
+        Ok(())
+    }
+}
+
+impl StateStore for MemoryStore {
+    fn create(&self, request: CreateRequest) -> StoreFuture<'_, Applied> {
+        Box::pin(async move { self.inner.create(request) })
+    }
+
+    fn read(&self, request: ReadRequest) -> StoreFuture<'_, ReadOutcome> {
+        Box::pin(async move { self.inner.read(&request) })
+    }
+
+    fn mutate(
+        &self,
+        request: MutationRequest,
+        mut transition: Transition,
+    ) -> StoreFuture<'_, MutationOutcome> {
+        Box::pin(async move { self.inner.mutate(&request, &mut transition) })
+    }
+
+    fn prune(&self) -> StoreFuture<'_, PruneReport> {
+        Box::pin(async move { Ok(self.inner.prune()) })
+    }
+}

@@ -1,0 +1,78 @@
+//! Versioned state for tools that keep it: handles, the atomic mutation boundary, typed outcomes
+//! and the stores behind them.
+//!
+//! A tool that changes a resource sends the store a [`MutationRequest`] (handle, principal,
+//! `expected_version`, `operation_id` with the payload's [`Fingerprint`], conflict policy) and a
+//! synchronous [`Transition`]. The store resolves the handle, consults the operation-id ledger,
+//! checks ownership, lifecycle, expiry and version, runs the transition and writes the new
+//! version, its history and the ledger record, all in one atomic unit, and answers with a
+//! [`MutationOutcome`]: `applied`, `stale_view` (with a field-level delta), `rejected` with a code,
+//! or `replayed`.
+//!
+//! ```
+//! use mcp_tools::Principal;
+//! use mcp_tools::state::{
+//!     CreateRequest, Fingerprint, MemoryStore, MutationOutcome, MutationRequest, Resource,
+//!     StateStore, Transition,
+//! };
+//! use schemars::JsonSchema;
+//! use serde::{Deserialize, Serialize};
+//!
+//! #[derive(Clone, Serialize, Deserialize, JsonSchema)]
+//! struct Basket { memory_gib: u32, storage_gib: u32 }
+//!
+//! impl Resource for Basket {
+//!     const KIND: &'static str = "basket";
+//!     const PREFIX: &'static str = "bsk";
+//! }
+//!
+//! # tokio::runtime::Runtime::new().unwrap().block_on(async {
+//! let store = MemoryStore::default();
+//! let alice = Principal::subject("alice");
+//! let basket = Basket { memory_gib: 16, storage_gib: 512 };
+//! let created = store.create(CreateRequest::typed(alice.clone(), &basket)?).await?;
+//!
+//! let arguments = serde_json::json!({ "basket_id": created.handle, "gigabytes": 32 });
+//! let request = MutationRequest::new(Basket::kind(), alice, &created.handle)
+//!     .expect_version(created.version)
+//!     .operation("op-1", Fingerprint::of_call("basket_upgrade_memory", &arguments));
+//! let transition = Transition::typed(|basket: &mut Basket| {
+//!     basket.memory_gib = 32;
+//!     Ok::<_, String>(basket.memory_gib)
+//! });
+//! let outcome = store.mutate(request, transition).await?;
+//! assert!(matches!(outcome, MutationOutcome::Applied(ref applied) if applied.version == 2));
+//! let result = outcome.into_call_tool_result(); // structuredContent + text for the model
+//! # assert!(!result.is_error);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! # }).unwrap();
+//! ```
+
+mod boundary;
+mod clock;
+mod delta;
+mod fingerprint;
+mod handle;
+mod memory;
+mod outcome;
+mod resource;
+#[cfg(feature = "sqlite")]
+mod sqlite;
+mod store;
+
+pub use clock::{Clock, ManualClock, SystemClock, format_rfc3339};
+pub use delta::{FieldChange, diff};
+pub use fingerprint::{Fingerprint, canonical_json};
+pub use handle::mint_handle;
+pub use memory::MemoryStore;
+pub use outcome::{
+    Applied, MutationOutcome, ReadOutcome, RecordedOutcome, Recovery, Rejected, Replayed,
+    Resumption, Snapshot, StaleView, code,
+};
+pub use resource::{Lifecycle, Resource, ResourceKind};
+#[cfg(feature = "sqlite")]
+pub use sqlite::{SqliteOptions, SqliteStore, Synchronous};
+pub use store::{
+    ConflictPolicy, CreateRequest, MutationRequest, PruneReport, ReadRequest, StateStore,
+    StoreConfig, StoreError, StoreFuture, Transition,
+};

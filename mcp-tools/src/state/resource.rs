@@ -1,0 +1,166 @@
+//! The typed side of stored state: resources, their kinds and lifecycles.
+
+use std::time::Duration;
+
+use schemars::JsonSchema;
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// Where a resource is in its life. Only `terminal` refuses further mutation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Lifecycle {
+    /// Being assembled; mutable.
+    Draft,
+    /// In use; mutable.
+    Active,
+    /// Finished (checked out, closed, cancelled): readable, never mutated again.
+    Terminal,
+}
+
+impl Lifecycle {
+    /// The stored name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Lifecycle::Draft => "draft",
+            Lifecycle::Active => "active",
+            Lifecycle::Terminal => "terminal",
+        }
+    }
+
+    /// Parses a stored name.
+    pub fn parse(name: &str) -> Option<Self> {
+        match name {
+            "draft" => Some(Lifecycle::Draft),
+            "active" => Some(Lifecycle::Active),
+            "terminal" => Some(Lifecycle::Terminal),
+            _ => None,
+        }
+    }
+}
+
+/// A stateful type kept by a store behind a handle.
+///
+/// ```
+/// use mcp_tools::state::{Lifecycle, Resource};
+/// use schemars::JsonSchema;
+/// use serde::{Deserialize, Serialize};
+///
+/// #[derive(Clone, Serialize, Deserialize, JsonSchema)]
+/// struct Basket { memory_gib: u32, storage_gib: u32, checked_out: bool }
+///
+/// impl Resource for Basket {
+///     const KIND: &'static str = "basket";
+///     const PREFIX: &'static str = "bsk";
+///     const TTL: Option<std::time::Duration> = Some(std::time::Duration::from_secs(3600));
+///     fn lifecycle(&self) -> Lifecycle {
+///         if self.checked_out { Lifecycle::Terminal } else { Lifecycle::Active }
+///     }
+/// }
+/// ```
+pub trait Resource: Serialize + DeserializeOwned + JsonSchema + Clone + Send + 'static {
+    /// The kind name, e.g. `basket`; a handle of another kind is `NOT_FOUND`.
+    const KIND: &'static str;
+    /// The handle prefix, e.g. `bsk` for `bsk_...`.
+    const PREFIX: &'static str;
+    /// How long a resource lives after its last applied change; `None` keeps it forever.
+    const TTL: Option<Duration> = None;
+
+    /// The lifecycle of this state; resources without one are always active.
+    fn lifecycle(&self) -> Lifecycle {
+        Lifecycle::Active
+    }
+
+    /// The untyped descriptor the stores work with.
+    fn kind() -> ResourceKind {
+        ResourceKind {
+            kind: Self::KIND,
+            prefix: Self::PREFIX,
+            ttl: Self::TTL,
+            lifecycle: lifecycle_of::<Self>,
+        }
+    }
+}
+
+fn lifecycle_of<R: Resource>(state: &Value) -> Lifecycle {
+    R::deserialize(state).map_or(Lifecycle::Active, |resource| resource.lifecycle())
+}
+
+/// What a store needs to know about a resource type, without its Rust type.
+#[derive(Debug, Clone, Copy)]
+pub struct ResourceKind {
+    /// The kind name.
+    pub kind: &'static str,
+    /// The handle prefix.
+    pub prefix: &'static str,
+    /// Time to live after the last applied change.
+    pub ttl: Option<Duration>,
+    /// Reads the lifecycle from a JSON state.
+    pub lifecycle: fn(&Value) -> Lifecycle,
+}
+
+impl ResourceKind {
+    /// A kind whose states are always active.
+    pub const fn new(kind: &'static str, prefix: &'static str) -> Self {
+        ResourceKind {
+            kind,
+            prefix,
+            ttl: None,
+            lifecycle: always_active,
+        }
+    }
+
+    /// Sets the time to live.
+    pub const fn with_ttl(mut self, ttl: Duration) -> Self {
+        self.ttl = Some(ttl);
+        self
+    }
+
+    /// Sets how the lifecycle is read from a state.
+    pub const fn with_lifecycle(mut self, lifecycle: fn(&Value) -> Lifecycle) -> Self {
+        self.lifecycle = lifecycle;
+        self
+    }
+}
+
+fn always_active(_: &Value) -> Lifecycle {
+    Lifecycle::Active
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[derive(Clone, Serialize, Deserialize, JsonSchema)]
+    struct Job {
+        done: bool,
+    }
+
+    impl Resource for Job {
+        const KIND: &'static str = "job";
+        const PREFIX: &'static str = "job";
+        fn lifecycle(&self) -> Lifecycle {
+            if self.done {
+                Lifecycle::Terminal
+            } else {
+                Lifecycle::Draft
+            }
+        }
+    }
+
+    #[test]
+    fn typed_lifecycle_reaches_the_descriptor() {
+        let kind = Job::kind();
+        assert_eq!(
+            (kind.lifecycle)(&json!({"done": true})),
+            Lifecycle::Terminal
+        );
+        assert_eq!((kind.lifecycle)(&json!({"done": false})), Lifecycle::Draft);
+        assert_eq!((kind.lifecycle)(&json!("garbage")), Lifecycle::Active);
+        for lifecycle in [Lifecycle::Draft, Lifecycle::Active, Lifecycle::Terminal] {
+            assert_eq!(Lifecycle::parse(lifecycle.as_str()), Some(lifecycle));
+        }
+    }
+}

@@ -1,0 +1,432 @@
+//! The embedded durable store: one SQLite file in WAL mode, shared safely by several processes.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
+use serde_json::Value;
+
+use super::boundary::{self, LedgerEntry, Record, Txn};
+use super::fingerprint::Fingerprint;
+use super::handle::mint_handle;
+use super::outcome::{Applied, MutationOutcome, ReadOutcome, RecordedOutcome};
+use super::resource::Lifecycle;
+use super::store::{
+    CreateRequest, MutationRequest, PruneReport, ReadRequest, StateStore, StoreConfig, StoreError,
+    StoreFuture, Transition,
+};
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS mcp_resources (
+    handle     TEXT PRIMARY KEY,
+    kind       TEXT NOT NULL,
+    owner      TEXT NOT NULL,
+    version    INTEGER NOT NULL,
+    state      TEXT NOT NULL,
+    lifecycle  TEXT NOT NULL,
+    expires_at INTEGER
+) STRICT;
+CREATE TABLE IF NOT EXISTS mcp_history (
+    handle  TEXT NOT NULL,
+    version INTEGER NOT NULL,
+    state   TEXT NOT NULL,
+    PRIMARY KEY (handle, version)
+) STRICT, WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS mcp_ledger (
+    principal    TEXT NOT NULL,
+    operation_id TEXT NOT NULL,
+    fingerprint  TEXT NOT NULL,
+    outcome      TEXT NOT NULL,
+    recorded_at  INTEGER NOT NULL,
+    expires_at   INTEGER NOT NULL,
+    PRIMARY KEY (principal, operation_id)
+) STRICT;
+CREATE INDEX IF NOT EXISTS mcp_ledger_expiry ON mcp_ledger (expires_at);
+";
+
+/// Mutations between two automatic ledger sweeps.
+const SWEEP_EVERY: u64 = 1024;
+
+/// How SQLite syncs the write-ahead log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Synchronous {
+    /// Sync on every commit: a committed outcome survives a power loss (the default).
+    #[default]
+    Full,
+    /// Sync at checkpoints only: survives a crash of the process, not of the machine.
+    Normal,
+}
+
+/// Engine settings of a [`SqliteStore`].
+#[derive(Debug, Clone)]
+pub struct SqliteOptions {
+    /// How long a writer waits for another process's write transaction (default 10 s).
+    pub busy_timeout: Duration,
+    /// WAL sync mode.
+    pub synchronous: Synchronous,
+}
+
+impl Default for SqliteOptions {
+    fn default() -> Self {
+        SqliteOptions {
+            busy_timeout: Duration::from_secs(10),
+            synchronous: Synchronous::Full,
+        }
+    }
+}
+
+/// A store in one SQLite file (bundled SQLite, WAL mode).
+///
+/// Every mutation runs the whole boundary in one `BEGIN IMMEDIATE` transaction on a blocking
+/// thread: the write lock is taken before the first read, so the ledger lookup, the version
+/// comparison and the write cannot interleave with another writer, in this process or in any other
+/// process that opened the same file. Inside a process, writers queue on one connection; readers
+/// use a small pool of their own connections and never wait for writers.
+#[derive(Clone)]
+pub struct SqliteStore {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    path: PathBuf,
+    config: StoreConfig,
+    options: SqliteOptions,
+    writer: Mutex<Connection>,
+    readers: Mutex<Vec<Connection>>,
+    mutations: AtomicU64,
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    // An open transaction rolls back when a panic unwinds through it; the connection stays usable.
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+impl From<rusqlite::Error> for StoreError {
+    fn from(error: rusqlite::Error) -> Self {
+        StoreError::Backend(error.to_string())
+    }
+}
+
+impl SqliteStore {
+    /// Opens (creating if needed) the store in the file at `path`.
+    pub fn open(path: impl AsRef<Path>, config: StoreConfig) -> Result<Self, StoreError> {
+        SqliteStore::open_with(path, config, SqliteOptions::default())
+    }
+
+    /// Opens the store with explicit engine settings.
+    pub fn open_with(
+        path: impl AsRef<Path>,
+        config: StoreConfig,
+        options: SqliteOptions,
+    ) -> Result<Self, StoreError> {
+        let path = path.as_ref().to_path_buf();
+        let mut writer = connect(&path, &options)?;
+        let txn = writer.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        txn.execute_batch(SCHEMA)?;
+        txn.commit()?;
+        Ok(SqliteStore {
+            inner: Arc::new(Inner {
+                path,
+                config,
+                options,
+                writer: Mutex::new(writer),
+                readers: Mutex::new(Vec::new()),
+                mutations: AtomicU64::new(0),
+            }),
+        })
+    }
+
+    /// The file this store uses.
+    pub fn path(&self) -> &Path {
+        &self.inner.path
+    }
+
+    async fn blocking<T: Send + 'static>(
+        &self,
+        work: impl FnOnce(&Inner) -> Result<T, StoreError> + Send + 'static,
+    ) -> Result<T, StoreError> {
+        let inner = Arc::clone(&self.inner);
+        tokio::task::spawn_blocking(move || work(&inner))
+            .await
+            .map_err(|error| StoreError::Task(error.to_string()))?
+    }
+}
+
+/// Opens a connection with the settings every connection of the store shares.
+pub(crate) fn connect(path: &Path, options: &SqliteOptions) -> Result<Connection, StoreError> {
+    let connection = Connection::open(path)?;
+    connection.busy_timeout(options.busy_timeout)?;
+    let mode: String = connection.query_row("PRAGMA journal_mode = WAL", [], |row| row.get(0))?;
+    if !mode.eq_ignore_ascii_case("wal") {
+        return Err(StoreError::Backend(format!(
+            "SQLite refused WAL mode for {} (journal mode {mode})",
+            path.display()
+        )));
+    }
+    let synchronous = match options.synchronous {
+        Synchronous::Full => "FULL",
+        Synchronous::Normal => "NORMAL",
+    };
+    connection.pragma_update(None, "synchronous", synchronous)?;
+    Ok(connection)
+}
+
+impl Inner {
+    fn with_reader<T>(
+        &self,
+        work: impl FnOnce(&Connection) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        let pooled = lock(&self.readers).pop();
+        let connection = match pooled {
+            Some(connection) => connection,
+            None => connect(&self.path, &self.options)?,
+        };
+        let result = work(&connection);
+        lock(&self.readers).push(connection);
+        result
+    }
+
+    fn create(&self, request: CreateRequest) -> Result<Applied, StoreError> {
+        let handle = mint_handle(request.kind.prefix)?;
+        let mut writer = lock(&self.writer);
+        let txn = writer.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let now = self.config.clock.now_millis();
+        let record =
+            boundary::new_record(&request.kind, request.principal.key(), request.state, now);
+        let state = record.state.to_string();
+        txn.execute(
+            "INSERT INTO mcp_resources (handle, kind, owner, version, state, lifecycle, expires_at)
+             VALUES (?1, ?2, ?3, 1, ?4, ?5, ?6)",
+            params![
+                handle,
+                record.kind,
+                record.owner,
+                state,
+                record.lifecycle.as_str(),
+                record.expires_at
+            ],
+        )?;
+        txn.execute(
+            "INSERT INTO mcp_history (handle, version, state) VALUES (?1, 1, ?2)",
+            params![handle, state],
+        )?;
+        txn.commit()?;
+        Ok(boundary::applied_on_create(&handle, &record))
+    }
+
+    fn read(&self, request: &ReadRequest) -> Result<ReadOutcome, StoreError> {
+        let now = self.config.clock.now_millis();
+        self.with_reader(|connection| boundary::read(&mut SqlTxn(connection), request, now))
+    }
+
+    fn mutate(
+        &self,
+        request: &MutationRequest,
+        transition: &mut Transition,
+    ) -> Result<MutationOutcome, StoreError> {
+        let outcome = {
+            let mut writer = lock(&self.writer);
+            let txn = writer.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let now = self.config.clock.now_millis();
+            let outcome =
+                boundary::mutate(&mut SqlTxn(&txn), &self.config, request, transition, now)?;
+            txn.commit()?;
+            outcome
+        };
+        if self.mutations.fetch_add(1, Ordering::Relaxed) % SWEEP_EVERY == SWEEP_EVERY - 1 {
+            self.prune()?;
+        }
+        Ok(outcome)
+    }
+
+    fn prune(&self) -> Result<PruneReport, StoreError> {
+        let writer = lock(&self.writer);
+        let now = self.config.clock.now_millis();
+        let removed = writer.execute("DELETE FROM mcp_ledger WHERE expires_at <= ?1", [now])?;
+        Ok(PruneReport {
+            ledger_records: removed as u64,
+        })
+    }
+}
+
+/// The boundary's operations as statements on one connection; the caller holds the transaction.
+struct SqlTxn<'c>(&'c Connection);
+
+fn version_to_sql(version: u64) -> Result<i64, StoreError> {
+    i64::try_from(version)
+        .map_err(|_| StoreError::Corrupt(format!("version {version} out of range")))
+}
+
+fn version_from_sql(version: i64) -> Result<u64, StoreError> {
+    u64::try_from(version).map_err(|_| StoreError::Corrupt(format!("negative version {version}")))
+}
+
+fn json(text: &str) -> Result<Value, StoreError> {
+    serde_json::from_str(text).map_err(|error| StoreError::Corrupt(error.to_string()))
+}
+
+impl Txn for SqlTxn<'_> {
+    fn ledger_get(
+        &mut self,
+        principal: &str,
+        operation_id: &str,
+    ) -> Result<Option<LedgerEntry>, StoreError> {
+        let row = self
+            .0
+            .prepare_cached(
+                "SELECT fingerprint, outcome, recorded_at, expires_at FROM mcp_ledger
+                 WHERE principal = ?1 AND operation_id = ?2",
+            )?
+            .query_row(params![principal, operation_id], |row| {
+                Ok((
+                    row.get::<_, String>(0)?,
+                    row.get::<_, String>(1)?,
+                    row.get(2)?,
+                    row.get(3)?,
+                ))
+            })
+            .optional()?;
+        let Some((fingerprint, outcome, recorded_at, expires_at)) = row else {
+            return Ok(None);
+        };
+        let outcome: RecordedOutcome = serde_json::from_str(&outcome)
+            .map_err(|error| StoreError::Corrupt(format!("ledger outcome: {error}")))?;
+        Ok(Some(LedgerEntry {
+            fingerprint: Fingerprint::from_stored(fingerprint),
+            outcome,
+            recorded_at,
+            expires_at,
+        }))
+    }
+
+    fn ledger_put(
+        &mut self,
+        principal: &str,
+        operation_id: &str,
+        entry: &LedgerEntry,
+    ) -> Result<(), StoreError> {
+        let outcome = serde_json::to_string(&entry.outcome)
+            .map_err(|error| StoreError::Corrupt(format!("ledger outcome: {error}")))?;
+        self.0
+            .prepare_cached(
+                "INSERT OR REPLACE INTO mcp_ledger
+                 (principal, operation_id, fingerprint, outcome, recorded_at, expires_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            )?
+            .execute(params![
+                principal,
+                operation_id,
+                entry.fingerprint.as_str(),
+                outcome,
+                entry.recorded_at,
+                entry.expires_at
+            ])?;
+        Ok(())
+    }
+
+    fn load(&mut self, handle: &str) -> Result<Option<Record>, StoreError> {
+        let row = self
+            .0
+            .prepare_cached(
+                "SELECT kind, owner, version, state, lifecycle, expires_at FROM mcp_resources
+                 WHERE handle = ?1",
+            )?
+            .query_row([handle], |row| {
+                Ok((
+                    row.get::<_, String>(0)?,
+                    row.get::<_, String>(1)?,
+                    row.get::<_, i64>(2)?,
+                    row.get::<_, String>(3)?,
+                    row.get::<_, String>(4)?,
+                    row.get::<_, Option<i64>>(5)?,
+                ))
+            })
+            .optional()?;
+        let Some((kind, owner, version, state, lifecycle, expires_at)) = row else {
+            return Ok(None);
+        };
+        Ok(Some(Record {
+            kind,
+            owner,
+            version: version_from_sql(version)?,
+            state: json(&state)?,
+            lifecycle: Lifecycle::parse(&lifecycle)
+                .ok_or_else(|| StoreError::Corrupt(format!("unknown lifecycle {lifecycle:?}")))?,
+            expires_at,
+        }))
+    }
+
+    fn history(&mut self, handle: &str, version: u64) -> Result<Option<Value>, StoreError> {
+        let state = self
+            .0
+            .prepare_cached("SELECT state FROM mcp_history WHERE handle = ?1 AND version = ?2")?
+            .query_row(params![handle, version_to_sql(version)?], |row| {
+                row.get::<_, String>(0)
+            })
+            .optional()?;
+        state.map(|state| json(&state)).transpose()
+    }
+
+    fn write(
+        &mut self,
+        handle: &str,
+        record: &Record,
+        drop_through: u64,
+    ) -> Result<(), StoreError> {
+        let state = record.state.to_string();
+        let version = version_to_sql(record.version)?;
+        let updated = self
+            .0
+            .prepare_cached(
+                "UPDATE mcp_resources SET version = ?2, state = ?3, lifecycle = ?4, expires_at = ?5
+                 WHERE handle = ?1 AND version = ?2 - 1",
+            )?
+            .execute(params![
+                handle,
+                version,
+                state,
+                record.lifecycle.as_str(),
+                record.expires_at
+            ])?;
+        if updated != 1 {
+            return Err(StoreError::Backend(format!(
+                "{handle} changed under an open write transaction"
+            )));
+        }
+        self.0
+            .prepare_cached(
+                "INSERT OR REPLACE INTO mcp_history (handle, version, state) VALUES (?1, ?2, ?3)",
+            )?
+            .execute(params![handle, version, state])?;
+        self.0
+            .prepare_cached("DELETE FROM mcp_history WHERE handle = ?1 AND version <= ?2")?
+            .execute(params![handle, version_to_sql(drop_through)?])?;
+        Ok(())
+    }
+}
+
+impl StateStore for SqliteStore {
+    fn create(&self, request: CreateRequest) -> StoreFuture<'_, Applied> {
+        Box::pin(self.blocking(move |inner| inner.create(request)))
+    }
+
+    fn read(&self, request: ReadRequest) -> StoreFuture<'_, ReadOutcome> {
+        Box::pin(self.blocking(move |inner| inner.read(&request)))
+    }
+
+    fn mutate(
+        &self,
+        request: MutationRequest,
+        mut transition: Transition,
+    ) -> StoreFuture<'_, MutationOutcome> {
+        Box::pin(self.blocking(move |inner| inner.mutate(&request, &mut transition)))
+    }
+
+    fn prune(&self) -> StoreFuture<'_, PruneReport> {
+        Box::pin(self.blocking(|inner| inner.prune()))
+    }
+}

@@ -1,0 +1,953 @@
+//! One contract suite for every state store: each scenario is a generic function, instantiated for
+//! `MemoryStore` and `SqliteStore` by the `contract!` macro at the bottom.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use mcp_tools::state::{
+    Applied, ConflictPolicy, CreateRequest, Fingerprint, Lifecycle, ManualClock, MemoryStore,
+    MutationOutcome, MutationRequest, ReadOutcome, ReadRequest, RecordedOutcome, Recovery,
+    Rejected, Resource, SqliteStore, StaleView, StateStore, StoreConfig, Transition,
+    format_rfc3339,
+};
+use mcp_tools::{Principal, ToolError};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+struct Basket {
+    memory_gib: u32,
+    storage_gib: u32,
+    notes: Vec<String>,
+    checked_out: bool,
+    count: u64,
+}
+
+impl Resource for Basket {
+    const KIND: &'static str = "basket";
+    const PREFIX: &'static str = "bsk";
+    const TTL: Option<Duration> = Some(Duration::from_secs(3600));
+    fn lifecycle(&self) -> Lifecycle {
+        if self.checked_out {
+            Lifecycle::Terminal
+        } else {
+            Lifecycle::Active
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+struct Note {
+    text: String,
+}
+
+impl Resource for Note {
+    const KIND: &'static str = "note";
+    const PREFIX: &'static str = "nte";
+}
+
+/// 2026-07-28T09:30:00Z.
+const T0: i64 = 1_785_231_000_000;
+
+fn laptop() -> Basket {
+    Basket {
+        memory_gib: 16,
+        storage_gib: 512,
+        notes: vec![],
+        checked_out: false,
+        count: 0,
+    }
+}
+
+fn alice() -> Principal {
+    Principal::subject("alice")
+}
+
+fn config(clock: &ManualClock) -> StoreConfig {
+    StoreConfig {
+        clock: Arc::new(clock.clone()),
+        ..StoreConfig::default()
+    }
+}
+
+async fn create<S: StateStore>(store: &S, principal: Principal, basket: &Basket) -> String {
+    let request = CreateRequest::typed(principal, basket).unwrap();
+    store.create(request).await.unwrap().handle
+}
+
+async fn read<S: StateStore>(store: &S, principal: Principal, handle: &str) -> ReadOutcome {
+    let request = ReadRequest {
+        kind: Basket::kind(),
+        principal,
+        handle: handle.to_owned(),
+    };
+    store.read(request).await.unwrap()
+}
+
+async fn state<S: StateStore>(store: &S, handle: &str) -> (u64, Basket) {
+    match read(store, alice(), handle).await {
+        ReadOutcome::Current(snapshot) => (
+            snapshot.version,
+            serde_json::from_value(snapshot.state).unwrap(),
+        ),
+        other => panic!("expected a snapshot, got {other:?}"),
+    }
+}
+
+/// A mutation request whose fingerprint covers the tool name and all its arguments.
+fn request(
+    principal: Principal,
+    handle: &str,
+    tool: &str,
+    expected: Option<u64>,
+    operation_id: Option<&str>,
+    payload: Value,
+) -> MutationRequest {
+    let mut request = MutationRequest::new(Basket::kind(), principal, handle);
+    if let Some(expected) = expected {
+        request = request.expect_version(expected);
+    }
+    if let Some(operation_id) = operation_id {
+        let arguments = json!({
+            "basket_id": handle,
+            "expected_version": expected,
+            "operation_id": operation_id,
+            "payload": payload,
+        });
+        request = request.operation(operation_id, Fingerprint::of_call(tool, &arguments));
+    }
+    request
+}
+
+fn set_memory(gib: u32, calls: &Arc<AtomicUsize>) -> Transition {
+    let calls = Arc::clone(calls);
+    Transition::typed(move |basket: &mut Basket| {
+        calls.fetch_add(1, Ordering::SeqCst);
+        basket.memory_gib = gib;
+        Ok::<_, ToolError>(json!({ "memory_gib": gib }))
+    })
+}
+
+fn set_storage(gib: u32) -> Transition {
+    Transition::typed(move |basket: &mut Basket| {
+        basket.storage_gib = gib;
+        Ok::<_, ToolError>(gib)
+    })
+}
+
+fn expect_applied(outcome: &MutationOutcome) -> &Applied {
+    match outcome {
+        MutationOutcome::Applied(applied) => applied,
+        other => panic!("expected applied, got {other:?}"),
+    }
+}
+
+fn expect_stale(outcome: &MutationOutcome) -> &StaleView {
+    match outcome {
+        MutationOutcome::StaleView(stale) => stale,
+        other => panic!("expected stale_view, got {other:?}"),
+    }
+}
+
+fn expect_rejected<'a>(outcome: &'a MutationOutcome, code: &str) -> &'a Rejected {
+    match outcome {
+        MutationOutcome::Rejected(rejected) if rejected.code == code => rejected,
+        other => panic!("expected rejected {code}, got {other:?}"),
+    }
+}
+
+/// Every outcome must validate against the published output schema and survive a round trip.
+fn assert_matches_schema(outcome: &MutationOutcome) {
+    let schema = MutationOutcome::json_schema();
+    assert_eq!(
+        schema["$schema"],
+        "https://json-schema.org/draft/2020-12/schema"
+    );
+    let validator = jsonschema::options()
+        .with_draft(jsonschema::Draft::Draft202012)
+        .build(&schema)
+        .unwrap();
+    let instance = serde_json::to_value(outcome).unwrap();
+    assert!(
+        validator.is_valid(&instance),
+        "{instance} does not match the outcome schema"
+    );
+    let back: MutationOutcome = serde_json::from_value(instance).unwrap();
+    assert_eq!(&back, outcome);
+}
+
+async fn mutate<S: StateStore>(
+    store: &S,
+    request: MutationRequest,
+    transition: Transition,
+) -> MutationOutcome {
+    store.mutate(request, transition).await.unwrap()
+}
+
+type Open<'a, S> = &'a dyn Fn(StoreConfig) -> S;
+
+async fn create_and_read<S: StateStore>(open: Open<'_, S>) {
+    let clock = ManualClock::at_millis(T0);
+    let store = open(config(&clock));
+    let request = CreateRequest::typed(alice(), &laptop()).unwrap();
+    let created = store.create(request).await.unwrap();
+    assert!(created.handle.starts_with("bsk_") && created.handle.len() >= 4 + 22);
+    assert_eq!(created.version, 1);
+    assert_eq!(created.resumption.basis_version, 1);
+    assert_eq!(created.resumption.lifecycle, Lifecycle::Active);
+    assert_eq!(
+        created.resumption.expires_at.as_deref(),
+        Some("2026-07-28T10:30:00.000Z")
+    );
+    let ReadOutcome::Current(snapshot) = read(&store, alice(), &created.handle).await else {
+        panic!("read failed");
+    };
+    assert_eq!(snapshot.version, 1);
+    assert_eq!(snapshot.state, serde_json::to_value(laptop()).unwrap());
+    assert_eq!(snapshot.resumption, created.resumption);
+    let other = create(&store, alice(), &laptop()).await;
+    assert_ne!(other, created.handle);
+}
+
+async fn replay_comes_before_the_stale_check<S: StateStore>(open: Open<'_, S>) {
+    let clock = ManualClock::at_millis(T0);
+    let store = open(config(&clock));
+    let handle = create(&store, alice(), &laptop()).await;
+    let calls = Arc::new(AtomicUsize::new(0));
+    let send = || {
+        request(
+            alice(),
+            &handle,
+            "upgrade_memory",
+            Some(1),
+            Some("op-1"),
+            json!(32),
+        )
+    };
+
+    let first = mutate(&store, send(), set_memory(32, &calls)).await;
+    let applied = expect_applied(&first).clone();
+    assert_eq!(applied.version, 2);
+    assert_eq!(applied.result, json!({"memory_gib": 32}));
+    assert!(!first.is_error());
+    assert_matches_schema(&first);
+
+    // The response was lost; the client retries the identical request, whose expected_version 1
+    // is stale by now. The ledger answers first.
+    clock.advance(Duration::from_secs(5));
+    let again = mutate(&store, send(), set_memory(32, &calls)).await;
+    let MutationOutcome::Replayed(replayed) = &again else {
+        panic!("expected replay, got {again:?}")
+    };
+    assert_eq!(replayed.operation_id, "op-1");
+    assert_eq!(replayed.recorded_at, format_rfc3339(T0));
+    assert_eq!(replayed.original, RecordedOutcome::Applied(applied.clone()));
+    assert_eq!(again.applied(), Some(&applied));
+    assert!(!again.is_error());
+    assert!(again.text().starts_with("Already done"));
+    assert_matches_schema(&again);
+    assert_eq!(calls.load(Ordering::SeqCst), 1, "the transition ran twice");
+    assert_eq!(state(&store, &handle).await.0, 2);
+}
+
+async fn reused_operation_id_is_rejected<S: StateStore>(open: Open<'_, S>) {
+    let clock = ManualClock::at_millis(T0);
+    let store = open(config(&clock));
+    let handle = create(&store, alice(), &laptop()).await;
+    let calls = Arc::new(AtomicUsize::new(0));
+    let first = request(
+        alice(),
+        &handle,
+        "upgrade_memory",
+        Some(1),
+        Some("op-1"),
+        json!(32),
+    );
+    expect_applied(&mutate(&store, first, set_memory(32, &calls)).await);
+
+    let different = request(
+        alice(),
+        &handle,
+        "upgrade_memory",
+        Some(2),
+        Some("op-1"),
+        json!(64),
+    );
+    let outcome = mutate(&store, different, set_memory(64, &calls)).await;
+    let rejected = expect_rejected(&outcome, "OPERATION_ID_REUSED");
+    assert_eq!(rejected.recovery, Some(Recovery::NewOperationId));
+    assert!(outcome.is_error());
+    assert_matches_schema(&outcome);
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+    let upgraded = Basket {
+        memory_gib: 32,
+        ..laptop()
+    };
+    assert_eq!(state(&store, &handle).await, (2, upgraded));
+
+    // The same id on another handle is a different payload too.
+    let elsewhere = create(&store, alice(), &laptop()).await;
+    let send = request(
+        alice(),
+        &elsewhere,
+        "upgrade_memory",
+        Some(1),
+        Some("op-1"),
+        json!(32),
+    );
+    expect_rejected(
+        &mutate(&store, send, set_memory(32, &calls)).await,
+        "OPERATION_ID_REUSED",
+    );
+
+    // The ledger is keyed by principal: bob's op-1 is his own.
+    let bob = Principal::subject("bob");
+    let his = create(&store, bob.clone(), &laptop()).await;
+    let send = request(
+        bob,
+        &his,
+        "upgrade_memory",
+        Some(1),
+        Some("op-1"),
+        json!(32),
+    );
+    expect_applied(&mutate(&store, send, set_memory(32, &calls)).await);
+}
+
+async fn stale_view_reports_the_delta<S: StateStore>(open: Open<'_, S>) {
+    let clock = ManualClock::at_millis(T0);
+    let store = open(config(&clock));
+    let handle = create(&store, alice(), &laptop()).await;
+    let calls = Arc::new(AtomicUsize::new(0));
+    // A and B both read version 1; A upgrades memory.
+    let a = request(
+        alice(),
+        &handle,
+        "upgrade_memory",
+        Some(1),
+        Some("a-1"),
+        json!(32),
+    );
+    expect_applied(&mutate(&store, a, set_memory(32, &calls)).await);
+    // B sends a full configuration built from version 1.
+    let b = || {
+        request(
+            alice(),
+            &handle,
+            "replace_configuration",
+            Some(1),
+            Some("b-1"),
+            json!([16, 1024]),
+        )
+    };
+    let replace = Transition::typed(|basket: &mut Basket| {
+        *basket = Basket {
+            storage_gib: 1024,
+            ..laptop()
+        };
+        Ok::<_, ToolError>(Value::Null)
+    });
+    let outcome = mutate(&store, b(), replace).await;
+    let stale = expect_stale(&outcome).clone();
+    assert_eq!(stale.code, "STALE_VIEW");
+    assert_eq!((stale.expected_version, stale.current_version), (1, 2));
+    assert_eq!(stale.recovery, Recovery::RefreshAndReplan);
+    assert!(stale.delta_available);
+    assert_eq!(
+        serde_json::to_value(&stale.delta).unwrap(),
+        json!([{"path": "/memory_gib", "before": 16, "after": 32}])
+    );
+    assert_eq!(stale.current_state["memory_gib"], 32);
+    assert_eq!(stale.resumption.basis_version, 2);
+    assert_eq!(outcome.code(), Some("STALE_VIEW"));
+    assert!(outcome.text().contains("/memory_gib"));
+    assert_matches_schema(&outcome);
+    let result = outcome.clone().into_call_tool_result();
+    assert!(result.is_error);
+    assert_eq!(result.structured_content.unwrap()["outcome"], "stale_view");
+
+    // Nothing changed; the stale outcome is recorded, so a retry of b-1 replays it.
+    assert_eq!(state(&store, &handle).await.1.storage_gib, 512);
+    let again = mutate(&store, b(), set_storage(1024)).await;
+    assert!(
+        matches!(&again, MutationOutcome::Replayed(r) if r.original == RecordedOutcome::StaleView(stale.clone()))
+    );
+    assert_eq!(again.code(), Some("STALE_VIEW"));
+    assert!(again.is_error());
+
+    // B refreshes and replans with a new operation id: both upgrades survive.
+    let b2 = request(
+        alice(),
+        &handle,
+        "replace_configuration",
+        Some(2),
+        Some("b-2"),
+        json!([32, 1024]),
+    );
+    expect_applied(&mutate(&store, b2, set_storage(1024)).await);
+    let (version, basket) = state(&store, &handle).await;
+    assert_eq!(
+        (version, basket.memory_gib, basket.storage_gib),
+        (3, 32, 1024)
+    );
+}
+
+async fn reconfirm_policy<S: StateStore>(open: Open<'_, S>) {
+    let clock = ManualClock::at_millis(T0);
+    let store = open(config(&clock));
+    let handle = create(&store, alice(), &laptop()).await;
+    let calls = Arc::new(AtomicUsize::new(0));
+    let change = request(alice(), &handle, "m", Some(1), None, json!(1));
+    expect_applied(&mutate(&store, change, set_memory(32, &calls)).await);
+    let checkout = request(
+        alice(),
+        &handle,
+        "checkout",
+        Some(1),
+        Some("c-1"),
+        json!(null),
+    )
+    .policy(ConflictPolicy::Reconfirm);
+    let outcome = mutate(&store, checkout, set_storage(1)).await;
+    assert_eq!(expect_stale(&outcome).recovery, Recovery::Reconfirm);
+    assert!(outcome.text().contains("confirm"));
+    assert_matches_schema(&outcome);
+}
+
+async fn rebase_policy<S: StateStore>(open: Open<'_, S>) {
+    let clock = ManualClock::at_millis(T0);
+    let store = open(config(&clock));
+    let handle = create(&store, alice(), &laptop()).await;
+    let calls = Arc::new(AtomicUsize::new(0));
+    let memory = request(alice(), &handle, "m", Some(1), Some("m-1"), json!(32));
+    expect_applied(&mutate(&store, memory, set_memory(32, &calls)).await);
+
+    let storage = || ConflictPolicy::Rebase {
+        touches: vec!["storage_gib".into()],
+    };
+    let upgrade = request(
+        alice(),
+        &handle,
+        "upgrade_storage",
+        Some(1),
+        Some("s-1"),
+        json!(1024),
+    )
+    .policy(storage());
+    let outcome = mutate(&store, upgrade, set_storage(1024)).await;
+    let applied = expect_applied(&outcome);
+    assert_eq!((applied.version, applied.rebased_from), (3, Some(1)));
+    assert_eq!(applied.state["memory_gib"], 32);
+    assert_eq!(applied.state["storage_gib"], 1024);
+    assert!(outcome.text().contains("based on version 1"));
+    assert_matches_schema(&outcome);
+
+    // Versions 1 -> 3 now include a storage change: the rebase is refused.
+    let again = request(
+        alice(),
+        &handle,
+        "upgrade_storage",
+        Some(1),
+        Some("s-2"),
+        json!(2048),
+    )
+    .policy(storage());
+    let outcome = mutate(&store, again, set_storage(2048)).await;
+    let stale = expect_stale(&outcome);
+    assert_eq!(stale.recovery, Recovery::RefreshAndReplan);
+    assert_eq!(stale.delta.len(), 2);
+    assert_eq!(state(&store, &handle).await.1.storage_gib, 1024);
+}
+
+async fn terminal_lifecycle<S: StateStore>(open: Open<'_, S>) {
+    let clock = ManualClock::at_millis(T0);
+    let store = open(config(&clock));
+    let handle = create(&store, alice(), &laptop()).await;
+    let checkout = || {
+        request(
+            alice(),
+            &handle,
+            "checkout",
+            Some(1),
+            Some("co-1"),
+            json!(null),
+        )
+        .policy(ConflictPolicy::Reconfirm)
+    };
+    let close = || {
+        Transition::typed(|basket: &mut Basket| {
+            basket.checked_out = true;
+            Ok::<_, ToolError>("ordered")
+        })
+    };
+    let outcome = mutate(&store, checkout(), close()).await;
+    assert_eq!(
+        expect_applied(&outcome).resumption.lifecycle,
+        Lifecycle::Terminal
+    );
+    // A retry of the checkout replays; it is not judged against the terminal state.
+    let again = mutate(&store, checkout(), close()).await;
+    assert!(matches!(again, MutationOutcome::Replayed(_)), "{again:?}");
+
+    let calls = Arc::new(AtomicUsize::new(0));
+    let more = request(alice(), &handle, "m", Some(2), Some("m-1"), json!(64));
+    let outcome = mutate(&store, more, set_memory(64, &calls)).await;
+    let rejected = expect_rejected(&outcome, "TERMINAL");
+    assert_eq!(rejected.recovery, Some(Recovery::Stop));
+    assert_eq!(calls.load(Ordering::SeqCst), 0);
+    assert_matches_schema(&outcome);
+    let ReadOutcome::Current(snapshot) = read(&store, alice(), &handle).await else {
+        panic!("a terminal resource stays readable")
+    };
+    assert_eq!(snapshot.resumption.lifecycle, Lifecycle::Terminal);
+}
+
+async fn expiry<S: StateStore>(open: Open<'_, S>) {
+    let clock = ManualClock::at_millis(T0);
+    let store = open(config(&clock));
+    let handle = create(&store, alice(), &laptop()).await;
+    let calls = Arc::new(AtomicUsize::new(0));
+    // An applied change renews the time to live.
+    clock.advance(Duration::from_secs(50 * 60));
+    let change = request(alice(), &handle, "m", Some(1), None, json!(32));
+    let outcome = mutate(&store, change, set_memory(32, &calls)).await;
+    assert_eq!(
+        expect_applied(&outcome).resumption.expires_at.as_deref(),
+        Some("2026-07-28T11:20:00.000Z")
+    );
+    clock.advance(Duration::from_secs(50 * 60));
+    assert!(matches!(
+        read(&store, alice(), &handle).await,
+        ReadOutcome::Current(_)
+    ));
+    clock.advance(Duration::from_secs(10 * 60));
+    let late = request(alice(), &handle, "m", Some(2), Some("late"), json!(64));
+    let outcome = mutate(&store, late, set_memory(64, &calls)).await;
+    let rejected = expect_rejected(&outcome, "EXPIRED");
+    assert_eq!(rejected.recovery, Some(Recovery::CreateNew));
+    assert_eq!(
+        rejected.details,
+        Some(json!({"expired_at": "2026-07-28T11:20:00.000Z"}))
+    );
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+    assert_matches_schema(&outcome);
+    let ReadOutcome::Rejected(rejected) = read(&store, alice(), &handle).await else {
+        panic!("read of an expired handle succeeded")
+    };
+    assert_eq!(rejected.code, "EXPIRED");
+}
+
+async fn not_found_hides_existence<S: StateStore>(open: Open<'_, S>) {
+    let clock = ManualClock::at_millis(T0);
+    let store = open(config(&clock));
+    let handle = create(&store, alice(), &laptop()).await;
+    let mallory = Principal::subject("mallory");
+    let unknown = mcp_tools::state::mint_handle("bsk").unwrap();
+    let note = CreateRequest::typed(mallory.clone(), &Note { text: "n".into() }).unwrap();
+    let note = store.create(note).await.unwrap().handle;
+    let calls = Arc::new(AtomicUsize::new(0));
+    let mut answers = Vec::new();
+    for (who, target) in [
+        (mallory.clone(), handle.as_str()),
+        (mallory.clone(), unknown.as_str()),
+        (mallory.clone(), note.as_str()),
+        (Principal::Anonymous, handle.as_str()),
+        (mallory.clone(), "garbage"),
+    ] {
+        let send = request(who.clone(), target, "m", Some(1), None, json!(1));
+        let outcome = mutate(&store, send, set_memory(1, &calls)).await;
+        expect_rejected(&outcome, "NOT_FOUND");
+        assert_matches_schema(&outcome);
+        answers.push(serde_json::to_value(&outcome).unwrap());
+        answers.push(serde_json::to_value(read(&store, who, target).await).unwrap());
+    }
+    for pair in answers.chunks(2) {
+        assert_eq!(pair[0], answers[0]);
+        assert_eq!(pair[1], answers[1]);
+    }
+    assert_eq!(answers[1]["code"], "NOT_FOUND");
+    assert_eq!(calls.load(Ordering::SeqCst), 0);
+    assert_eq!(state(&store, &handle).await.0, 1);
+}
+
+async fn domain_error_is_recorded<S: StateStore>(open: Open<'_, S>) {
+    let clock = ManualClock::at_millis(T0);
+    let store = open(config(&clock));
+    let handle = create(&store, alice(), &laptop()).await;
+    let calls = Arc::new(AtomicUsize::new(0));
+    let failing = || {
+        let calls = Arc::clone(&calls);
+        Transition::typed(move |basket: &mut Basket| {
+            calls.fetch_add(1, Ordering::SeqCst);
+            basket.memory_gib = 4096; // discarded: the transition fails
+            Err::<(), _>(
+                ToolError::new("OUT_OF_STOCK", "No 4 TiB modules left.")
+                    .with_details(json!({"sku": "m4t"})),
+            )
+        })
+    };
+    let send = || request(alice(), &handle, "m", Some(1), Some("big"), json!(4096));
+    let outcome = mutate(&store, send(), failing()).await;
+    let rejected = expect_rejected(&outcome, "OUT_OF_STOCK");
+    assert_eq!(rejected.message, "No 4 TiB modules left.");
+    assert_eq!(rejected.details, Some(json!({"sku": "m4t"})));
+    assert_matches_schema(&outcome);
+    let again = mutate(&store, send(), failing()).await;
+    assert_eq!(again.code(), Some("OUT_OF_STOCK"));
+    assert!(matches!(again, MutationOutcome::Replayed(_)));
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+    assert_eq!(state(&store, &handle).await, (1, laptop()));
+}
+
+async fn commutative_without_expected_version<S: StateStore>(open: Open<'_, S>) {
+    let clock = ManualClock::at_millis(T0);
+    let store = open(config(&clock));
+    let handle = create(&store, alice(), &laptop()).await;
+    for (index, text) in ["first", "second", "third"].into_iter().enumerate() {
+        let append = Transition::typed(move |basket: &mut Basket| {
+            basket.notes.push(text.to_owned());
+            Ok::<_, ToolError>(basket.notes.len())
+        });
+        let id = format!("note-{index}");
+        let send = request(alice(), &handle, "add_note", None, Some(&id), json!(text));
+        let outcome = mutate(&store, send, append).await;
+        assert_eq!(expect_applied(&outcome).result, json!(index + 1));
+    }
+    let (version, basket) = state(&store, &handle).await;
+    assert_eq!(version, 4);
+    assert_eq!(basket.notes, ["first", "second", "third"]);
+}
+
+async fn history_is_pruned_by_count<S: StateStore>(open: Open<'_, S>) {
+    let clock = ManualClock::at_millis(T0);
+    let store = open(StoreConfig {
+        history_limit: 3,
+        ..config(&clock)
+    });
+    let handle = create(&store, alice(), &laptop()).await;
+    let calls = Arc::new(AtomicUsize::new(0));
+    for gib in 1..=5u32 {
+        let send = request(alice(), &handle, "m", None, None, json!(gib));
+        expect_applied(&mutate(&store, send, set_memory(gib, &calls)).await);
+    }
+    // Versions 4, 5 and 6 are kept.
+    let send = request(alice(), &handle, "s", Some(3), None, json!(0));
+    let pruned = mutate(&store, send, set_storage(0)).await;
+    let stale = expect_stale(&pruned);
+    assert!(!stale.delta_available);
+    assert!(stale.delta.is_empty());
+    assert_eq!(stale.current_state["memory_gib"], 5);
+    assert!(pruned.text().contains("no longer kept"));
+    assert_matches_schema(&pruned);
+    let send = request(alice(), &handle, "s", Some(4), None, json!(0));
+    let kept = mutate(&store, send, set_storage(0)).await;
+    let stale = expect_stale(&kept);
+    assert!(stale.delta_available);
+    assert_eq!(
+        serde_json::to_value(&stale.delta).unwrap(),
+        json!([{"path": "/memory_gib", "before": 3, "after": 5}])
+    );
+    // A version from the future has no history either.
+    let send = request(alice(), &handle, "s", Some(9), None, json!(0));
+    assert!(!expect_stale(&mutate(&store, send, set_storage(0)).await).delta_available);
+}
+
+async fn ledger_retention<S: StateStore>(open: Open<'_, S>) {
+    let clock = ManualClock::at_millis(T0);
+    let store = open(StoreConfig {
+        ledger_retention: Duration::from_secs(10 * 60),
+        ..config(&clock)
+    });
+    let handle = create(&store, alice(), &laptop()).await;
+    let calls = Arc::new(AtomicUsize::new(0));
+    let send = |payload: u32| request(alice(), &handle, "m", None, Some("op"), json!(payload));
+    expect_applied(&mutate(&store, send(1), set_memory(1, &calls)).await);
+    assert_eq!(store.prune().await.unwrap().ledger_records, 0);
+    clock.advance(Duration::from_secs(5 * 60));
+    let replay = mutate(&store, send(1), set_memory(1, &calls)).await;
+    assert!(matches!(replay, MutationOutcome::Replayed(_)));
+    clock.advance(Duration::from_secs(6 * 60));
+    assert_eq!(store.prune().await.unwrap().ledger_records, 1);
+    // Forgotten: the id is free again.
+    expect_applied(&mutate(&store, send(2), set_memory(2, &calls)).await);
+    assert_eq!(calls.load(Ordering::SeqCst), 2);
+    assert_eq!(
+        StoreConfig::default().ledger_retention,
+        Duration::from_secs(24 * 3600)
+    );
+}
+
+/// 200 concurrent requests with one operation id: one transition, 199 identical replays.
+async fn same_operation_id_storm<S: StateStore + Clone>(open: Open<'_, S>) {
+    let store = open(StoreConfig::default());
+    let handle = create(&store, alice(), &laptop()).await;
+    let calls = Arc::new(AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for _ in 0..200 {
+        let (store, handle, calls) = (store.clone(), handle.clone(), Arc::clone(&calls));
+        tasks.push(tokio::spawn(async move {
+            let send = request(
+                alice(),
+                &handle,
+                "upgrade_memory",
+                Some(1),
+                Some("storm"),
+                json!(32),
+            );
+            mutate(&store, send, set_memory(32, &calls)).await
+        }));
+    }
+    let mut applied = Vec::new();
+    let mut replayed = Vec::new();
+    for task in tasks {
+        match task.await.unwrap() {
+            MutationOutcome::Applied(a) => applied.push(a),
+            MutationOutcome::Replayed(r) => replayed.push(r),
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    eprintln!(
+        "same-id storm: {} applied, {} replayed, {} transition runs",
+        applied.len(),
+        replayed.len(),
+        calls.load(Ordering::SeqCst)
+    );
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+    assert_eq!((applied.len(), replayed.len()), (1, 199));
+    for replay in &replayed {
+        assert_eq!(
+            replay.original,
+            RecordedOutcome::Applied(applied[0].clone())
+        );
+    }
+    assert_eq!(state(&store, &handle).await.0, 2);
+}
+
+struct Tally {
+    applied: u64,
+    stale: u64,
+    final_count: u64,
+    final_version: u64,
+}
+
+/// `agents` concurrent read-modify-write loops, each applying `ops` increments computed from what
+/// it read (a full-value write: the lost-update shape) and retrying with a new operation id on
+/// `stale_view`. Agent `i` uses `stores[i % stores.len()]`.
+async fn read_modify_write<S: StateStore + Clone>(stores: &[S], agents: usize, ops: u64) -> Tally {
+    let handle = create(&stores[0], alice(), &laptop()).await;
+    let mut tasks = Vec::new();
+    for agent in 0..agents {
+        let (store, handle) = (stores[agent % stores.len()].clone(), handle.clone());
+        tasks.push(tokio::spawn(async move {
+            let (mut applied, mut stale, mut attempt) = (0u64, 0u64, 0u64);
+            while applied < ops {
+                attempt += 1;
+                let (version, basket) = state(&store, &handle).await;
+                tokio::task::yield_now().await;
+                let next = basket.count + 1;
+                let id = format!("agent-{agent}-{attempt}");
+                let send = request(
+                    alice(),
+                    &handle,
+                    "set_count",
+                    Some(version),
+                    Some(&id),
+                    json!(next),
+                );
+                let write = Transition::typed(move |basket: &mut Basket| {
+                    basket.count = next;
+                    Ok::<_, ToolError>(next)
+                });
+                match mutate(&store, send, write).await {
+                    MutationOutcome::Applied(_) => applied += 1,
+                    MutationOutcome::StaleView(_) => stale += 1,
+                    other => panic!("unexpected {other:?}"),
+                }
+            }
+            (applied, stale)
+        }));
+    }
+    let (mut applied, mut stale) = (0, 0);
+    for task in tasks {
+        let (a, s) = task.await.unwrap();
+        applied += a;
+        stale += s;
+    }
+    let (final_version, basket) = state(&stores[0], &handle).await;
+    Tally {
+        applied,
+        stale,
+        final_count: basket.count,
+        final_version,
+    }
+}
+
+const AGENTS: usize = 32;
+const OPS: u64 = 10;
+
+async fn no_lost_update<S: StateStore + Clone>(stores: &[S], label: &str) {
+    let tally = read_modify_write(stores, AGENTS, OPS).await;
+    eprintln!(
+        "{label}: {AGENTS} agents x {OPS} ops: {} applied, {} stale_view retries, final count {}, final version {}",
+        tally.applied, tally.stale, tally.final_count, tally.final_version
+    );
+    assert_eq!(tally.applied, AGENTS as u64 * OPS);
+    assert_eq!(tally.final_count, tally.applied, "lost update");
+    assert_eq!(tally.final_version, tally.applied + 1);
+}
+
+async fn lost_updates_without_the_version_check<S: StateStore + Clone>(stores: &[S], label: &str) {
+    let tally = read_modify_write(stores, AGENTS, OPS).await;
+    eprintln!(
+        "{label} with the version check off: {} applied, final count {}: {} updates lost",
+        tally.applied,
+        tally.final_count,
+        tally.applied - tally.final_count
+    );
+    assert_eq!(tally.stale, 0);
+    assert!(
+        tally.final_count < tally.applied,
+        "the workload did not detect lost updates"
+    );
+}
+
+fn unchecked() -> StoreConfig {
+    StoreConfig {
+        unchecked_versions_for_tests: true,
+        ..StoreConfig::default()
+    }
+}
+
+/// Per-test storage: a temporary directory, used by the SQLite stores.
+struct Fixture {
+    dir: tempfile::TempDir,
+}
+
+impl Fixture {
+    fn new() -> Self {
+        Fixture {
+            dir: tempfile::tempdir().unwrap(),
+        }
+    }
+
+    fn memory(&self, config: StoreConfig) -> MemoryStore {
+        MemoryStore::new(config)
+    }
+
+    fn sqlite(&self, config: StoreConfig) -> SqliteStore {
+        SqliteStore::open(self.dir.path().join("state.db"), config).unwrap()
+    }
+}
+
+macro_rules! contract {
+    ($module:ident, $open:ident) => {
+        mod $module {
+            use super::*;
+
+            macro_rules! case {
+                ($name:ident) => {
+                    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                    async fn $name() {
+                        let fixture = Fixture::new();
+                        super::$name(&|config| fixture.$open(config)).await;
+                    }
+                };
+            }
+
+            case!(create_and_read);
+            case!(replay_comes_before_the_stale_check);
+            case!(reused_operation_id_is_rejected);
+            case!(stale_view_reports_the_delta);
+            case!(reconfirm_policy);
+            case!(rebase_policy);
+            case!(terminal_lifecycle);
+            case!(expiry);
+            case!(not_found_hides_existence);
+            case!(domain_error_is_recorded);
+            case!(commutative_without_expected_version);
+            case!(history_is_pruned_by_count);
+            case!(ledger_retention);
+            case!(same_operation_id_storm);
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn concurrent_read_modify_write_loses_nothing() {
+                let fixture = Fixture::new();
+                let store = fixture.$open(StoreConfig::default());
+                no_lost_update(&[store], stringify!($module)).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn negative_control_detects_lost_updates() {
+                let fixture = Fixture::new();
+                let store = fixture.$open(unchecked());
+                lost_updates_without_the_version_check(&[store], stringify!($module)).await;
+            }
+        }
+    };
+}
+
+contract!(memory_store, memory);
+contract!(sqlite_store, sqlite);
+
+/// Two stores on one file stand for two server processes sharing it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sqlite_two_instances_on_one_file_lose_nothing() {
+    let fixture = Fixture::new();
+    let stores = [
+        fixture.sqlite(StoreConfig::default()),
+        fixture.sqlite(StoreConfig::default()),
+    ];
+    no_lost_update(&stores, "sqlite, two instances on one file").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sqlite_two_instances_negative_control() {
+    let fixture = Fixture::new();
+    let stores = [fixture.sqlite(unchecked()), fixture.sqlite(unchecked())];
+    lost_updates_without_the_version_check(&stores, "sqlite, two instances on one file").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sqlite_state_survives_reopening() {
+    let fixture = Fixture::new();
+    let handle = {
+        let store = fixture.sqlite(StoreConfig::default());
+        let handle = create(&store, alice(), &laptop()).await;
+        let calls = Arc::new(AtomicUsize::new(0));
+        let send = request(alice(), &handle, "m", Some(1), Some("op"), json!(32));
+        expect_applied(&mutate(&store, send, set_memory(32, &calls)).await);
+        handle
+    };
+    let store = fixture.sqlite(StoreConfig::default());
+    assert_eq!(state(&store, &handle).await.1.memory_gib, 32);
+    let calls = Arc::new(AtomicUsize::new(0));
+    let send = request(alice(), &handle, "m", Some(1), Some("op"), json!(32));
+    assert!(matches!(
+        mutate(&store, send, set_memory(32, &calls)).await,
+        MutationOutcome::Replayed(_)
+    ));
+    assert_eq!(calls.load(Ordering::SeqCst), 0);
+}
+
+#[test]
+fn outcome_schemas_are_tagged_unions() {
+    let schema = MutationOutcome::json_schema();
+    let variants = schema["oneOf"].as_array().expect("a oneOf union");
+    let tags: Vec<&Value> = variants
+        .iter()
+        .map(|variant| &variant["properties"]["outcome"]["const"])
+        .collect();
+    assert_eq!(
+        tags,
+        [
+            &json!("applied"),
+            &json!("stale_view"),
+            &json!("rejected"),
+            &json!("replayed")
+        ]
+    );
+    let read = ReadOutcome::json_schema();
+    assert_eq!(read["oneOf"].as_array().unwrap().len(), 2);
+}
