@@ -895,3 +895,50 @@ async fn graceful_shutdown_drains_in_flight_requests() {
     // Once drained, the listener is closed.
     assert!(common::client().post(&url).send().await.is_err());
 }
+
+/// Answers with the caller's principal.
+struct WhoAmI;
+
+impl mcp_tools::Tool for WhoAmI {
+    type Args = mcp_tools::NoArgs;
+    type Output = String;
+    fn info(&self) -> mcp_tools::ToolInfo {
+        mcp_tools::ToolInfo::new("whoami", "Names the caller.")
+    }
+    async fn call(&self, _: mcp_tools::NoArgs, cx: mcp_tools::Context) -> String {
+        format!("{:?}", cx.principal())
+    }
+}
+
+#[tokio::test]
+async fn every_request_is_authenticated_when_a_check_is_configured() {
+    let server = McpServer::builder("e2e", "1")
+        .tools(mcp_tools::ToolSet::new().with(WhoAmI))
+        .authenticate(|headers| {
+            match headers.get("authorization").and_then(|v| v.to_str().ok()) {
+                Some(token) if token.starts_with("Bearer ") => {
+                    Ok(mcp_tools::Principal::subject(&token["Bearer ".len()..]))
+                }
+                _ => Err(mcp_tools::Unauthorized::new(
+                    r#"Bearer resource_metadata="http://localhost/.well-known/oauth-protected-resource/mcp""#,
+                    "A bearer token is required",
+                )),
+            }
+        })
+        .build()
+        .unwrap();
+    let server = TestServer::start(server).await;
+    let refused = Call::call_tool("whoami", json!({})).send(&server).await;
+    assert_eq!(refused.status, 401);
+    assert!(
+        refused.headers["www-authenticate"]
+            .to_str()
+            .unwrap()
+            .starts_with("Bearer resource_metadata=")
+    );
+    let alice = Call::call_tool("whoami", json!({}))
+        .header("authorization", "Bearer alice")
+        .send(&server)
+        .await;
+    assert_eq!(alice.result()["content"][0]["text"], "Subject(\"alice\")");
+}

@@ -79,6 +79,24 @@ impl McpServer {
                 &RpcError::invalid_request(reason).with_status(StatusCode::FORBIDDEN),
             );
         }
+        let principal = match &self.shared.authenticate {
+            None => Principal::Anonymous,
+            Some(authenticate) => match authenticate(&headers) {
+                Ok(principal) => principal,
+                Err(refusal) => {
+                    let mut response = error_response(
+                        &RpcError::invalid_request(refusal.message.clone())
+                            .with_status(refusal.status),
+                    );
+                    if let Ok(challenge) = HeaderValue::from_str(&refusal.challenge) {
+                        response
+                            .headers_mut()
+                            .insert(http::header::WWW_AUTHENTICATE, challenge);
+                    }
+                    return response;
+                }
+            },
+        };
         if !is_json(&headers) {
             return error_response(
                 &RpcError::invalid_request("Content-Type must be application/json")
@@ -96,7 +114,7 @@ impl McpServer {
         let span = tracing::Span::current();
         span.record("method", envelope.method.as_str());
         let outcome = self
-            .handle(envelope, Transport::Http(&headers), Principal::Anonymous)
+            .handle(envelope, Transport::Http(&headers), principal)
             .await;
         span.record("outcome", outcome.label());
         match outcome {

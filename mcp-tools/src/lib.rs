@@ -37,6 +37,7 @@
 //! ```
 #![warn(missing_docs)]
 
+mod auth;
 mod completion;
 pub mod content;
 mod context;
@@ -93,6 +94,7 @@ macro_rules! tools {
     };
 }
 
+pub use auth::Unauthorized;
 pub use completion::{CompletionTarget, Completions};
 pub use content::{CallToolResult, Content, IntoToolError, ToolError};
 pub use context::{Context, Principal};

@@ -9,6 +9,7 @@ use serde::Serialize;
 use serde_json::{Value, json};
 use tokio::sync::{broadcast, watch};
 
+use crate::auth::{Authenticate, Unauthorized};
 use crate::completion::Completions;
 use crate::context::SharedState;
 use crate::cursor::CursorCodec;
@@ -77,6 +78,7 @@ pub struct McpServerBuilder {
     hosts: HostPolicy,
     endpoint_path: String,
     logging: bool,
+    authenticate: Option<Authenticate>,
 }
 
 /// Default body limit: 4 MiB.
@@ -118,6 +120,7 @@ impl McpServerBuilder {
             hosts: HostPolicy::loopback(),
             endpoint_path: "/mcp".into(),
             logging: false,
+            authenticate: None,
         }
     }
 
@@ -222,6 +225,17 @@ impl McpServerBuilder {
         self
     }
 
+    /// Authenticates every HTTP request: `check` maps its headers to the calling
+    /// [`Principal`](crate::Principal) or refuses it. Handles and operation ids are bound to the
+    /// principal, so one caller never sees another's state.
+    pub fn authenticate<F>(mut self, check: F) -> Self
+    where
+        F: Fn(&http::HeaderMap) -> Result<crate::Principal, Unauthorized> + Send + Sync + 'static,
+    {
+        self.authenticate = Some(Arc::new(check));
+        self
+    }
+
     /// Path of the MCP endpoint in [`McpServer::router`] (default `/mcp`).
     pub fn endpoint_path(mut self, path: impl Into<String>) -> Self {
         self.endpoint_path = path.into();
@@ -273,6 +287,7 @@ impl McpServerBuilder {
                 endpoint_path: self.endpoint_path,
                 body_limit: self.body_limit,
                 hosts: self.hosts,
+                authenticate: self.authenticate,
                 state: SharedState::new(self.state),
                 server_meta: serde_json::value::to_raw_value(&base.result_meta)
                     .expect("maps serialize"),
@@ -464,6 +479,7 @@ pub(crate) struct Shared {
     pub(crate) endpoint_path: String,
     pub(crate) body_limit: usize,
     pub(crate) hosts: HostPolicy,
+    pub(crate) authenticate: Option<Authenticate>,
     pub(crate) state: SharedState,
     /// `{"io.modelcontextprotocol/serverInfo": {...}}`, serialized once.
     pub(crate) server_meta: Box<serde_json::value::RawValue>,
