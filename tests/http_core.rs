@@ -8,6 +8,7 @@ use mcp_tools::McpServer;
 use serde_json::{Value, json};
 
 const BODY_LIMIT: usize = 16 * 1024;
+const ALL_VERSIONS: [&str; 4] = ["2026-07-28", "2025-11-25", "2025-06-18", "2025-03-26"];
 
 fn server() -> McpServer {
     McpServer::builder("e2e", "1.2.3")
@@ -447,7 +448,7 @@ async fn unsupported_version_names_what_is_supported() {
     let body = reply.json();
     assert_eq!(
         body["error"]["data"],
-        json!({ "supported": ["2026-07-28"], "requested": "v999.0.0" })
+        json!({ "supported": ALL_VERSIONS, "requested": "v999.0.0" })
     );
     assert_conforms("UnsupportedProtocolVersionError", &body);
     let discover = Call::discover().send(&server).await.result();
@@ -557,7 +558,7 @@ async fn discover_advertises_versions_capabilities_and_server_info() {
     let result = &body["result"];
     assert_eq!(body["id"], json!(1));
     assert_eq!(result["resultType"], "complete");
-    assert_eq!(result["supportedVersions"], json!(["2026-07-28"]));
+    assert_eq!(result["supportedVersions"], json!(ALL_VERSIONS));
     assert_eq!(
         result["capabilities"],
         json!({ "tools": { "listChanged": true } })

@@ -6,6 +6,7 @@ use serde_json::{Map, Value};
 
 use crate::notify::{LogLevel, Notifier};
 use crate::protocol::{RequestId, RequestMeta};
+use crate::server::McpServer;
 
 /// Who is calling. Handles and operation ids are bound to it.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
@@ -56,7 +57,7 @@ struct ContextInner {
     method: String,
     meta: RequestMeta,
     principal: Principal,
-    state: SharedState,
+    server: McpServer,
     notifier: Option<Notifier>,
     input: RoundInput,
 }
@@ -74,7 +75,7 @@ impl Context {
         method: String,
         meta: RequestMeta,
         principal: Principal,
-        state: SharedState,
+        server: McpServer,
         notifier: Option<Notifier>,
         input: RoundInput,
     ) -> Self {
@@ -84,11 +85,17 @@ impl Context {
                 method,
                 meta,
                 principal,
-                state,
+                server,
                 notifier,
                 input,
             }),
         }
+    }
+
+    /// The server serving this request: tools may change what it offers (add or remove tools,
+    /// prompts, resources) or announce changes to listeners.
+    pub fn server(&self) -> &McpServer {
+        &self.inner.server
     }
 
     /// The client's answer to the input request `key` of an earlier round, on a retry.
@@ -173,7 +180,7 @@ impl Context {
     /// Application state of type `T` registered with
     /// [`McpServerBuilder::state`](crate::McpServerBuilder::state).
     pub fn state<T: Send + Sync + 'static>(&self) -> Option<&T> {
-        self.inner.state.0.get::<T>()
+        self.inner.server.shared.state.0.get::<T>()
     }
 }
 

@@ -72,13 +72,25 @@ enum Route {
     GetPrompt,
     Complete,
     Listen,
+    /// Legacy `initialize`.
+    Initialize,
+    /// Legacy methods answered with an empty result (`ping`, `logging/setLevel`,
+    /// `resources/subscribe`, `resources/unsubscribe`).
+    Empty,
 }
 
 impl Route {
     /// The route of `method`, if the server currently advertises the capability behind it.
-    fn of(method: &str, capabilities: &Value) -> Option<Route> {
+    fn of(method: &str, capabilities: &Value, legacy: bool) -> Option<Route> {
         let has = |capability: &str| capabilities.get(capability).is_some();
         let route = match method {
+            "initialize" if legacy => Route::Initialize,
+            "ping" if legacy => Route::Empty,
+            "logging/setLevel" if legacy && has("logging") => Route::Empty,
+            "resources/subscribe" | "resources/unsubscribe" if legacy && has("resources") => {
+                Route::Empty
+            }
+            "server/discover" | "subscriptions/listen" if legacy => return None,
             "server/discover" => Route::Discover,
             "tools/list" if has("tools") => Route::ListTools,
             "tools/call" if has("tools") => Route::CallTool,
@@ -99,6 +111,7 @@ impl Route {
 
 /// A request that passed every check, ready to run.
 struct Prepared {
+    legacy: bool,
     route: Route,
     params: Map<String, Value>,
     cx: Context,
@@ -148,9 +161,29 @@ impl McpServer {
         transport: Transport<'_>,
         principal: Principal,
     ) -> Result<(Prepared, Option<mpsc::UnboundedReceiver<Value>>), RpcError> {
-        let meta = RequestMeta::take_from(params.as_mut())?;
-        let mut params = params.unwrap_or_default();
-        if let Transport::Http(headers) = transport {
+        let http_headers = match transport {
+            Transport::Http(headers) => Some(headers),
+            Transport::InProcess => None,
+        };
+        let legacy = crate::legacy::is_legacy(params.as_ref(), &method, http_headers);
+        if legacy && !self.shared.legacy_era {
+            // A client of an earlier revision: name the versions served so it can move on.
+            let requested = crate::legacy::requested_version(params.as_ref(), http_headers);
+            return Err(RpcError::unsupported_version(
+                &requested,
+                &self.shared.supported_versions,
+            ));
+        }
+        let (meta, mut params) = if legacy {
+            let mut params = params.unwrap_or_default();
+            (crate::legacy::meta(&mut params, http_headers), params)
+        } else {
+            (
+                RequestMeta::take_from(params.as_mut())?,
+                params.unwrap_or_default(),
+            )
+        };
+        if let (false, Transport::Http(headers)) = (legacy, transport) {
             require_equal(
                 headers,
                 headers::PROTOCOL_VERSION,
@@ -158,13 +191,13 @@ impl McpServer {
                 &meta.protocol_version,
             )?;
         }
-        if !SUPPORTED_VERSIONS.contains(&meta.protocol_version.as_str()) {
+        if !legacy && !SUPPORTED_VERSIONS.contains(&meta.protocol_version.as_str()) {
             return Err(RpcError::unsupported_version(
                 &meta.protocol_version,
-                SUPPORTED_VERSIONS,
+                &self.shared.supported_versions,
             ));
         }
-        if let Transport::Http(headers) = transport {
+        if let (false, Transport::Http(headers)) = (legacy, transport) {
             require_equal(headers, headers::METHOD, "Mcp-Method", &method)?;
             if let Some(field) = named_target(&method) {
                 let Some(Value::String(target)) = params.get(field) else {
@@ -176,7 +209,7 @@ impl McpServer {
             }
         }
         let snapshot = self.shared.snapshot.load_full();
-        let route = match Route::of(&method, &snapshot.capabilities) {
+        let route = match Route::of(&method, &snapshot.capabilities, legacy) {
             Some(route) => route,
             None if REMOVED_METHODS.contains(&method.as_str()) => {
                 return Err(RpcError::method_not_found(&method).with_data(json!({
@@ -185,7 +218,7 @@ impl McpServer {
             }
             None => return Err(RpcError::method_not_found(&method)),
         };
-        if let (Route::CallTool, Transport::Http(headers)) = (route, transport) {
+        if let (Route::CallTool, Transport::Http(headers), false) = (route, transport, legacy) {
             self.check_param_headers(&snapshot, &params, headers)?;
         }
         let input = self.round_input(route, &mut params, &principal)?;
@@ -198,7 +231,8 @@ impl McpServer {
         } else if matches!(
             route,
             Route::CallTool | Route::GetPrompt | Route::ReadResource
-        ) && (meta.progress_token.is_some() || meta.log_level.is_some())
+        ) && (meta.progress_token.is_some()
+            || (meta.log_level.is_some() && snapshot.capabilities.get("logging").is_some()))
         {
             let (sender, receiver) = mpsc::unbounded_channel();
             let log_level = meta
@@ -220,12 +254,13 @@ impl McpServer {
             method,
             meta,
             principal,
-            self.shared.state.clone(),
+            self.clone(),
             notifier,
             input,
         );
         Ok((
             Prepared {
+                legacy,
                 route,
                 params,
                 cx,
@@ -237,12 +272,24 @@ impl McpServer {
 
     async fn execute(&self, prepared: Prepared) -> Result<Bytes, RpcError> {
         let Prepared {
+            legacy,
             route,
             mut params,
             cx,
             snapshot,
         } = prepared;
         match route {
+            Route::Initialize => Ok(Bytes::from(
+                crate::legacy::initialize_result(
+                    &params,
+                    &snapshot.capabilities,
+                    &self.shared.server_info,
+                    self.shared.instructions.as_deref(),
+                )
+                .to_string(),
+            )),
+            Route::Empty => Ok(Bytes::from_static(b"{}")),
+            Route::CallTool if legacy => self.call_tool_legacy(&snapshot, &mut params, cx).await,
             Route::Discover => Ok(snapshot.discover.clone()),
             Route::ListTools => self.page(&snapshot.tools, &params),
             Route::ListResources => self.page(&snapshot.resources, &params),
@@ -383,6 +430,40 @@ impl McpServer {
         }
     }
 
+    /// A legacy call: input requests cannot travel back to a legacy client without a session, so
+    /// a tool that asks for input gets an error result saying so.
+    async fn call_tool_legacy(
+        &self,
+        snapshot: &Snapshot,
+        params: &mut Map<String, Value>,
+        cx: Context,
+    ) -> Result<Bytes, RpcError> {
+        let Some(Value::String(name)) = params.get("name") else {
+            return Err(RpcError::invalid_params("`params.name` must be a string"));
+        };
+        let Some(tool) = snapshot.catalog.get(name) else {
+            return Err(RpcError::invalid_params(format!("Unknown tool: {name}")));
+        };
+        let arguments = match params.get("arguments") {
+            None | Some(Value::Null) => Value::Object(Map::new()),
+            Some(arguments @ Value::Object(_)) => arguments.clone(),
+            Some(_) => {
+                return Err(RpcError::invalid_params(
+                    "`params.arguments` must be an object",
+                ));
+            }
+        };
+        let result = match tool.call(arguments, cx).await {
+            Reply::Complete(result) => result,
+            Reply::InputRequired(_) => crate::ToolError::new(
+                "INPUT_REQUIRED",
+                "This tool needs input from the client, which protocol 2025-11-25 can only ask for within a session; connect with protocol 2026-07-28",
+            )
+            .into_result(),
+        };
+        Ok(self.serialize_call_result(&result))
+    }
+
     async fn read_resource(
         &self,
         snapshot: &Snapshot,
@@ -434,7 +515,12 @@ impl McpServer {
                 ));
             }
         };
-        let rendered = prompt.get(arguments, cx).await?;
+        let rendered = match prompt.get(arguments, cx.clone()).await? {
+            crate::ToolReply::Complete(rendered) => rendered,
+            crate::ToolReply::InputRequired(input) => {
+                return self.input_required(Route::GetPrompt, params, &cx, input);
+            }
+        };
         let mut result = serde_json::to_value(&rendered).expect("prompt results serialize");
         result["resultType"] = json!("complete");
         result["_meta"] = serde_json::to_value(&self.shared.server_meta).expect("meta is JSON");

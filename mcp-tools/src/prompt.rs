@@ -9,6 +9,7 @@ use serde_json::{Map, Value, json};
 use crate::RpcError;
 use crate::content::Content;
 use crate::context::Context;
+use crate::input::{InputRequired, ToolReply};
 use crate::tool::BoxFuture;
 
 /// Who speaks a prompt message.
@@ -67,8 +68,41 @@ impl From<Vec<PromptMessage>> for GetPromptResult {
     }
 }
 
+/// What a prompt renderer may return: messages, or a request for client input first.
+pub trait IntoPromptReply {
+    /// Converts the value.
+    fn into_prompt_reply(self) -> ToolReply<GetPromptResult>;
+}
+
+impl IntoPromptReply for GetPromptResult {
+    fn into_prompt_reply(self) -> ToolReply<GetPromptResult> {
+        ToolReply::Complete(self)
+    }
+}
+
+impl IntoPromptReply for Vec<PromptMessage> {
+    fn into_prompt_reply(self) -> ToolReply<GetPromptResult> {
+        ToolReply::Complete(self.into())
+    }
+}
+
+impl IntoPromptReply for InputRequired {
+    fn into_prompt_reply(self) -> ToolReply<GetPromptResult> {
+        ToolReply::InputRequired(self)
+    }
+}
+
+impl IntoPromptReply for ToolReply<GetPromptResult> {
+    fn into_prompt_reply(self) -> ToolReply<GetPromptResult> {
+        self
+    }
+}
+
 type Render = Arc<
-    dyn Fn(Map<String, Value>, Context) -> BoxFuture<'static, Result<GetPromptResult, RpcError>>
+    dyn Fn(
+            Map<String, Value>,
+            Context,
+        ) -> BoxFuture<'static, Result<ToolReply<GetPromptResult>, RpcError>>
         + Send
         + Sync,
 >;
@@ -84,10 +118,15 @@ pub struct Prompt {
 
 impl Prompt {
     /// A prompt rendered by `render` from its string arguments.
-    pub fn new<F, Fut>(name: impl Into<String>, description: impl Into<String>, render: F) -> Self
+    pub fn new<F, Fut, R>(
+        name: impl Into<String>,
+        description: impl Into<String>,
+        render: F,
+    ) -> Self
     where
         F: Fn(Map<String, Value>, Context) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = Result<GetPromptResult, RpcError>> + Send + 'static,
+        Fut: Future<Output = Result<R, RpcError>> + Send + 'static,
+        R: IntoPromptReply,
     {
         let name = name.into();
         let render = Arc::new(render);
@@ -98,7 +137,10 @@ impl Prompt {
             name,
             descriptor,
             required: Vec::new(),
-            render: Arc::new(move |args, cx| Box::pin(render(args, cx))),
+            render: Arc::new(move |args, cx| {
+                let rendering = render(args, cx);
+                Box::pin(async move { rendering.await.map(IntoPromptReply::into_prompt_reply) })
+            }),
         }
     }
 
@@ -136,7 +178,7 @@ impl Prompt {
         &self,
         arguments: Map<String, Value>,
         cx: Context,
-    ) -> BoxFuture<'static, Result<GetPromptResult, RpcError>> {
+    ) -> BoxFuture<'static, Result<ToolReply<GetPromptResult>, RpcError>> {
         if let Some(missing) = self
             .required
             .iter()

@@ -79,6 +79,7 @@ pub struct McpServerBuilder {
     endpoint_path: String,
     logging: bool,
     authenticate: Option<Authenticate>,
+    legacy_era: bool,
 }
 
 /// Default body limit: 4 MiB.
@@ -121,6 +122,7 @@ impl McpServerBuilder {
             endpoint_path: "/mcp".into(),
             logging: false,
             authenticate: None,
+            legacy_era: true,
         }
     }
 
@@ -236,6 +238,14 @@ impl McpServerBuilder {
         self
     }
 
+    /// Whether clients of revision 2025-11-25 (and 2025-06-18, 2025-03-26), which begin with
+    /// `initialize`, are served on the same endpoint, statelessly: no session id is minted and
+    /// `GET`/`DELETE` stay 405. On by default.
+    pub fn legacy_era(mut self, enabled: bool) -> Self {
+        self.legacy_era = enabled;
+        self
+    }
+
     /// Path of the MCP endpoint in [`McpServer::router`] (default `/mcp`).
     pub fn endpoint_path(mut self, path: impl Into<String>) -> Self {
         self.endpoint_path = path.into();
@@ -271,10 +281,15 @@ impl McpServerBuilder {
         if let Some(title) = &self.title {
             server_info["title"] = json!(title);
         }
-        let result_meta = json!({ meta_keys::SERVER_INFO: server_info });
+        let result_meta = json!({ meta_keys::SERVER_INFO: server_info.clone() });
+        let mut supported_versions = SUPPORTED_VERSIONS.to_vec();
+        if self.legacy_era {
+            supported_versions.extend_from_slice(crate::legacy::LEGACY_VERSIONS);
+        }
         let base = Base {
+            supported_versions: supported_versions.clone(),
             result_meta,
-            instructions: self.instructions,
+            instructions: self.instructions.clone(),
             settings: self.settings,
             cursors: CursorCodec::new(&key),
             logging: self.logging,
@@ -288,6 +303,10 @@ impl McpServerBuilder {
                 body_limit: self.body_limit,
                 hosts: self.hosts,
                 authenticate: self.authenticate,
+                legacy_era: self.legacy_era,
+                supported_versions,
+                server_info,
+                instructions: self.instructions,
                 state: SharedState::new(self.state),
                 server_meta: serde_json::value::to_raw_value(&base.result_meta)
                     .expect("maps serialize"),
@@ -304,6 +323,7 @@ impl McpServerBuilder {
 
 /// What does not change when the offer changes.
 pub(crate) struct Base {
+    supported_versions: Vec<&'static str>,
     result_meta: Value,
     instructions: Option<String>,
     settings: ListSettings,
@@ -378,7 +398,7 @@ impl Base {
         }
         let mut discover = json!({
             "resultType": "complete",
-            "supportedVersions": SUPPORTED_VERSIONS,
+            "supportedVersions": self.supported_versions,
             "capabilities": capabilities,
             "ttlMs": self.settings.ttl_ms,
             "cacheScope": self.settings.scope,
@@ -480,6 +500,11 @@ pub(crate) struct Shared {
     pub(crate) body_limit: usize,
     pub(crate) hosts: HostPolicy,
     pub(crate) authenticate: Option<Authenticate>,
+    pub(crate) legacy_era: bool,
+    /// Every version served: the current one, then the legacy ones when that era is on.
+    pub(crate) supported_versions: Vec<&'static str>,
+    pub(crate) server_info: Value,
+    pub(crate) instructions: Option<String>,
     pub(crate) state: SharedState,
     /// `{"io.modelcontextprotocol/serverInfo": {...}}`, serialized once.
     pub(crate) server_meta: Box<serde_json::value::RawValue>,
@@ -562,6 +587,22 @@ impl McpServer {
             removed = offer.resources.resources.len() != before;
         });
         removed
+    }
+
+    /// Tells listeners that the tool list changed (for tools whose availability depends on
+    /// something outside the server).
+    pub fn notify_tools_changed(&self) {
+        let _ = self.shared.changes.send((Change::Tools, None));
+    }
+
+    /// Tells listeners that the prompt list changed.
+    pub fn notify_prompts_changed(&self) {
+        let _ = self.shared.changes.send((Change::Prompts, None));
+    }
+
+    /// Tells listeners that the resource list changed.
+    pub fn notify_resources_changed(&self) {
+        let _ = self.shared.changes.send((Change::Resources, None));
     }
 
     /// Tells listeners subscribed to `uri` (or a parent of it) that its contents changed.

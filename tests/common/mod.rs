@@ -172,7 +172,28 @@ impl Reply {
         }
     }
 
+    /// Whether the answer is a server-sent-event stream.
+    pub fn is_stream(&self) -> bool {
+        self.headers
+            .get("content-type")
+            .is_some_and(|v| v.to_str().unwrap().starts_with("text/event-stream"))
+    }
+
+    /// Every JSON-RPC message of a stream, in order (one `data:` line each).
+    pub fn events(&self) -> Vec<Value> {
+        assert!(self.is_stream(), "not a stream: {:?}", self.text);
+        self.text
+            .lines()
+            .filter_map(|line| line.strip_prefix("data:"))
+            .map(|data| serde_json::from_str(data.trim()).unwrap())
+            .collect()
+    }
+
+    /// The JSON-RPC response: the body, or the last message of a stream.
     pub fn json(&self) -> Value {
+        if self.is_stream() {
+            return self.events().pop().expect("a stream ends with the response");
+        }
         serde_json::from_str(&self.text)
             .unwrap_or_else(|e| panic!("not JSON ({e}): {:?}", self.text))
     }

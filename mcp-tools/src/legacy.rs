@@ -1,0 +1,106 @@
+//! The 2025-11-25 era on the same endpoint: clients that still begin with `initialize` are served
+//! statelessly (no session id is minted, nothing is remembered between their requests).
+
+use http::HeaderMap;
+use serde_json::{Map, Value, json};
+
+use crate::notify::LogLevel;
+use crate::protocol::{RequestMeta, headers, meta_keys};
+
+/// Earlier revisions served in the legacy era, newest first.
+pub(crate) const LEGACY_VERSIONS: &[&str] = &["2025-11-25", "2025-06-18", "2025-03-26"];
+
+/// Whether a request belongs to the legacy era.
+///
+/// A `_meta` protocol-version claim decides; without one, an `initialize`, a request without
+/// `MCP-Protocol-Version`, or one naming an earlier revision is legacy. A request that names
+/// 2026-07-28 in its header but has no `_meta` claim is a malformed modern request, not a
+/// legacy one.
+pub(crate) fn is_legacy(
+    params: Option<&Map<String, Value>>,
+    method: &str,
+    headers: Option<&HeaderMap>,
+) -> bool {
+    let claim = params
+        .and_then(|p| p.get("_meta"))
+        .and_then(|m| m.get(meta_keys::PROTOCOL_VERSION));
+    if let Some(claim) = claim {
+        return claim.as_str().is_some_and(|v| LEGACY_VERSIONS.contains(&v));
+    }
+    let Some(headers) = headers else {
+        return false;
+    };
+    let header = headers
+        .get(headers::PROTOCOL_VERSION)
+        .and_then(|v| v.to_str().ok())
+        .map(str::trim);
+    method == "initialize" || header.is_none_or(|v| LEGACY_VERSIONS.contains(&v))
+}
+
+/// The version a legacy request asks for: its `initialize` parameter, `_meta` claim or header.
+pub(crate) fn requested_version(
+    params: Option<&Map<String, Value>>,
+    headers: Option<&HeaderMap>,
+) -> String {
+    let from_params = params.and_then(|p| {
+        p.get("protocolVersion")
+            .or_else(|| {
+                p.get("_meta")
+                    .and_then(|m| m.get(meta_keys::PROTOCOL_VERSION))
+            })
+            .and_then(Value::as_str)
+    });
+    let from_header = headers
+        .and_then(|h| h.get(headers::PROTOCOL_VERSION))
+        .and_then(|v| v.to_str().ok());
+    from_params.or(from_header).unwrap_or("unknown").to_owned()
+}
+
+/// The request metadata of a legacy request: no capabilities are declared per request in that
+/// era, and log messages go out unless the client asked otherwise on this request (a level set
+/// with `logging/setLevel` cannot be remembered without a session).
+pub(crate) fn meta(params: &mut Map<String, Value>, headers: Option<&HeaderMap>) -> RequestMeta {
+    let raw = match params.remove("_meta") {
+        Some(Value::Object(meta)) => meta,
+        _ => Map::new(),
+    };
+    let protocol_version = headers
+        .and_then(|h| h.get(headers::PROTOCOL_VERSION))
+        .and_then(|v| v.to_str().ok())
+        .filter(|v| LEGACY_VERSIONS.contains(v))
+        .unwrap_or(LEGACY_VERSIONS[0])
+        .to_owned();
+    RequestMeta {
+        protocol_version,
+        client_capabilities: Map::new(),
+        client_info: None,
+        progress_token: raw
+            .get(meta_keys::PROGRESS_TOKEN)
+            .filter(|t| t.is_string() || t.is_number())
+            .cloned(),
+        log_level: Some(LogLevel::Debug),
+        raw,
+    }
+}
+
+/// The `initialize` answer: the client's version when served, else the newest legacy one.
+pub(crate) fn initialize_result(
+    params: &Map<String, Value>,
+    capabilities: &Value,
+    server_info: &Value,
+    instructions: Option<&str>,
+) -> Value {
+    let requested = params.get("protocolVersion").and_then(Value::as_str);
+    let version = requested
+        .filter(|v| LEGACY_VERSIONS.contains(v))
+        .unwrap_or(LEGACY_VERSIONS[0]);
+    let mut result = json!({
+        "protocolVersion": version,
+        "capabilities": capabilities,
+        "serverInfo": server_info,
+    });
+    if let Some(instructions) = instructions {
+        result["instructions"] = json!(instructions);
+    }
+    result
+}
