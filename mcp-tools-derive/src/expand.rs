@@ -205,7 +205,11 @@ fn tool_impl(tool: &ToolFn, target: &TokenStream, callee: &TokenStream) -> Token
                 extractions.push(quote_spanned! {ty.span()=>
                     let #var = match <#ty as ::mcp_tools::__private::FromContext>::from_context(&__mcp_cx) {
                         ::core::result::Result::Ok(value) => value,
-                        ::core::result::Result::Err(error) => return error.into_result(),
+                        ::core::result::Result::Err(error) => {
+                            return ::mcp_tools::__private::Outcome(
+                                ::mcp_tools::IntoCallToolResult::into_reply(error.into_result()),
+                            );
+                        }
                     };
                 });
                 call_args.push(quote!(#var));
@@ -256,7 +260,7 @@ fn tool_impl(tool: &ToolFn, target: &TokenStream, callee: &TokenStream) -> Token
         <#out_ty as ::mcp_tools::IntoCallToolResult>::output_schema(generator)
     };
     let into_result = quote_spanned! {ret=>
-        ::mcp_tools::IntoCallToolResult::into_call_tool_result(__mcp_out)
+        ::mcp_tools::__private::Outcome(::mcp_tools::IntoCallToolResult::into_reply(__mcp_out))
     };
 
     quote! {
@@ -273,7 +277,7 @@ fn tool_impl(tool: &ToolFn, target: &TokenStream, callee: &TokenStream) -> Token
         #[automatically_derived]
         impl ::mcp_tools::Tool for #target {
             type Args = __McpArgs;
-            type Output = ::mcp_tools::CallToolResult;
+            type Output = ::mcp_tools::__private::Outcome;
 
             fn info(&self) -> ::mcp_tools::ToolInfo {
                 ::mcp_tools::ToolInfo::new(#name, #description)
@@ -306,7 +310,7 @@ fn tool_impl(tool: &ToolFn, target: &TokenStream, callee: &TokenStream) -> Token
                 &self,
                 __mcp_args: __McpArgs,
                 __mcp_cx: ::mcp_tools::Context,
-            ) -> ::mcp_tools::CallToolResult {
+            ) -> ::mcp_tools::__private::Outcome {
                 #(#extractions)*
                 let __mcp_out = #call;
                 let __mcp_out: #out_ty = #convert;

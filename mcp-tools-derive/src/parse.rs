@@ -345,11 +345,16 @@ fn value_output(ty: &Type) -> Output {
         },
         _ => match last_segment(ty) {
             Some((ident, PathArguments::None))
-                if ident == "String" || ident == "Content" || ident == "CallToolResult" =>
+                if ident == "String"
+                    || ident == "Content"
+                    || ident == "CallToolResult"
+                    || ident == "InputRequired" =>
             {
                 Output::Plain(ty.clone())
             }
-            Some((ident, _)) if ident == "Structured" => Output::Plain(ty.clone()),
+            Some((ident, _)) if ident == "Structured" || ident == "ToolReply" => {
+                Output::Plain(ty.clone())
+            }
             Some((ident, arguments)) if ident == "Vec" => {
                 match type_arguments(arguments).as_slice() {
                     [inner] if matches!(last_segment(inner), Some((i, _)) if i == "Content") => {

@@ -59,3 +59,20 @@ pub fn input_schema<T: JsonSchema>(generator: &mut SchemaGenerator) -> Value {
     }
     schema
 }
+
+/// What a generated tool returns: the user's value already converted, so a request for client
+/// input survives the conversion.
+pub struct Outcome(pub crate::output::Reply);
+
+impl crate::IntoCallToolResult for Outcome {
+    fn into_call_tool_result(self) -> crate::CallToolResult {
+        match self.0 {
+            crate::output::Reply::Complete(result) => result,
+            crate::output::Reply::InputRequired(input) => input.into_call_tool_result(),
+        }
+    }
+
+    fn into_reply(self) -> crate::output::Reply {
+        self.0
+    }
+}

@@ -192,7 +192,10 @@ impl Reply {
     /// The JSON-RPC response: the body, or the last message of a stream.
     pub fn json(&self) -> Value {
         if self.is_stream() {
-            return self.events().pop().expect("a stream ends with the response");
+            return self
+                .events()
+                .pop()
+                .expect("a stream ends with the response");
         }
         serde_json::from_str(&self.text)
             .unwrap_or_else(|e| panic!("not JSON ({e}): {:?}", self.text))
