@@ -289,13 +289,12 @@ impl McpServer {
                 .to_string(),
             )),
             Route::Empty => Ok(Bytes::from_static(b"{}")),
-            Route::CallTool if legacy => self.call_tool_legacy(&snapshot, &mut params, cx).await,
             Route::Discover => Ok(snapshot.discover.clone()),
             Route::ListTools => self.page(&snapshot.tools, &params),
             Route::ListResources => self.page(&snapshot.resources, &params),
             Route::ListTemplates => self.page(&snapshot.templates, &params),
             Route::ListPrompts => self.page(&snapshot.prompts, &params),
-            Route::CallTool => self.call_tool(&snapshot, &mut params, cx).await,
+            Route::CallTool => self.call_tool(&snapshot, &mut params, cx, legacy).await,
             Route::ReadResource => self.read_resource(&snapshot, &params, cx).await,
             Route::GetPrompt => self.get_prompt(&snapshot, &mut params, cx).await,
             Route::Complete => self.complete(&snapshot, &params, &cx),
@@ -402,11 +401,14 @@ impl McpServer {
         Ok(Bytes::from(result.to_string()))
     }
 
+    /// Runs a tool. A legacy client cannot be asked for input without a session, so there a
+    /// tool that asks for input gets an error result saying so.
     async fn call_tool(
         &self,
         snapshot: &Snapshot,
         params: &mut Map<String, Value>,
         cx: Context,
+        legacy: bool,
     ) -> Result<Bytes, RpcError> {
         let Some(Value::String(name)) = params.get("name") else {
             return Err(RpcError::invalid_params("`params.name` must be a string"));
@@ -424,37 +426,11 @@ impl McpServer {
                 ));
             }
         };
-        match tool.call(arguments, cx.clone()).await {
-            Reply::Complete(result) => Ok(self.serialize_call_result(&result)),
-            Reply::InputRequired(input) => self.input_required(Route::CallTool, params, &cx, input),
-        }
-    }
-
-    /// A legacy call: input requests cannot travel back to a legacy client without a session, so
-    /// a tool that asks for input gets an error result saying so.
-    async fn call_tool_legacy(
-        &self,
-        snapshot: &Snapshot,
-        params: &mut Map<String, Value>,
-        cx: Context,
-    ) -> Result<Bytes, RpcError> {
-        let Some(Value::String(name)) = params.get("name") else {
-            return Err(RpcError::invalid_params("`params.name` must be a string"));
-        };
-        let Some(tool) = snapshot.catalog.get(name) else {
-            return Err(RpcError::invalid_params(format!("Unknown tool: {name}")));
-        };
-        let arguments = match params.get("arguments") {
-            None | Some(Value::Null) => Value::Object(Map::new()),
-            Some(arguments @ Value::Object(_)) => arguments.clone(),
-            Some(_) => {
-                return Err(RpcError::invalid_params(
-                    "`params.arguments` must be an object",
-                ));
-            }
-        };
-        let result = match tool.call(arguments, cx).await {
+        let result = match tool.call(arguments, cx.clone()).await {
             Reply::Complete(result) => result,
+            Reply::InputRequired(input) if !legacy => {
+                return self.input_required(Route::CallTool, params, &cx, input);
+            }
             Reply::InputRequired(_) => crate::ToolError::new(
                 "INPUT_REQUIRED",
                 "This tool needs input from the client, which protocol 2025-11-25 can only ask for within a session; connect with protocol 2026-07-28",

@@ -548,8 +548,14 @@ impl McpServer {
 
     /// Removes a tool while serving; whether it existed.
     pub fn remove_tool(&self, name: &str) -> bool {
+        self.remove(Change::Tools, |offer| offer.tools.remove(name))
+    }
+
+    /// Applies a removal; whether it removed anything.
+    fn remove(&self, change: Change, removal: impl FnOnce(&mut Offer) -> bool) -> bool {
         let mut removed = false;
-        let _ = self.edit(Change::Tools, |offer| removed = offer.tools.remove(name));
+        // Removing never makes the offer invalid, so the edit cannot fail.
+        let _ = self.edit(change, |offer| removed = removal(offer));
         removed
     }
 
@@ -562,13 +568,11 @@ impl McpServer {
 
     /// Removes a prompt while serving; whether it existed.
     pub fn remove_prompt(&self, name: &str) -> bool {
-        let mut removed = false;
-        let _ = self.edit(Change::Prompts, |offer| {
+        self.remove(Change::Prompts, |offer| {
             let before = offer.prompts.prompts.len();
             offer.prompts.prompts.retain(|p| p.name != name);
-            removed = offer.prompts.prompts.len() != before;
-        });
-        removed
+            offer.prompts.prompts.len() != before
+        })
     }
 
     /// Adds (or replaces) a resource while serving.
@@ -580,13 +584,11 @@ impl McpServer {
 
     /// Removes a resource while serving; whether it existed.
     pub fn remove_resource(&self, uri: &str) -> bool {
-        let mut removed = false;
-        let _ = self.edit(Change::Resources, |offer| {
+        self.remove(Change::Resources, |offer| {
             let before = offer.resources.resources.len();
             offer.resources.resources.retain(|r| r.uri != uri);
-            removed = offer.resources.resources.len() != before;
-        });
-        removed
+            offer.resources.resources.len() != before
+        })
     }
 
     /// Tells listeners that the tool list changed (for tools whose availability depends on
