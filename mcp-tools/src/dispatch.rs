@@ -417,9 +417,10 @@ impl McpServer {
             return Err(RpcError::invalid_params(format!("Unknown tool: {name}")));
         };
         tracing::Span::current().record("tool", name.as_str());
+        let empty = Value::Object(Map::new());
         let arguments = match params.get("arguments") {
-            None | Some(Value::Null) => Value::Object(Map::new()),
-            Some(arguments @ Value::Object(_)) => arguments.clone(),
+            None | Some(Value::Null) => &empty,
+            Some(arguments @ Value::Object(_)) => arguments,
             Some(_) => {
                 return Err(RpcError::invalid_params(
                     "`params.arguments` must be an object",

@@ -178,16 +178,18 @@ pub(crate) type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 /// A tool with its types erased, so tools of different types share one registry.
 pub(crate) trait ErasedTool: Send + Sync {
-    fn call(&self, arguments: Value, cx: Context) -> BoxFuture<'_, Reply>;
+    fn call(&self, arguments: &Value, cx: Context) -> BoxFuture<'_, Reply>;
 }
 
 pub(crate) struct Erased<T>(pub T);
 
 impl<T: Tool> ErasedTool for Erased<T> {
-    fn call(&self, arguments: Value, cx: Context) -> BoxFuture<'_, Reply> {
+    fn call(&self, arguments: &Value, cx: Context) -> BoxFuture<'_, Reply> {
         // The arguments already passed schema validation; decoding can still fail on rules the
         // schema cannot express (custom `Deserialize` impls), and that failure goes to the model.
-        match serde_json::from_value::<T::Args>(arguments) {
+        // Decoding from a borrowed value leaves the arguments with the request, which a multi-round
+        // answer binds its state to, without copying them.
+        match T::Args::deserialize(arguments) {
             Ok(args) => Box::pin(async move { self.0.call(args, cx).await.into_reply() }),
             Err(error) => {
                 let result = ToolError::new(

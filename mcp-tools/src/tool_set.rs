@@ -219,8 +219,8 @@ const MAX_REPORTED_VIOLATIONS: usize = 8;
 
 impl CompiledTool {
     /// Validates the arguments against the input schema, then runs the tool.
-    pub(crate) async fn call(&self, arguments: Value, cx: Context) -> Reply {
-        if let Err(result) = self.validate(&arguments) {
+    pub(crate) async fn call(&self, arguments: &Value, cx: Context) -> Reply {
+        if let Err(result) = self.validate(arguments) {
             return Reply::Complete(result);
         }
         self.tool.call(arguments, cx).await
