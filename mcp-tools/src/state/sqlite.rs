@@ -203,8 +203,8 @@ impl Inner {
              VALUES (?1, ?2, ?3, 1, ?4, ?5, ?6)",
             params![
                 handle,
-                record.kind,
-                record.owner,
+                &*record.kind,
+                &*record.owner,
                 state,
                 record.lifecycle.as_str(),
                 record.expires_at
@@ -307,7 +307,7 @@ impl Txn for SqlTxn<'_> {
         &mut self,
         principal: &str,
         operation_id: &str,
-        entry: &LedgerEntry,
+        entry: LedgerEntry,
     ) -> Result<(), StoreError> {
         let outcome = serde_json::to_string(&entry.outcome)
             .map_err(|error| StoreError::Corrupt(format!("ledger outcome: {error}")))?;
@@ -350,10 +350,10 @@ impl Txn for SqlTxn<'_> {
             return Ok(None);
         };
         Ok(Some(Record {
-            kind,
-            owner,
+            kind: kind.into(),
+            owner: owner.into(),
             version: version_from_sql(version)?,
-            state: json(&state)?,
+            state: Arc::new(json(&state)?),
             lifecycle: Lifecycle::parse(&lifecycle)
                 .ok_or_else(|| StoreError::Corrupt(format!("unknown lifecycle {lifecycle:?}")))?,
             expires_at,
@@ -371,12 +371,7 @@ impl Txn for SqlTxn<'_> {
         state.map(|state| json(&state)).transpose()
     }
 
-    fn write(
-        &mut self,
-        handle: &str,
-        record: &Record,
-        drop_through: u64,
-    ) -> Result<(), StoreError> {
+    fn write(&mut self, handle: &str, record: Record, drop_through: u64) -> Result<(), StoreError> {
         let state = record.state.to_string();
         let version = version_to_sql(record.version)?;
         let updated = self
