@@ -1,5 +1,7 @@
 //! The embedded durable store: one SQLite file in WAL mode, shared safely by several processes.
 
+use std::any::Any;
+use std::panic::{self, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -7,6 +9,7 @@ use std::time::Duration;
 
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 use serde_json::Value;
+use tokio::runtime::RuntimeFlavor;
 
 use super::boundary::{self, LedgerEntry, Record, Txn};
 use super::fingerprint::Fingerprint;
@@ -42,7 +45,7 @@ CREATE TABLE IF NOT EXISTS mcp_ledger (
     recorded_at  INTEGER NOT NULL,
     expires_at   INTEGER NOT NULL,
     PRIMARY KEY (principal, operation_id)
-) STRICT;
+) STRICT, WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS mcp_ledger_expiry ON mcp_ledger (expires_at);
 ";
 
@@ -145,15 +148,37 @@ impl SqliteStore {
         &self.inner.path
     }
 
+    /// Runs blocking SQLite work. On a multi-threaded runtime it runs in place with
+    /// `block_in_place`, which moves the thread's other tasks to another worker instead of moving
+    /// this work to another thread and back; elsewhere it goes to the blocking pool.
     async fn blocking<T: Send + 'static>(
         &self,
         work: impl FnOnce(&Inner) -> Result<T, StoreError> + Send + 'static,
     ) -> Result<T, StoreError> {
+        let multi_thread = tokio::runtime::Handle::try_current()
+            .is_ok_and(|handle| handle.runtime_flavor() == RuntimeFlavor::MultiThread);
+        if multi_thread {
+            // A panicking transition fails the call as it would on the blocking pool; the open
+            // transaction rolls back as the panic unwinds through it.
+            return tokio::task::block_in_place(|| {
+                panic::catch_unwind(AssertUnwindSafe(|| work(&self.inner)))
+                    .unwrap_or_else(|payload| Err(StoreError::Task(panic_message(&*payload))))
+            });
+        }
         let inner = Arc::clone(&self.inner);
         tokio::task::spawn_blocking(move || work(&inner))
             .await
             .map_err(|error| StoreError::Task(error.to_string()))?
     }
+}
+
+fn panic_message(payload: &(dyn Any + Send)) -> String {
+    let message = payload
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("panicked");
+    format!("the store task panicked: {message}")
 }
 
 /// Opens a connection with the settings every connection of the store shares.
@@ -397,9 +422,11 @@ impl Txn for SqlTxn<'_> {
                 "INSERT OR REPLACE INTO mcp_history (handle, version, state) VALUES (?1, ?2, ?3)",
             )?
             .execute(params![handle, version, state])?;
-        self.0
-            .prepare_cached("DELETE FROM mcp_history WHERE handle = ?1 AND version <= ?2")?
-            .execute(params![handle, version_to_sql(drop_through)?])?;
+        if drop_through > 0 {
+            self.0
+                .prepare_cached("DELETE FROM mcp_history WHERE handle = ?1 AND version <= ?2")?
+                .execute(params![handle, version_to_sql(drop_through)?])?;
+        }
         Ok(())
     }
 }
