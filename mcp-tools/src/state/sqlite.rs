@@ -53,12 +53,16 @@ CREATE INDEX IF NOT EXISTS mcp_ledger_expiry ON mcp_ledger (expires_at);
 const SWEEP_EVERY: u64 = 1024;
 
 /// How SQLite syncs the write-ahead log.
+///
+/// Either way a mutation is atomic: its new version, history and ledger record are committed or
+/// lost together, so a retry with the same operation id stays correct.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Synchronous {
-    /// Sync on every commit: a committed outcome survives a power loss (the default).
-    #[default]
+    /// Sync on every commit: a committed outcome also survives a power loss or OS crash.
     Full,
-    /// Sync at checkpoints only: survives a crash of the process, not of the machine.
+    /// Sync at checkpoints only (the default): a committed outcome survives a crash of the
+    /// process; a power loss or OS crash may roll back the most recent commits, never partly.
+    #[default]
     Normal,
 }
 
@@ -67,7 +71,7 @@ pub enum Synchronous {
 pub struct SqliteOptions {
     /// How long a writer waits for another process's write transaction (default 10 s).
     pub busy_timeout: Duration,
-    /// WAL sync mode.
+    /// WAL sync mode (default [`Synchronous::Normal`]).
     pub synchronous: Synchronous,
 }
 
@@ -75,7 +79,7 @@ impl Default for SqliteOptions {
     fn default() -> Self {
         SqliteOptions {
             busy_timeout: Duration::from_secs(10),
-            synchronous: Synchronous::Full,
+            synchronous: Synchronous::Normal,
         }
     }
 }
