@@ -8,7 +8,7 @@ use std::time::Duration;
 use mcp_tools::state::{
     Applied, ConflictPolicy, CreateRequest, Fingerprint, Lifecycle, ManualClock, MemoryStore,
     MutationOutcome, MutationRequest, ReadOutcome, ReadRequest, RecordedOutcome, Recovery,
-    Rejected, Resource, SqliteStore, StaleView, StateStore, StoreConfig, Transition,
+    Rejected, Resource, SqliteStore, StaleView, StateStore, StoreConfig, StoreError, Transition,
     format_rfc3339,
 };
 use mcp_tools::{Principal, ToolError};
@@ -950,4 +950,35 @@ fn outcome_schemas_are_tagged_unions() {
     );
     let read = ReadOutcome::json_schema();
     assert_eq!(read["oneOf"].as_array().unwrap().len(), 2);
+}
+
+/// A panicking transition fails the call with a store error, on either kind of runtime, leaves
+/// nothing behind (no new version, no ledger record) and leaves the store usable.
+async fn sqlite_transition_panic_rolls_back() {
+    let fixture = Fixture::new();
+    let store = fixture.sqlite(StoreConfig::default());
+    let handle = create(&store, alice(), &laptop()).await;
+    let send = request(alice(), &handle, "m", Some(1), Some("op"), json!(32));
+    let panicking = Transition::new(|state: &mut Value| {
+        state["memory_gib"] = json!(64);
+        panic!("transition bug")
+    });
+    let failed = store.mutate(send, panicking).await;
+    assert!(matches!(failed, Err(StoreError::Task(_))), "got {failed:?}");
+    assert_eq!(state(&store, &handle).await.0, 1);
+    let calls = Arc::new(AtomicUsize::new(0));
+    let send = request(alice(), &handle, "m", Some(1), Some("op"), json!(32));
+    let applied = mutate(&store, send, set_memory(32, &calls)).await;
+    assert_eq!(expect_applied(&applied).version, 2);
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_transition_panic_on_multi_thread_runtime() {
+    sqlite_transition_panic_rolls_back().await;
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn sqlite_transition_panic_on_current_thread_runtime() {
+    sqlite_transition_panic_rolls_back().await;
 }

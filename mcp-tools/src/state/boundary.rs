@@ -1,6 +1,8 @@
 //! The atomic boundary, written once against a minimal transaction interface that each store
 //! implements while it holds its locks (memory) or its write transaction (SQL).
 
+use std::sync::Arc;
+
 use serde_json::Value;
 
 use super::clock::{duration_millis, format_rfc3339};
@@ -17,13 +19,14 @@ use super::store::{
     ConflictPolicy, MutationRequest, ReadRequest, StoreConfig, StoreError, Transition,
 };
 
-/// One stored resource at its current version.
+/// One stored resource at its current version. Cloning it is cheap: the strings and the state are
+/// shared, and the in-memory store keeps the same state in the record and in its history.
 #[derive(Debug, Clone)]
 pub(crate) struct Record {
-    pub(crate) kind: String,
-    pub(crate) owner: String,
+    pub(crate) kind: Arc<str>,
+    pub(crate) owner: Arc<str>,
     pub(crate) version: u64,
-    pub(crate) state: Value,
+    pub(crate) state: Arc<Value>,
     pub(crate) lifecycle: Lifecycle,
     pub(crate) expires_at: Option<i64>,
 }
@@ -50,7 +53,7 @@ pub(crate) trait Txn {
         &mut self,
         principal: &str,
         operation_id: &str,
-        entry: &LedgerEntry,
+        entry: LedgerEntry,
     ) -> Result<(), StoreError>;
     /// The resource at its current version.
     fn load(&mut self, handle: &str) -> Result<Option<Record>, StoreError>;
@@ -58,8 +61,7 @@ pub(crate) trait Txn {
     fn history(&mut self, handle: &str, version: u64) -> Result<Option<Value>, StoreError>;
     /// Writes `record` as the new current version, appends it to the history and drops history
     /// versions `<= drop_through`.
-    fn write(&mut self, handle: &str, record: &Record, drop_through: u64)
-    -> Result<(), StoreError>;
+    fn write(&mut self, handle: &str, record: Record, drop_through: u64) -> Result<(), StoreError>;
 }
 
 pub(crate) fn resumption(handle: &str, record: &Record) -> Resumption {
@@ -78,11 +80,11 @@ pub(crate) fn expiry(kind: &ResourceKind, now: i64) -> Option<i64> {
 /// The first record of a new resource.
 pub(crate) fn new_record(kind: &ResourceKind, owner: &str, state: Value, now: i64) -> Record {
     Record {
-        kind: kind.kind.to_owned(),
-        owner: owner.to_owned(),
+        kind: kind.kind.into(),
+        owner: owner.into(),
         version: 1,
         lifecycle: (kind.lifecycle)(&state),
-        state,
+        state: Arc::new(state),
         expires_at: expiry(kind, now),
     }
 }
@@ -91,7 +93,7 @@ pub(crate) fn applied_on_create(handle: &str, record: &Record) -> Applied {
     Applied {
         handle: handle.to_owned(),
         version: record.version,
-        state: record.state.clone(),
+        state: Value::clone(&record.state),
         result: Value::Null,
         rebased_from: None,
         resumption: resumption(handle, record),
@@ -107,8 +109,8 @@ fn resolve(
 ) -> Result<Record, Rejected> {
     match record {
         Some(record)
-            if record.owner == principal
-                && record.kind == kind.kind
+            if *record.owner == *principal
+                && *record.kind == *kind.kind
                 && has_prefix(handle, kind.prefix) =>
         {
             Ok(record)
@@ -152,7 +154,7 @@ pub(crate) fn read(
         handle: request.handle.clone(),
         version: record.version,
         resumption: resumption(&request.handle, &record),
-        state: record.state,
+        state: Arc::unwrap_or_clone(record.state),
     }))
 }
 
@@ -188,7 +190,7 @@ pub(crate) fn mutate(
             recorded_at: now,
             expires_at: now.saturating_add(duration_millis(config.ledger_retention)),
         };
-        txn.ledger_put(principal, operation_id, &entry)?;
+        txn.ledger_put(principal, operation_id, entry)?;
     }
     Ok(outcome.into())
 }
@@ -257,27 +259,31 @@ fn decide(
                 delta_available: delta.is_some(),
                 delta: delta.unwrap_or_default(),
                 resumption: resumption(handle, &record),
-                current_state: record.state,
+                current_state: Arc::unwrap_or_clone(record.state),
             }));
         }
         rebased_from = Some(expected);
     }
 
-    let result = match transition.run(&mut record.state) {
+    // The transition works on a copy: the stored state stays intact when it fails or panics.
+    let mut state = Value::clone(&record.state);
+    let result = match transition.run(&mut state) {
         Ok(result) => result,
         Err(error) => return Ok(RecordedOutcome::Rejected(Rejected::domain(&error))),
     };
     record.version += 1;
-    record.lifecycle = (kind.lifecycle)(&record.state);
+    record.lifecycle = (kind.lifecycle)(&state);
     record.expires_at = expiry(kind, now);
-    let drop_through = record.version.saturating_sub(config.history_limit.max(1));
-    txn.write(handle, &record, drop_through)?;
-    Ok(RecordedOutcome::Applied(Applied {
+    let applied = Applied {
         handle: handle.to_owned(),
         version: record.version,
         result,
         rebased_from,
         resumption: resumption(handle, &record),
-        state: record.state,
-    }))
+        state: state.clone(),
+    };
+    record.state = Arc::new(state);
+    let drop_through = record.version.saturating_sub(config.history_limit.max(1));
+    txn.write(handle, record, drop_through)?;
+    Ok(RecordedOutcome::Applied(applied))
 }

@@ -1,9 +1,9 @@
 //! Payload fingerprints for the operation-id ledger: SHA-256 of canonical JSON.
 
-use std::fmt::Write as _;
+use std::io::{self, Write};
 
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
+use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
 /// The SHA-256 of a payload's canonical JSON, in lowercase hex.
@@ -18,23 +18,27 @@ pub struct Fingerprint(String);
 impl Fingerprint {
     /// The fingerprint of a tool call: its name and its arguments.
     pub fn of_call(tool: &str, arguments: &Value) -> Self {
-        let mut text = String::new();
-        write_canonical(&Value::String(tool.to_owned()), &mut text);
-        text.push('\n');
-        write_canonical(arguments, &mut text);
-        Fingerprint::of_text(&text)
+        let mut hasher = Hasher(Sha256::new());
+        write_str(tool, &mut hasher);
+        hasher.0.update(b"\n");
+        write_canonical(arguments, &mut hasher);
+        Fingerprint::of_digest(hasher)
     }
 
     /// The fingerprint of one JSON value.
     pub fn of(value: &Value) -> Self {
-        Fingerprint::of_text(&canonical_json(value))
+        let mut hasher = Hasher(Sha256::new());
+        write_canonical(value, &mut hasher);
+        Fingerprint::of_digest(hasher)
     }
 
-    fn of_text(text: &str) -> Self {
-        let digest = Sha256::digest(text.as_bytes());
-        let mut hex = String::with_capacity(64);
+    fn of_digest(hasher: Hasher) -> Self {
+        const HEX: &[u8; 16] = b"0123456789abcdef";
+        let digest = hasher.0.finalize();
+        let mut hex = String::with_capacity(2 * digest.len());
         for byte in digest.iter() {
-            let _ = write!(hex, "{byte:02x}");
+            hex.push(char::from(HEX[usize::from(byte >> 4)]));
+            hex.push(char::from(HEX[usize::from(byte & 0xf)]));
         }
         Fingerprint(hex)
     }
@@ -52,39 +56,82 @@ impl Fingerprint {
 
 /// The canonical JSON text of `value` (see [`Fingerprint`]).
 pub fn canonical_json(value: &Value) -> String {
-    let mut out = String::new();
+    let mut out = Vec::new();
     write_canonical(value, &mut out);
-    out
+    // Every piece written is either ASCII punctuation or `serde_json` output, which is UTF-8.
+    String::from_utf8(out).unwrap_or_else(|error| String::from_utf8_lossy(error.as_bytes()).into())
 }
 
-fn write_canonical(value: &Value, out: &mut String) {
+/// Feeds the canonical text straight into the digest, without building it first.
+struct Hasher(Sha256);
+
+impl Write for Hasher {
+    fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
+        self.0.update(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Writes `value` in canonical form. The sinks used here (a digest, a `Vec`) cannot fail, so
+/// write errors are impossible and ignored.
+fn write_canonical<W: Write>(value: &Value, out: &mut W) {
     match value {
         Value::Object(map) => {
-            let mut entries: Vec<(&String, &Value)> = map.iter().collect();
-            entries.sort_unstable_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
-            out.push('{');
-            for (index, (key, item)) in entries.into_iter().enumerate() {
-                if index > 0 {
-                    out.push(',');
-                }
-                write_canonical(&Value::String(key.clone()), out);
-                out.push(':');
-                write_canonical(item, out);
+            let sorted = map
+                .keys()
+                .zip(map.keys().skip(1))
+                .all(|(a, b)| a.as_bytes() < b.as_bytes());
+            if sorted {
+                write_members(map.iter(), out);
+            } else {
+                write_members(sorted_members(map).into_iter(), out);
             }
-            out.push('}');
         }
         Value::Array(items) => {
-            out.push('[');
+            let _ = out.write_all(b"[");
             for (index, item) in items.iter().enumerate() {
                 if index > 0 {
-                    out.push(',');
+                    let _ = out.write_all(b",");
                 }
                 write_canonical(item, out);
             }
-            out.push(']');
+            let _ = out.write_all(b"]");
         }
-        scalar => out.push_str(&scalar.to_string()),
+        Value::String(text) => write_str(text, out),
+        scalar => {
+            let _ = serde_json::to_writer(&mut *out, scalar);
+        }
     }
+}
+
+fn sorted_members(map: &Map<String, Value>) -> Vec<(&String, &Value)> {
+    let mut entries: Vec<(&String, &Value)> = map.iter().collect();
+    entries.sort_unstable_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
+    entries
+}
+
+fn write_members<'a, W: Write>(
+    members: impl Iterator<Item = (&'a String, &'a Value)>,
+    out: &mut W,
+) {
+    let _ = out.write_all(b"{");
+    for (index, (key, item)) in members.enumerate() {
+        if index > 0 {
+            let _ = out.write_all(b",");
+        }
+        write_str(key, out);
+        let _ = out.write_all(b":");
+        write_canonical(item, out);
+    }
+    let _ = out.write_all(b"}");
+}
+
+fn write_str<W: Write>(text: &str, out: &mut W) {
+    let _ = serde_json::to_writer(&mut *out, text);
 }
 
 #[cfg(test)]
@@ -99,6 +146,28 @@ mod tests {
         assert_eq!(canonical_json(&a), r#"{"a":{"x":"é\n","y":[1,2]},"b":1}"#);
         assert_eq!(Fingerprint::of(&a), Fingerprint::of(&b));
         assert_eq!(Fingerprint::of(&a).as_str().len(), 64);
+    }
+
+    #[test]
+    fn call_fingerprint_is_the_digest_of_name_newline_arguments() {
+        let args = json!({"z": [1.5, -2, null, true], "a": "x\"y\u{1}", "m": {"b": {}, "a": []}});
+        let text = format!(
+            "{}\n{}",
+            canonical_json(&json!("tool \"q\"")),
+            canonical_json(&args)
+        );
+        assert_eq!(
+            text,
+            "\"tool \\\"q\\\"\"\n{\"a\":\"x\\\"y\\u0001\",\"m\":{\"a\":[],\"b\":{}},\"z\":[1.5,-2,null,true]}"
+        );
+        let digest = Sha256::digest(text.as_bytes());
+        let hex: String = digest.iter().map(|byte| format!("{byte:02x}")).collect();
+        assert_eq!(Fingerprint::of_call("tool \"q\"", &args).as_str(), hex);
+        // Pinned: stored ledger fingerprints must keep matching across releases.
+        assert_eq!(
+            hex,
+            "451e6892a39296f69818b49cabb3e95ccef837c854b999d7369c660b7533464a"
+        );
     }
 
     #[test]

@@ -26,7 +26,8 @@ type LedgerShard = Mutex<HashMap<(String, String), Slot>>;
 
 struct Entry {
     record: Record,
-    history: VecDeque<(u64, Value)>,
+    /// Kept versions, the current one included; the current state is shared with `record`.
+    history: VecDeque<(u64, Arc<Value>)>,
 }
 
 /// A store that keeps everything in process memory; state is lost when the process ends.
@@ -124,7 +125,7 @@ impl Inner {
             boundary::new_record(&request.kind, request.principal.key(), request.state, now);
         let applied = boundary::applied_on_create(&handle, &record);
         let entry = Entry {
-            history: VecDeque::from([(1, record.state.clone())]),
+            history: VecDeque::from([(1, Arc::clone(&record.state))]),
             record,
         };
         let mut shard = self.resources[self.shard_of(&handle.as_str())]
@@ -187,10 +188,10 @@ impl Txn for MemoryTxn<'_> {
         Ok(self.slot.as_ref().and_then(|slot| (**slot).clone()))
     }
 
-    fn ledger_put(&mut self, _: &str, _: &str, entry: &LedgerEntry) -> Result<(), StoreError> {
+    fn ledger_put(&mut self, _: &str, _: &str, entry: LedgerEntry) -> Result<(), StoreError> {
         match self.slot.as_mut() {
             Some(slot) => {
-                **slot = Some(entry.clone());
+                **slot = Some(entry);
                 Ok(())
             }
             None => Err(StoreError::Backend("ledger slot not held".into())),
@@ -207,19 +208,19 @@ impl Txn for MemoryTxn<'_> {
                 .history
                 .iter()
                 .find(|(kept, _)| *kept == version)
-                .map(|(_, state)| state.clone())
+                .map(|(_, state)| Value::clone(state))
         }))
     }
 
-    fn write(&mut self, _: &str, record: &Record, drop_through: u64) -> Result<(), StoreError> {
+    fn write(&mut self, _: &str, record: Record, drop_through: u64) -> Result<(), StoreError> {
         let entry = self
             .entry
             .as_mut()
             .ok_or_else(|| StoreError::Backend("resource entry not held".into()))?;
-        entry.record = record.clone();
         entry
             .history
-            .push_back((record.version, record.state.clone()));
+            .push_back((record.version, Arc::clone(&record.state)));
+        entry.record = record;
         while entry
             .history
             .front()

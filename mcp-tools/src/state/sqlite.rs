@@ -1,5 +1,7 @@
 //! The embedded durable store: one SQLite file in WAL mode, shared safely by several processes.
 
+use std::any::Any;
+use std::panic::{self, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -7,6 +9,7 @@ use std::time::Duration;
 
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 use serde_json::Value;
+use tokio::runtime::RuntimeFlavor;
 
 use super::boundary::{self, LedgerEntry, Record, Txn};
 use super::fingerprint::Fingerprint;
@@ -42,7 +45,7 @@ CREATE TABLE IF NOT EXISTS mcp_ledger (
     recorded_at  INTEGER NOT NULL,
     expires_at   INTEGER NOT NULL,
     PRIMARY KEY (principal, operation_id)
-) STRICT;
+) STRICT, WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS mcp_ledger_expiry ON mcp_ledger (expires_at);
 ";
 
@@ -50,12 +53,16 @@ CREATE INDEX IF NOT EXISTS mcp_ledger_expiry ON mcp_ledger (expires_at);
 const SWEEP_EVERY: u64 = 1024;
 
 /// How SQLite syncs the write-ahead log.
+///
+/// Either way a mutation is atomic: its new version, history and ledger record are committed or
+/// lost together, so a retry with the same operation id stays correct.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Synchronous {
-    /// Sync on every commit: a committed outcome survives a power loss (the default).
-    #[default]
+    /// Sync on every commit: a committed outcome also survives a power loss or OS crash.
     Full,
-    /// Sync at checkpoints only: survives a crash of the process, not of the machine.
+    /// Sync at checkpoints only (the default): a committed outcome survives a crash of the
+    /// process; a power loss or OS crash may roll back the most recent commits, never partly.
+    #[default]
     Normal,
 }
 
@@ -64,7 +71,7 @@ pub enum Synchronous {
 pub struct SqliteOptions {
     /// How long a writer waits for another process's write transaction (default 10 s).
     pub busy_timeout: Duration,
-    /// WAL sync mode.
+    /// WAL sync mode (default [`Synchronous::Normal`]).
     pub synchronous: Synchronous,
 }
 
@@ -72,7 +79,7 @@ impl Default for SqliteOptions {
     fn default() -> Self {
         SqliteOptions {
             busy_timeout: Duration::from_secs(10),
-            synchronous: Synchronous::Full,
+            synchronous: Synchronous::Normal,
         }
     }
 }
@@ -145,15 +152,37 @@ impl SqliteStore {
         &self.inner.path
     }
 
+    /// Runs blocking SQLite work. On a multi-threaded runtime it runs in place with
+    /// `block_in_place`, which moves the thread's other tasks to another worker instead of moving
+    /// this work to another thread and back; elsewhere it goes to the blocking pool.
     async fn blocking<T: Send + 'static>(
         &self,
         work: impl FnOnce(&Inner) -> Result<T, StoreError> + Send + 'static,
     ) -> Result<T, StoreError> {
+        let multi_thread = tokio::runtime::Handle::try_current()
+            .is_ok_and(|handle| handle.runtime_flavor() == RuntimeFlavor::MultiThread);
+        if multi_thread {
+            // A panicking transition fails the call as it would on the blocking pool; the open
+            // transaction rolls back as the panic unwinds through it.
+            return tokio::task::block_in_place(|| {
+                panic::catch_unwind(AssertUnwindSafe(|| work(&self.inner)))
+                    .unwrap_or_else(|payload| Err(StoreError::Task(panic_message(&*payload))))
+            });
+        }
         let inner = Arc::clone(&self.inner);
         tokio::task::spawn_blocking(move || work(&inner))
             .await
             .map_err(|error| StoreError::Task(error.to_string()))?
     }
+}
+
+fn panic_message(payload: &(dyn Any + Send)) -> String {
+    let message = payload
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("panicked");
+    format!("the store task panicked: {message}")
 }
 
 /// Opens a connection with the settings every connection of the store shares.
@@ -203,8 +232,8 @@ impl Inner {
              VALUES (?1, ?2, ?3, 1, ?4, ?5, ?6)",
             params![
                 handle,
-                record.kind,
-                record.owner,
+                &*record.kind,
+                &*record.owner,
                 state,
                 record.lifecycle.as_str(),
                 record.expires_at
@@ -307,7 +336,7 @@ impl Txn for SqlTxn<'_> {
         &mut self,
         principal: &str,
         operation_id: &str,
-        entry: &LedgerEntry,
+        entry: LedgerEntry,
     ) -> Result<(), StoreError> {
         let outcome = serde_json::to_string(&entry.outcome)
             .map_err(|error| StoreError::Corrupt(format!("ledger outcome: {error}")))?;
@@ -350,10 +379,10 @@ impl Txn for SqlTxn<'_> {
             return Ok(None);
         };
         Ok(Some(Record {
-            kind,
-            owner,
+            kind: kind.into(),
+            owner: owner.into(),
             version: version_from_sql(version)?,
-            state: json(&state)?,
+            state: Arc::new(json(&state)?),
             lifecycle: Lifecycle::parse(&lifecycle)
                 .ok_or_else(|| StoreError::Corrupt(format!("unknown lifecycle {lifecycle:?}")))?,
             expires_at,
@@ -371,12 +400,7 @@ impl Txn for SqlTxn<'_> {
         state.map(|state| json(&state)).transpose()
     }
 
-    fn write(
-        &mut self,
-        handle: &str,
-        record: &Record,
-        drop_through: u64,
-    ) -> Result<(), StoreError> {
+    fn write(&mut self, handle: &str, record: Record, drop_through: u64) -> Result<(), StoreError> {
         let state = record.state.to_string();
         let version = version_to_sql(record.version)?;
         let updated = self
@@ -402,9 +426,11 @@ impl Txn for SqlTxn<'_> {
                 "INSERT OR REPLACE INTO mcp_history (handle, version, state) VALUES (?1, ?2, ?3)",
             )?
             .execute(params![handle, version, state])?;
-        self.0
-            .prepare_cached("DELETE FROM mcp_history WHERE handle = ?1 AND version <= ?2")?
-            .execute(params![handle, version_to_sql(drop_through)?])?;
+        if drop_through > 0 {
+            self.0
+                .prepare_cached("DELETE FROM mcp_history WHERE handle = ?1 AND version <= ?2")?
+                .execute(params![handle, version_to_sql(drop_through)?])?;
+        }
         Ok(())
     }
 }
