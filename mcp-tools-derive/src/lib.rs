@@ -5,6 +5,7 @@ mod error_derive;
 mod expand;
 mod model;
 mod parse;
+mod resource_derive;
 mod validate;
 
 use proc_macro::TokenStream;
@@ -96,4 +97,35 @@ pub fn toolbox(args: TokenStream, input: TokenStream) -> TokenStream {
 #[proc_macro_derive(ToolError, attributes(code))]
 pub fn derive_tool_error(input: TokenStream) -> TokenStream {
     error_derive::derive(input.into()).into()
+}
+
+/// Implements `mcp_tools::state::Resource` for a struct kept by a state store behind a handle.
+///
+/// ```ignore
+/// use mcp_tools::state::{Lifecycle, Resource};
+///
+/// #[derive(Clone, Serialize, Deserialize, JsonSchema, Resource)]
+/// #[resource(kind = "basket", prefix = "bsk", ttl_secs = 86400, lifecycle = lifecycle)]
+/// struct Basket { memory_gib: u32, storage_gib: u32, checked_out: bool }
+///
+/// impl Basket {
+///     fn lifecycle(&self) -> Lifecycle {
+///         if self.checked_out { Lifecycle::Terminal } else { Lifecycle::Active }
+///     }
+/// }
+/// ```
+///
+/// * `prefix` (required): the handle prefix, 1 to 16 lowercase letters or digits; handles look
+///   like `bsk_<160 random bits>`.
+/// * `kind`: the kind name (default: the type name in `snake_case`); a handle of another kind is
+///   `NOT_FOUND`.
+/// * `ttl_secs`: how long a resource lives after its last applied change (default: forever).
+/// * `lifecycle`: a method `fn(&self) -> Lifecycle`; only `Terminal` refuses further changes
+///   (default: always active).
+///
+/// The type must be a non-generic struct with named fields, without serde renames: conflict
+/// deltas and `#[tool(mutates = .., touches = [..])]` name its top-level fields.
+#[proc_macro_derive(Resource, attributes(resource))]
+pub fn derive_resource(input: TokenStream) -> TokenStream {
+    resource_derive::derive(input.into()).into()
 }
