@@ -259,10 +259,9 @@ fn tool_impl(tool: &ToolFn, target: &TokenStream, callee: &TokenStream) -> Token
                 fields.push(quote!(#(#attrs)* pub #ident: #ty));
                 if mutates {
                     // The transition may run again on rebase: each run gets its own copy.
-                    helpers.push(quote_spanned! {ty.span()=>
-                        const _: () = ::mcp_tools::__private::stateful::assert_transition_argument::<#ty>();
+                    call_args.push(quote_spanned! {ty.span()=>
+                        ::mcp_tools::__private::stateful::fresh::<#ty>(&__mcp_args.#ident)
                     });
-                    call_args.push(quote!(::core::clone::Clone::clone(&__mcp_args.#ident)));
                 } else {
                     call_args.push(quote!(__mcp_args.#ident));
                 }

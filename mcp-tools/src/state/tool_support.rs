@@ -62,7 +62,7 @@ pub struct Injected {
 
 /// The input schema of a stateful tool: the arguments struct's schema, with descriptions of the
 /// added arguments that tell a model what they mean and where to find them.
-pub fn input_schema<T: JsonSchema, R: Resource>(
+pub fn input_schema<T: JsonSchema, R: IsResource>(
     generator: &mut SchemaGenerator,
     injected: Injected,
 ) -> Value {
@@ -159,7 +159,7 @@ pub fn tool_error<E: IntoToolError>(error: E) -> ToolError {
 }
 
 /// Stores the resource a `creates` tool made, at version 1, owned by the caller.
-pub async fn create<R: Resource>(
+pub async fn create<R: IsResource>(
     store: &Store,
     cx: &Context,
     made: Result<R, ToolError>,
@@ -182,7 +182,7 @@ pub async fn create<R: Resource>(
 
 /// Reads the current version for a `reads` tool: the snapshot and the typed resource, or the
 /// result the call ends with (`NOT_FOUND`, `EXPIRED`, a store failure).
-pub async fn read<R: Resource>(
+pub async fn read<R: IsResource>(
     store: &Store,
     cx: &Context,
     handle: String,
@@ -244,7 +244,7 @@ pub struct MutationSpec<R> {
 }
 
 /// Runs a `mutates` tool's transition in the store's atomic boundary.
-pub async fn mutate<R: Resource>(
+pub async fn mutate<R: IsResource>(
     store: &Store,
     cx: &Context,
     spec: MutationSpec<R>,
@@ -275,8 +275,11 @@ pub trait TransitionArgument: Clone + Send + 'static {}
 
 impl<T: Clone + Send + 'static> TransitionArgument for T {}
 
-/// Compile-time assertion, spanned at a `mutates` tool's parameter.
-pub const fn assert_transition_argument<T: TransitionArgument>() {}
+/// A fresh copy of a `mutates` tool's argument for one run of the transition; spanned at the
+/// parameter's type by the generated code.
+pub fn fresh<T: TransitionArgument>(value: &T) -> T {
+    value.clone()
+}
 
 /// Holds for the type named by `creates = `, `reads = ` and `mutates = `.
 #[diagnostic::on_unimplemented(
