@@ -6,7 +6,7 @@ use quote::{format_ident, quote, quote_spanned};
 use syn::spanned::Spanned;
 use syn::{ImplItem, ItemFn, ItemImpl, Type};
 
-use crate::model::{ArgDefault, Output, ParamKind, ToolFn};
+use crate::model::{ArgDefault, Output, ParamKind, StatefulAttr, StatefulKind, ToolFn};
 use crate::parse;
 use crate::validate::{self, Errors, Place};
 
@@ -185,9 +185,22 @@ fn tool_impl(tool: &ToolFn, target: &TokenStream, callee: &TokenStream) -> Token
         Some(value) => quote!(::core::option::Option::Some(#value)),
         None => quote!(::core::option::Option::None),
     };
-    let read_only = hint(&tool.attrs.read_only);
+    let stateful = tool.stateful();
+    let stateful_kind = stateful.map(|stateful| stateful.kind);
+    let mutates = stateful_kind == Some(StatefulKind::Mutates);
+    // Derived hints: reads are read-only; mutations with an operation id are idempotent. An
+    // explicit key wins.
+    let derived = |flag: &Option<syn::LitBool>, derive: bool| match flag {
+        Some(_) => hint(flag),
+        None if derive => quote!(::core::option::Option::Some(true)),
+        None => hint(flag),
+    };
+    let read_only = derived(
+        &tool.attrs.read_only,
+        stateful_kind == Some(StatefulKind::Reads),
+    );
     let destructive = hint(&tool.attrs.destructive);
-    let idempotent = hint(&tool.attrs.idempotent);
+    let idempotent = derived(&tool.attrs.idempotent, mutates && tool.takes_operation_id());
     let open_world = hint(&tool.attrs.open_world);
 
     let mut fields = Vec::new();
@@ -198,6 +211,7 @@ fn tool_impl(tool: &ToolFn, target: &TokenStream, callee: &TokenStream) -> Token
         let ty = &param.ty;
         let ident = &param.ident;
         match param.kind {
+            ParamKind::Resource { .. } => call_args.push(quote!(__mcp_resource)),
             ParamKind::Context => call_args.push(quote!(::core::clone::Clone::clone(&__mcp_cx))),
             ParamKind::ContextRef => call_args.push(quote!(&__mcp_cx)),
             ParamKind::Extract => {
@@ -247,9 +261,38 @@ fn tool_impl(tool: &ToolFn, target: &TokenStream, callee: &TokenStream) -> Token
                     None => {}
                 }
                 fields.push(quote!(#(#attrs)* pub #ident: #ty));
-                call_args.push(quote!(__mcp_args.#ident));
+                if mutates {
+                    // The transition may run again on rebase: each run gets its own copy.
+                    call_args.push(quote_spanned! {ty.span()=>
+                        ::mcp_tools::__private::stateful::fresh::<#ty>(&__mcp_args.#ident)
+                    });
+                } else {
+                    call_args.push(quote!(__mcp_args.#ident));
+                }
             }
         }
+    }
+
+    if let Some(stateful) = stateful {
+        let parts = Parts {
+            name: &name,
+            description: &description,
+            title,
+            annotations: quote! {
+                ::mcp_tools::ToolAnnotations {
+                    title: ::core::option::Option::None,
+                    read_only_hint: #read_only,
+                    destructive_hint: #destructive,
+                    idempotent_hint: #idempotent,
+                    open_world_hint: #open_world,
+                }
+            },
+            fields,
+            helpers,
+            extractions,
+            call_args,
+        };
+        return stateful_impl(tool, stateful, parts, target, callee);
     }
 
     let (out_ty, convert) = output_type(&tool.output, &mut helpers);
@@ -359,5 +402,269 @@ fn output_type(output: &Output, helpers: &mut Vec<TokenStream>) -> (TokenStream,
 fn assert_output(ty: &Type) -> TokenStream {
     quote_spanned! {ty.span()=>
         const _: () = ::mcp_tools::__private::assert_output::<#ty>();
+    }
+}
+
+/// What `tool_impl` computed before the stateful kinds take over.
+struct Parts<'a> {
+    name: &'a str,
+    description: &'a str,
+    title: Option<TokenStream>,
+    annotations: TokenStream,
+    fields: Vec<TokenStream>,
+    helpers: Vec<TokenStream>,
+    extractions: Vec<TokenStream>,
+    call_args: Vec<TokenStream>,
+}
+
+/// The `Tool` impl of a `creates`, `reads` or `mutates` tool: the function's result goes through
+/// the registered state store, and the outcome is the tool result.
+fn stateful_impl(
+    tool: &ToolFn,
+    stateful: &StatefulAttr,
+    parts: Parts<'_>,
+    target: &TokenStream,
+    callee: &TokenStream,
+) -> TokenStream {
+    let Parts {
+        name,
+        description,
+        title,
+        annotations,
+        mut fields,
+        mut helpers,
+        extractions,
+        call_args,
+    } = parts;
+    let resource = &stateful.ty;
+    let kind = stateful.kind;
+    helpers.push(quote_spanned! {resource.span()=>
+        const _: () = ::mcp_tools::__private::stateful::assert_resource::<#resource>();
+    });
+
+    let handle = tool.handle_name().unwrap_or_default();
+    let expected_version = kind == StatefulKind::Mutates && tool.takes_expected_version();
+    let operation_id = kind == StatefulKind::Mutates && tool.takes_operation_id();
+    let mut injected = Vec::new();
+    if kind != StatefulKind::Creates {
+        injected.push(quote! {
+            #[serde(rename = #handle)]
+            pub __mcp_handle: ::std::string::String
+        });
+    }
+    if expected_version {
+        injected.push(quote! {
+            #[serde(rename = "expected_version")]
+            #[schemars(range(min = 1))]
+            pub __mcp_expected_version: u64
+        });
+    }
+    if operation_id {
+        injected.push(quote! {
+            #[serde(rename = "operation_id")]
+            #[schemars(length(min = 1, max = 200))]
+            pub __mcp_operation_id: ::std::string::String
+        });
+    }
+    injected.append(&mut fields);
+    let fields = injected;
+
+    // `touches = [field, ...]`: each must be a field of the resource. A field access in dead code
+    // makes rustc name the bad field and list the real ones.
+    if let Some((_, touched)) = &tool.attrs.touches {
+        let accesses = touched.iter().map(|field| {
+            quote_spanned! {field.span()=>
+                let _ = &__mcp_resource.#field;
+            }
+        });
+        helpers.push(quote! {
+            #[allow(dead_code, unreachable_code)]
+            fn __mcp_touches_are_fields(__mcp_resource: &#resource) {
+                #(#accesses)*
+            }
+        });
+    }
+    let touches: Vec<String> = tool
+        .attrs
+        .touches
+        .as_ref()
+        .map(|(_, fields)| fields.iter().map(parse::unraw).collect())
+        .unwrap_or_default();
+
+    let await_ = tool.is_async.then(|| quote!(.await));
+    let ret = tool.return_span;
+    let call = quote!(#callee(#(#call_args),*) #await_);
+    // The function's value as `Result<T, ToolError>` / `Result<T, E>`.
+    let (ok_ty, as_result) = match &tool.output {
+        Output::Result { ok, err } => {
+            helpers.push(quote_spanned! {err.span()=>
+                const _: () = ::mcp_tools::__private::assert_error::<#err>();
+            });
+            let ok_ty = match &**ok {
+                Output::Plain(ty) | Output::Structured(ty) => quote!(#ty),
+                _ => quote!(()),
+            };
+            (
+                ok_ty,
+                quote!(#call.map_err(::mcp_tools::__private::stateful::tool_error)),
+            )
+        }
+        Output::Plain(ty) | Output::Structured(ty) => (
+            quote!(#ty),
+            quote!(::core::result::Result::Ok::<_, ::mcp_tools::ToolError>(#call)),
+        ),
+        Output::Unit(_) | Output::Unsupported(..) => (quote!(()), quote!(#call)),
+    };
+    if kind != StatefulKind::Creates {
+        helpers.push(quote_spanned! {ret=>
+            const _: () = ::mcp_tools::__private::assert_output::<#ok_ty>();
+        });
+    }
+
+    let store = quote! {
+        let __mcp_store = match ::mcp_tools::__private::stateful::store(&__mcp_cx) {
+            ::core::result::Result::Ok(store) => store,
+            ::core::result::Result::Err(result) => return result,
+        };
+    };
+    let (output_schema, body) = match kind {
+        StatefulKind::Creates => (
+            quote!(::mcp_tools::__private::stateful::mutation_output_schema()),
+            quote! {
+                #store
+                #(#extractions)*
+                let __mcp_made: ::core::result::Result<#resource, ::mcp_tools::ToolError> =
+                    #as_result;
+                ::mcp_tools::__private::stateful::create::<#resource>(&__mcp_store, &__mcp_cx, __mcp_made).await
+            },
+        ),
+        StatefulKind::Reads => (
+            quote!(::mcp_tools::__private::stateful::read_output_schema()),
+            quote! {
+                #store
+                #(#extractions)*
+                let (__mcp_snapshot, __mcp_current) = match ::mcp_tools::__private::stateful::read::<#resource>(
+                    &__mcp_store,
+                    &__mcp_cx,
+                    __mcp_args.__mcp_handle,
+                ).await {
+                    ::core::result::Result::Ok(read) => read,
+                    ::core::result::Result::Err(result) => return result,
+                };
+                let __mcp_resource = &__mcp_current;
+                let __mcp_view: ::core::result::Result<#ok_ty, ::mcp_tools::ToolError> = #as_result;
+                ::mcp_tools::__private::stateful::read_result(__mcp_snapshot, __mcp_view)
+            },
+        ),
+        StatefulKind::Mutates => {
+            let policy = match tool
+                .attrs
+                .on_conflict
+                .as_ref()
+                .map(|p| p.to_string())
+                .as_deref()
+            {
+                Some("rebase") => quote! {
+                    ::mcp_tools::__private::stateful::ConflictPolicy::Rebase {
+                        touches: ::std::vec![#(::std::string::String::from(#touches)),*],
+                    }
+                },
+                Some("reconfirm") => {
+                    quote!(::mcp_tools::__private::stateful::ConflictPolicy::Reconfirm)
+                }
+                _ => quote!(::mcp_tools::__private::stateful::ConflictPolicy::Reject),
+            };
+            let expected = if expected_version {
+                quote!(::core::option::Option::Some(
+                    __mcp_args.__mcp_expected_version
+                ))
+            } else {
+                quote!(::core::option::Option::None)
+            };
+            let operation = if operation_id {
+                quote!(::core::option::Option::Some(__mcp_args.__mcp_operation_id))
+            } else {
+                quote!(::core::option::Option::None)
+            };
+            (
+                quote!(::mcp_tools::__private::stateful::mutation_output_schema()),
+                quote! {
+                    #store
+                    let __mcp_spec = ::mcp_tools::__private::stateful::MutationSpec {
+                        tool: #name,
+                        policy: #policy,
+                        handle: __mcp_args.__mcp_handle,
+                        expected_version: #expected,
+                        operation_id: #operation,
+                        resource: ::core::marker::PhantomData,
+                    };
+                    let __mcp_transition = ::mcp_tools::__private::stateful::Transition::typed(
+                        move |__mcp_resource: &mut #resource| #as_result,
+                    );
+                    ::mcp_tools::__private::stateful::mutate::<#resource>(
+                        &__mcp_store,
+                        &__mcp_cx,
+                        __mcp_spec,
+                        &__mcp_raw,
+                        __mcp_transition,
+                    ).await
+                },
+            )
+        }
+    };
+
+    quote! {
+        #[derive(::mcp_tools::__private::serde::Deserialize, ::mcp_tools::__private::schemars::JsonSchema)]
+        #[serde(crate = "::mcp_tools::__private::serde", deny_unknown_fields)]
+        #[schemars(crate = "::mcp_tools::__private::schemars")]
+        #[allow(non_camel_case_types, non_snake_case)]
+        pub struct __McpArgs {
+            #(#fields,)*
+        }
+
+        #(#helpers)*
+
+        #[automatically_derived]
+        impl ::mcp_tools::Tool for #target {
+            type Args = ::mcp_tools::__private::stateful::WithRaw<__McpArgs>;
+            type Output = ::mcp_tools::CallToolResult;
+
+            fn info(&self) -> ::mcp_tools::ToolInfo {
+                ::mcp_tools::ToolInfo::new(#name, #description)
+                    #title
+                    .annotations(#annotations)
+            }
+
+            fn input_schema(
+                &self,
+                generator: &mut ::mcp_tools::__private::schemars::SchemaGenerator,
+            ) -> ::mcp_tools::__private::serde_json::Value {
+                ::mcp_tools::__private::stateful::input_schema::<__McpArgs, #resource>(
+                    generator,
+                    ::mcp_tools::__private::stateful::Injected {
+                        handle: #handle,
+                        expected_version: #expected_version,
+                        operation_id: #operation_id,
+                    },
+                )
+            }
+
+            fn output_schema(
+                &self,
+                _generator: &mut ::mcp_tools::__private::schemars::SchemaGenerator,
+            ) -> ::core::option::Option<::mcp_tools::__private::serde_json::Value> {
+                ::core::option::Option::Some(#output_schema)
+            }
+
+            #[allow(unused_variables, unused_mut)]
+            async fn call(
+                &self,
+                __mcp_input: ::mcp_tools::__private::stateful::WithRaw<__McpArgs>,
+                __mcp_cx: ::mcp_tools::Context,
+            ) -> ::mcp_tools::CallToolResult {
+                let ::mcp_tools::__private::stateful::WithRaw { raw: __mcp_raw, args: __mcp_args } = __mcp_input;
+                #body
+            }
+        }
     }
 }

@@ -5,6 +5,7 @@ mod error_derive;
 mod expand;
 mod model;
 mod parse;
+mod resource_derive;
 mod validate;
 
 use proc_macro::TokenStream;
@@ -47,6 +48,15 @@ use proc_macro::TokenStream;
 /// * **Registration**: the function stays as written and callable; the attribute adds a
 ///   zero-sized type of the same name (types and functions live in different namespaces) whose
 ///   `tool()` constructor returns the `Tool`. `mcp_tools::tools![a, b]` builds a `ToolSet`.
+///
+/// * **Stateful kinds**: `creates = R`, `reads = R` (a `&R` parameter) and `mutates = R` (a
+///   synchronous transition over a `&mut R` parameter) run the function against the state store
+///   registered with `.state(mcp_tools::state::Store::new(..))`, where `R` derives
+///   `mcp_tools::state::Resource`. A mutation takes `on_conflict = reject | rebase | reconfirm`,
+///   `touches = [field, ...]` (with `rebase`), `expected_version = false` and
+///   `operation_id = false`. The macro adds the handle argument (`basket_id` for `Basket`),
+///   `expected_version` and `operation_id` to the input schema, publishes the outcome union as
+///   the output schema, marks reads read-only and mutations with an operation id idempotent.
 ///
 /// Mistakes are compile errors pointing at the offending token, all reported in one build; the
 /// function is still emitted so the rest of the crate keeps compiling. `self` is only accepted
@@ -96,4 +106,35 @@ pub fn toolbox(args: TokenStream, input: TokenStream) -> TokenStream {
 #[proc_macro_derive(ToolError, attributes(code))]
 pub fn derive_tool_error(input: TokenStream) -> TokenStream {
     error_derive::derive(input.into()).into()
+}
+
+/// Implements `mcp_tools::state::Resource` for a struct kept by a state store behind a handle.
+///
+/// ```ignore
+/// use mcp_tools::state::{Lifecycle, Resource};
+///
+/// #[derive(Clone, Serialize, Deserialize, JsonSchema, Resource)]
+/// #[resource(kind = "basket", prefix = "bsk", ttl_secs = 86400, lifecycle = lifecycle)]
+/// struct Basket { memory_gib: u32, storage_gib: u32, checked_out: bool }
+///
+/// impl Basket {
+///     fn lifecycle(&self) -> Lifecycle {
+///         if self.checked_out { Lifecycle::Terminal } else { Lifecycle::Active }
+///     }
+/// }
+/// ```
+///
+/// * `prefix` (required): the handle prefix, 1 to 16 lowercase letters or digits; handles look
+///   like `bsk_<160 random bits>`.
+/// * `kind`: the kind name (default: the type name in `snake_case`); a handle of another kind is
+///   `NOT_FOUND`.
+/// * `ttl_secs`: how long a resource lives after its last applied change (default: forever).
+/// * `lifecycle`: a method `fn(&self) -> Lifecycle`; only `Terminal` refuses further changes
+///   (default: always active).
+///
+/// The type must be a non-generic struct with named fields, without serde renames: conflict
+/// deltas and `#[tool(mutates = .., touches = [..])]` name its top-level fields.
+#[proc_macro_derive(Resource, attributes(resource))]
+pub fn derive_resource(input: TokenStream) -> TokenStream {
+    resource_derive::derive(input.into()).into()
 }

@@ -11,6 +11,8 @@ pub struct ToolFn {
     pub vis: Visibility,
     pub ident: Ident,
     pub is_async: bool,
+    /// The `async` keyword, where errors about it point.
+    pub async_span: Option<Span>,
     pub receiver: Option<Receiver>,
     pub params: Vec<Param>,
     pub output: Output,
@@ -35,6 +37,41 @@ pub struct ToolAttrs {
     pub destructive: Option<LitBool>,
     pub idempotent: Option<LitBool>,
     pub open_world: Option<LitBool>,
+    /// `creates = T`, `reads = T`, `mutates = T`, in the order written (more than one is an error).
+    pub stateful: Vec<StatefulAttr>,
+    /// `on_conflict = reject | rebase | reconfirm`.
+    pub on_conflict: Option<Ident>,
+    /// `touches = [field, ...]`, with the span of the key.
+    pub touches: Option<(Span, Vec<Ident>)>,
+    /// `expected_version = false` opts out of the version precondition.
+    pub expected_version: Option<LitBool>,
+    /// `operation_id = false` opts out of the idempotency key.
+    pub operation_id: Option<LitBool>,
+}
+
+/// What a stateful tool does with its resource.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum StatefulKind {
+    Creates,
+    Reads,
+    Mutates,
+}
+
+impl StatefulKind {
+    pub fn key(self) -> &'static str {
+        match self {
+            StatefulKind::Creates => "creates",
+            StatefulKind::Reads => "reads",
+            StatefulKind::Mutates => "mutates",
+        }
+    }
+}
+
+/// One of `creates = T`, `reads = T`, `mutates = T`.
+pub struct StatefulAttr {
+    pub key: Ident,
+    pub kind: StatefulKind,
+    pub ty: Type,
 }
 
 /// One parameter of the function.
@@ -58,6 +95,8 @@ pub enum ParamKind {
     ContextRef,
     /// Another value taken from the request context, such as `State<T>`.
     Extract,
+    /// The resource of a `reads` (`&T`) or `mutates` (`&mut T`) tool.
+    Resource { mutable: bool },
 }
 
 /// The keys of `#[arg(...)]`.
@@ -123,5 +162,40 @@ impl ToolFn {
             Some(description) => Some(description.value()),
             None => self.doc.clone(),
         }
+    }
+}
+
+impl ToolFn {
+    /// The stateful kind, if the tool declares one.
+    pub fn stateful(&self) -> Option<&StatefulAttr> {
+        self.attrs.stateful.first()
+    }
+
+    /// The wire name of the handle argument: the resource type's name in `snake_case` + `_id`.
+    pub fn handle_name(&self) -> Option<String> {
+        let stateful = self.stateful()?;
+        if stateful.kind == StatefulKind::Creates {
+            return None;
+        }
+        let name = crate::parse::last_segment(&stateful.ty)
+            .map(|(ident, _)| crate::parse::unraw(ident))
+            .unwrap_or_else(|| "resource".to_owned());
+        Some(format!("{}_id", crate::resource_derive::snake_case(&name)))
+    }
+
+    /// Whether a `mutates` tool takes `expected_version`.
+    pub fn takes_expected_version(&self) -> bool {
+        self.attrs
+            .expected_version
+            .as_ref()
+            .is_none_or(|flag| flag.value)
+    }
+
+    /// Whether a `mutates` tool takes `operation_id`.
+    pub fn takes_operation_id(&self) -> bool {
+        self.attrs
+            .operation_id
+            .as_ref()
+            .is_none_or(|flag| flag.value)
     }
 }

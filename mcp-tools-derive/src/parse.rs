@@ -10,7 +10,10 @@ use syn::{
     PathArguments, ReceiverKind, ReturnType, Signature, Type, Visibility,
 };
 
-use crate::model::{ArgAttrs, ArgDefault, Output, Param, ParamKind, Receiver, ToolAttrs, ToolFn};
+use crate::model::{
+    ArgAttrs, ArgDefault, Output, Param, ParamKind, Receiver, StatefulAttr, StatefulKind,
+    ToolAttrs, ToolFn,
+};
 use crate::validate::Errors;
 
 /// The keys `#[tool(...)]` accepts.
@@ -22,6 +25,13 @@ pub const TOOL_KEYS: &[&str] = &[
     "destructive",
     "idempotent",
     "open_world",
+    "creates",
+    "reads",
+    "mutates",
+    "on_conflict",
+    "touches",
+    "expected_version",
+    "operation_id",
 ];
 
 /// The keys `#[arg(...)]` accepts.
@@ -101,6 +111,73 @@ fn tool_key(meta: &ParseNestedMeta, attrs: &mut ToolAttrs, errors: &mut Errors) 
             meta,
             &mut attrs.open_world,
             "open_world",
+            errors,
+            flag_value,
+        ),
+        "creates" | "reads" | "mutates" => {
+            let kind = match key.as_str() {
+                "creates" => StatefulKind::Creates,
+                "reads" => StatefulKind::Reads,
+                _ => StatefulKind::Mutates,
+            };
+            if !meta.input.peek(syn::Token![=]) {
+                return Err(meta.error(format!("expected the resource type: `{key} = Basket`")));
+            }
+            let ty: Type = meta.value()?.parse()?;
+            let ident = meta
+                .path
+                .get_ident()
+                .cloned()
+                .unwrap_or_else(|| Ident::new(&key, meta.path.span()));
+            attrs.stateful.push(StatefulAttr {
+                key: ident,
+                kind,
+                ty,
+            });
+            Ok(())
+        }
+        "on_conflict" => set(
+            meta,
+            &mut attrs.on_conflict,
+            "on_conflict",
+            errors,
+            |meta| {
+                if !meta.input.peek(syn::Token![=]) {
+                    return Err(meta.error(
+                        "expected a policy: `on_conflict = reject`, `rebase` or `reconfirm`",
+                    ));
+                }
+                meta.value()?.parse::<Ident>().map_err(|error| {
+                    syn::Error::new(
+                        error.span(),
+                        "expected a policy: `on_conflict = reject`, `rebase` or `reconfirm`",
+                    )
+                })
+            },
+        ),
+        "touches" => set(meta, &mut attrs.touches, "touches", errors, |meta| {
+            let span = meta.path.span();
+            if !meta.input.peek(syn::Token![=]) {
+                return Err(meta.error("expected a list of fields: `touches = [field, ...]`"));
+            }
+            let input = meta.value()?;
+            let content;
+            syn::bracketed!(content in input);
+            let fields =
+                syn::punctuated::Punctuated::<Ident, syn::Token![,]>::parse_terminated(&content)?;
+            Ok((span, fields.into_iter().collect()))
+        }),
+        "expected_version" => set(
+            meta,
+            &mut attrs.expected_version,
+            "expected_version",
+            errors,
+            flag_value,
+        ),
+        "operation_id" => set(
+            meta,
+            &mut attrs.operation_id,
+            "operation_id",
             errors,
             flag_value,
         ),
@@ -383,6 +460,10 @@ pub fn tool_fn(
 ) -> ToolFn {
     let mut receiver = None;
     let mut params = Vec::new();
+    let takes_resource = attrs
+        .stateful
+        .first()
+        .is_some_and(|stateful| stateful.kind != StatefulKind::Creates);
     for input in sig.inputs.iter_mut() {
         match input {
             FnArg::Receiver(recv) => {
@@ -410,9 +491,18 @@ pub fn tool_fn(
                         continue;
                     }
                 };
+                let mut kind = param_kind(&pat_type.ty);
+                if takes_resource
+                    && matches!(kind, ParamKind::Argument)
+                    && let Type::Reference(reference) = &*pat_type.ty
+                {
+                    kind = ParamKind::Resource {
+                        mutable: reference.mutability.is_some(),
+                    };
+                }
                 params.push(Param {
                     ident,
-                    kind: param_kind(&pat_type.ty),
+                    kind,
                     ty: (*pat_type.ty).clone(),
                     attrs,
                     doc,
@@ -426,6 +516,7 @@ pub fn tool_fn(
         vis: vis.clone(),
         ident: sig.ident.clone(),
         is_async: sig.asyncness.is_some(),
+        async_span: sig.asyncness.map(|token| token.span),
         receiver,
         params,
         output: output(&sig.output, sig.ident.span()),

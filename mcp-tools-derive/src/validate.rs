@@ -9,7 +9,7 @@ use quote::ToTokens;
 use syn::spanned::Spanned;
 use syn::{Safety, Signature, Type};
 
-use crate::model::{ArgDefault, Output, ParamKind, ToolFn};
+use crate::model::{ArgDefault, Output, ParamKind, StatefulKind, ToolFn};
 
 /// Accumulates errors; `finish` combines them into one.
 #[derive(Default)]
@@ -144,6 +144,15 @@ pub fn tool(tool: &ToolFn, place: Place, errors: &mut Errors) {
     for param in &tool.params {
         match param.kind {
             ParamKind::Argument => {}
+            ParamKind::Resource { .. } => {
+                if let Some(span) = param.attrs.span {
+                    errors.at(
+                        span,
+                        "`#[arg]` does not apply to the resource parameter: the store passes the resource in; remove it",
+                    );
+                }
+                continue;
+            }
             ParamKind::Context | ParamKind::ContextRef | ParamKind::Extract => {
                 if matches!(param.kind, ParamKind::Context | ParamKind::ContextRef) {
                     context_params += 1;
@@ -199,7 +208,180 @@ pub fn tool(tool: &ToolFn, place: Place, errors: &mut Errors) {
         }
     }
 
+    if let Some(handle) = tool.handle_name()
+        && let Some(first) = seen.get(&handle)
+    {
+        errors.at(
+            *first,
+            format!(
+                "`{handle}` is the handle argument this stateful tool adds; rename the parameter or use `#[arg(rename = \"...\")]`"
+            ),
+        );
+    }
+    stateful(tool, errors);
     check_output(&tool.output, errors);
+}
+
+/// Rules of the stateful kinds (`creates`, `reads`, `mutates`) and their keys.
+fn stateful(tool: &ToolFn, errors: &mut Errors) {
+    for extra in tool.attrs.stateful.iter().skip(1) {
+        errors.spanned(
+            &extra.key,
+            format!(
+                "a tool has one stateful kind, and this one already has `{}`; split it into two tools",
+                tool.attrs.stateful[0].kind.key()
+            ),
+        );
+    }
+    let kind = tool.stateful().map(|stateful| stateful.kind);
+    if kind != Some(StatefulKind::Mutates) {
+        let applies = |key: &str| match kind {
+            Some(other) => format!(
+                "`{key}` applies to `mutates` tools only, and this tool `{}` its resource; remove `{key}`",
+                other.key()
+            ),
+            None => format!(
+                "`{key}` applies to `mutates = Resource` tools only; declare `mutates = ...` or remove `{key}`"
+            ),
+        };
+        if let Some(policy) = &tool.attrs.on_conflict {
+            errors.spanned(policy, applies("on_conflict"));
+        }
+        if let Some((span, _)) = &tool.attrs.touches {
+            errors.at(*span, applies("touches"));
+        }
+        if let Some(flag) = &tool.attrs.expected_version {
+            errors.spanned(flag, applies("expected_version"));
+        }
+        if let Some(flag) = &tool.attrs.operation_id {
+            errors.spanned(flag, applies("operation_id"));
+        }
+    }
+    let Some(stateful) = tool.stateful() else {
+        return;
+    };
+    let ty = &stateful.ty;
+    let ty_text = ty.to_token_stream().to_string().replace(' ', "");
+    let resources: Vec<_> = tool
+        .params
+        .iter()
+        .filter_map(|param| match param.kind {
+            ParamKind::Resource { mutable } => Some((param, mutable)),
+            _ => None,
+        })
+        .collect();
+    for (extra, _) in resources.iter().skip(1) {
+        errors.spanned(
+            &extra.ty,
+            format!(
+                "a `{}` tool takes one resource; this parameter is a second borrowed value (tool arguments are owned values)",
+                stateful.kind.key()
+            ),
+        );
+    }
+    match stateful.kind {
+        StatefulKind::Creates => {
+            if let Some(flag) = &tool.attrs.read_only
+                && flag.value
+            {
+                errors.spanned(flag, "a `creates` tool stores a new resource, so it is not read-only; remove `read_only`");
+            }
+        }
+        StatefulKind::Reads => match resources.first() {
+            None => errors.at(
+                tool.ident.span(),
+                format!(
+                    "a `reads = {ty_text}` tool receives the current state as a `&{ty_text}` parameter; add one, e.g. `resource: &{ty_text}`"
+                ),
+            ),
+            Some((param, true)) => errors.spanned(
+                &param.ty,
+                format!(
+                    "a `reads` tool cannot change the resource, so it takes `&{ty_text}`, not `&mut {ty_text}`; to change it, declare `mutates = {ty_text}` instead"
+                ),
+            ),
+            Some((_, false)) => {}
+        },
+        StatefulKind::Mutates => {
+            if let Some(span) = tool.async_span {
+                errors.at(
+                    span,
+                    "a `mutates` transition cannot be `async`: it runs inside the store's atomic boundary (one transaction) and may run again on rebase; make it a synchronous `fn` and do any I/O in another tool",
+                );
+            }
+            if let Some(receiver) = &tool.receiver {
+                errors.at(
+                    receiver.span,
+                    "a `mutates` transition cannot take `self`: it may run on a store worker and again on rebase; make it an associated function without `self`",
+                );
+            }
+            if let Some(flag) = &tool.attrs.read_only
+                && flag.value
+            {
+                errors.spanned(flag, "a `mutates` tool changes its resource, so it is not read-only; remove `read_only`");
+            }
+            for param in &tool.params {
+                if matches!(
+                    param.kind,
+                    ParamKind::Context | ParamKind::ContextRef | ParamKind::Extract
+                ) {
+                    errors.spanned(
+                        &param.ty,
+                        "a `mutates` transition cannot take request-context values: it runs inside the store's atomic boundary and must depend only on the resource and its arguments; remove this parameter",
+                    );
+                }
+            }
+            match resources.first() {
+                None => errors.at(
+                    tool.ident.span(),
+                    format!(
+                        "a `mutates = {ty_text}` tool changes the resource it is given: add a `&mut {ty_text}` parameter, e.g. `resource: &mut {ty_text}`"
+                    ),
+                ),
+                Some((param, false)) => errors.spanned(
+                    &param.ty,
+                    format!(
+                        "a `mutates` tool changes the resource, so it takes `&mut {ty_text}`; for a tool that only looks, declare `reads = {ty_text}`"
+                    ),
+                ),
+                Some((_, true)) => {}
+            }
+            let policy = tool.attrs.on_conflict.as_ref().map(|p| p.to_string());
+            if let Some(name) = &policy
+                && !matches!(name.as_str(), "reject" | "rebase" | "reconfirm")
+            {
+                errors.spanned(
+                    tool.attrs.on_conflict.as_ref(),
+                    format!(
+                        "unknown conflict policy `{name}`: expected `reject` (any intervening change refuses), `rebase` (re-run when the change touched none of `touches`) or `reconfirm` (consequential: the caller must confirm again)"
+                    ),
+                );
+            }
+            match (&policy, &tool.attrs.touches) {
+                (Some(name), None) if name == "rebase" => errors.spanned(
+                    tool.attrs.on_conflict.as_ref(),
+                    "`on_conflict = rebase` needs the fields the transition works on: add `touches = [field, ...]`",
+                ),
+                (policy, Some((span, _))) if policy.as_deref() != Some("rebase") => errors.at(
+                    *span,
+                    "`touches` only matters with `on_conflict = rebase`; add it or remove `touches`",
+                ),
+                (_, Some((span, fields))) if fields.is_empty() => errors.at(
+                    *span,
+                    "`touches` is empty: name the top-level fields the transition reads or writes",
+                ),
+                _ => {}
+            }
+            if !tool.takes_expected_version()
+                && let Some(policy) = &tool.attrs.on_conflict
+            {
+                errors.spanned(
+                    policy,
+                    "without `expected_version` there is no conflict to resolve: remove `on_conflict` or `expected_version = false`",
+                );
+            }
+        }
+    }
 }
 
 fn check_argument_type(ty: &Type, errors: &mut Errors) {

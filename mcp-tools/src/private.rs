@@ -11,6 +11,12 @@ use serde_json::Value;
 
 pub use crate::extract::FromContext;
 
+/// Support for the stateful tool kinds (`creates`, `reads`, `mutates`).
+pub mod stateful {
+    pub use crate::state::tool_support::*;
+    pub use crate::state::{ConflictPolicy, Resource, Store, Transition};
+}
+
 /// Holds for every type a `#[tool]` parameter may have.
 #[diagnostic::on_unimplemented(
     message = "`{Self}` cannot be a tool parameter",

@@ -55,20 +55,24 @@ mod fingerprint;
 mod handle;
 mod memory;
 mod outcome;
+mod registry;
 mod resource;
 #[cfg(feature = "sqlite")]
 mod sqlite;
 mod store;
+pub(crate) mod tool_support;
 
 pub use clock::{Clock, ManualClock, SystemClock, format_rfc3339};
 pub use delta::{FieldChange, diff};
 pub use fingerprint::{Fingerprint, canonical_json};
 pub use handle::mint_handle;
+pub use mcp_tools_derive::Resource;
 pub use memory::MemoryStore;
 pub use outcome::{
     Applied, MutationOutcome, ReadOutcome, RecordedOutcome, Recovery, Rejected, Replayed,
     Resumption, Snapshot, StaleView, code,
 };
+pub use registry::Store;
 pub use resource::{Lifecycle, Resource, ResourceKind};
 #[cfg(feature = "sqlite")]
 pub use sqlite::{SqliteOptions, SqliteStore, Synchronous};

@@ -1,0 +1,183 @@
+//! The basket of the lost-update story: a laptop configuration several agents share by handle.
+//! Shared by `examples/basket.rs`, `examples/lost_update_demo.rs` and the end-to-end tests.
+#![allow(dead_code)]
+
+use mcp_tools::state::{Lifecycle, Resource};
+use mcp_tools::{ToolError, ToolSet, tool, tools};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// A laptop configuration being put together, then checked out.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema, Resource)]
+#[resource(kind = "basket", prefix = "bsk", ttl_secs = 86400, lifecycle = lifecycle)]
+pub struct Basket {
+    /// The laptop model.
+    pub model: String,
+    /// Memory, in GiB.
+    pub memory_gib: u32,
+    /// Storage, in GiB.
+    pub storage_gib: u32,
+    /// Free-form notes, in the order they were added.
+    pub notes: Vec<String>,
+    /// Whether the basket was checked out (then it accepts no further change).
+    pub checked_out: bool,
+}
+
+impl Basket {
+    fn lifecycle(&self) -> Lifecycle {
+        if self.checked_out {
+            Lifecycle::Terminal
+        } else {
+            Lifecycle::Active
+        }
+    }
+}
+
+/// The largest memory or storage size a basket accepts, in GiB.
+pub const MAX_GIB: u32 = 1 << 20;
+
+fn check_size(what: &str, gib: u32) -> Result<(), ToolError> {
+    if gib == 0 || gib > MAX_GIB {
+        return Err(ToolError::new(
+            "INVALID_SIZE",
+            format!("{what} must be between 1 and {MAX_GIB} GiB, not {gib}"),
+        ));
+    }
+    Ok(())
+}
+
+/// Creates a basket holding one laptop with 16 GiB of memory and 512 GiB of storage.
+///
+/// Returns the basket's handle (`basket_id`) and version 1: keep both, later calls need them.
+#[tool(creates = Basket)]
+pub fn basket_create(
+    /// The laptop model (default "Laptop 14").
+    model: Option<String>,
+) -> Basket {
+    Basket {
+        model: model.unwrap_or_else(|| "Laptop 14".to_owned()),
+        memory_gib: 16,
+        storage_gib: 512,
+        notes: Vec::new(),
+        checked_out: false,
+    }
+}
+
+/// Reads a basket: its configuration, its current version and the resumption record to pass on.
+#[tool(reads = Basket)]
+pub fn basket_get(basket: &Basket) -> Basket {
+    basket.clone()
+}
+
+/// Sets the memory of the laptop in a basket. Only the memory changes.
+///
+/// Fails with `NOT_AN_UPGRADE` when the size is not larger than the current one.
+#[tool(mutates = Basket)]
+pub fn basket_upgrade_memory(
+    basket: &mut Basket,
+    /// The new memory size in GiB, larger than the current one.
+    memory_gib: u32,
+) -> Result<u32, ToolError> {
+    check_size("memory_gib", memory_gib)?;
+    if memory_gib <= basket.memory_gib {
+        return Err(ToolError::new(
+            "NOT_AN_UPGRADE",
+            format!(
+                "memory is already {} GiB; an upgrade must be larger",
+                basket.memory_gib
+            ),
+        ));
+    }
+    basket.memory_gib = memory_gib;
+    Ok(memory_gib)
+}
+
+/// Sets the storage of the laptop in a basket. Only the storage changes, so a change to other
+/// fields since your read does not block it: it is re-applied on the current version
+/// (`rebased_from` in the result).
+#[tool(mutates = Basket, on_conflict = rebase, touches = [storage_gib])]
+pub fn basket_upgrade_storage(
+    basket: &mut Basket,
+    /// The new storage size in GiB, larger than the current one.
+    storage_gib: u32,
+) -> Result<u32, ToolError> {
+    check_size("storage_gib", storage_gib)?;
+    if storage_gib <= basket.storage_gib {
+        return Err(ToolError::new(
+            "NOT_AN_UPGRADE",
+            format!(
+                "storage is already {} GiB; an upgrade must be larger",
+                basket.storage_gib
+            ),
+        ));
+    }
+    basket.storage_gib = storage_gib;
+    Ok(storage_gib)
+}
+
+/// Replaces the whole configuration (memory and storage) with the values given.
+///
+/// Every value you send overwrites the current one, so the change is refused (`stale_view`)
+/// whenever the basket changed after the version you planned from.
+#[tool(mutates = Basket)]
+pub fn basket_replace_configuration(
+    basket: &mut Basket,
+    /// Memory, in GiB.
+    memory_gib: u32,
+    /// Storage, in GiB.
+    storage_gib: u32,
+) -> Result<Basket, ToolError> {
+    check_size("memory_gib", memory_gib)?;
+    check_size("storage_gib", storage_gib)?;
+    basket.memory_gib = memory_gib;
+    basket.storage_gib = storage_gib;
+    Ok(basket.clone())
+}
+
+/// What a checkout confirms.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct Receipt {
+    /// The configuration that was ordered.
+    pub ordered: String,
+}
+
+/// Checks the basket out: orders exactly the configuration at `expected_version`.
+///
+/// Consequential: if the basket changed since, nothing is ordered and the result asks you to
+/// confirm the current configuration first (`recovery: reconfirm`). Afterwards the basket is
+/// terminal and accepts no change.
+#[tool(mutates = Basket, on_conflict = reconfirm)]
+pub fn basket_checkout(basket: &mut Basket) -> Receipt {
+    basket.checked_out = true;
+    Receipt {
+        ordered: format!(
+            "{} with {} GiB memory and {} GiB storage",
+            basket.model, basket.memory_gib, basket.storage_gib
+        ),
+    }
+}
+
+/// Appends a note to a basket. Notes commute, so no `expected_version` is needed; send an
+/// `operation_id` so a retry does not add the note twice.
+#[tool(mutates = Basket, expected_version = false)]
+pub fn basket_add_note(
+    basket: &mut Basket,
+    /// The note.
+    text: String,
+) -> usize {
+    basket.notes.push(text);
+    basket.notes.len()
+}
+
+/// The basket tools, in `tools/list` order.
+pub fn tool_set() -> ToolSet {
+    tools![
+        basket_create,
+        basket_get,
+        basket_upgrade_memory,
+        basket_upgrade_storage,
+        basket_replace_configuration,
+        basket_checkout,
+        basket_add_note,
+    ]
+}

@@ -1,0 +1,59 @@
+//! The store a server's stateful tools work with, registered through
+//! [`McpServerBuilder::state`](crate::McpServerBuilder::state).
+
+use std::fmt;
+use std::ops::Deref;
+use std::sync::Arc;
+
+use super::store::StateStore;
+
+/// The state store of a server: a cheap, clonable handle to one [`StateStore`].
+///
+/// Every `#[tool(creates = R)]`, `#[tool(reads = R)]` and `#[tool(mutates = R)]` finds its store
+/// here, so register exactly one with the server:
+///
+/// ```
+/// use mcp_tools::McpServer;
+/// use mcp_tools::state::{MemoryStore, Store};
+///
+/// let server = McpServer::builder("baskets", "1.0.0")
+///     .state(Store::new(MemoryStore::default()))
+///     .build()
+///     .unwrap();
+/// # drop(server);
+/// ```
+///
+/// Without it, a stateful tool answers `isError` with the code `MISSING_STATE`.
+#[derive(Clone)]
+pub struct Store(Arc<dyn StateStore>);
+
+impl Store {
+    /// Wraps a store.
+    pub fn new(store: impl StateStore) -> Self {
+        Store(Arc::new(store))
+    }
+
+    /// Wraps a store that is already shared.
+    pub fn from_arc(store: Arc<dyn StateStore>) -> Self {
+        Store(store)
+    }
+
+    /// The shared store.
+    pub fn as_arc(&self) -> &Arc<dyn StateStore> {
+        &self.0
+    }
+}
+
+impl Deref for Store {
+    type Target = dyn StateStore;
+
+    fn deref(&self) -> &Self::Target {
+        &*self.0
+    }
+}
+
+impl fmt::Debug for Store {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Store")
+    }
+}

@@ -1,0 +1,295 @@
+//! Runtime support for the stateful tool kinds of `#[tool]` (`creates`, `reads`, `mutates`),
+//! reached by generated code through `::mcp_tools::__private`. Not public API.
+
+use std::borrow::Cow;
+use std::marker::PhantomData;
+
+use schemars::{JsonSchema, Schema, SchemaGenerator};
+use serde::de::{DeserializeOwned, Error as _};
+use serde::{Deserialize, Deserializer, Serialize};
+use serde_json::{Map, Value};
+
+use super::fingerprint::Fingerprint;
+use super::outcome::{MutationOutcome, ReadOutcome, Rejected, Snapshot};
+use super::registry::Store;
+use super::resource::Resource;
+use super::store::{ConflictPolicy, CreateRequest, MutationRequest, ReadRequest, Transition};
+use crate::content::{CallToolResult, IntoToolError, ToolError};
+use crate::context::Context;
+use crate::extract::MISSING_STATE;
+
+/// Decoded tool arguments together with the JSON they were decoded from: the operation-id
+/// ledger fingerprints the payload as sent.
+pub struct WithRaw<T> {
+    /// The arguments as sent.
+    pub raw: Value,
+    /// The decoded arguments.
+    pub args: T,
+}
+
+impl<'de, T: DeserializeOwned> Deserialize<'de> for WithRaw<T> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let raw = Value::deserialize(deserializer)?;
+        let args = T::deserialize(&raw).map_err(D::Error::custom)?;
+        Ok(WithRaw { raw, args })
+    }
+}
+
+impl<T: JsonSchema> JsonSchema for WithRaw<T> {
+    fn schema_name() -> Cow<'static, str> {
+        T::schema_name()
+    }
+
+    fn json_schema(generator: &mut SchemaGenerator) -> Schema {
+        T::json_schema(generator)
+    }
+
+    fn inline_schema() -> bool {
+        T::inline_schema()
+    }
+}
+
+/// Which of the arguments the macro adds a stateful tool has.
+#[derive(Debug, Clone, Copy)]
+pub struct Injected {
+    /// The handle argument's wire name, e.g. `basket_id`.
+    pub handle: &'static str,
+    /// Whether `expected_version` is an argument.
+    pub expected_version: bool,
+    /// Whether `operation_id` is an argument.
+    pub operation_id: bool,
+}
+
+/// The input schema of a stateful tool: the arguments struct's schema, with descriptions of the
+/// added arguments that tell a model what they mean and where to find them.
+pub fn input_schema<T: JsonSchema, R: IsResource>(
+    generator: &mut SchemaGenerator,
+    injected: Injected,
+) -> Value {
+    let mut schema = crate::__private::input_schema::<T>(generator);
+    let kind = R::KIND;
+    let prefix = R::PREFIX;
+    let mut describe = |property: &str, text: String| {
+        if let Some(Value::Object(object)) = schema.pointer_mut(&format!("/properties/{property}"))
+        {
+            object.insert("description".to_owned(), Value::String(text));
+        }
+    };
+    describe(
+        injected.handle,
+        format!(
+            "Which {kind}: its handle (`{prefix}_...`), as returned in `handle` and \
+             `resumption.handle` by the tool that created it or by any earlier result about it."
+        ),
+    );
+    if injected.expected_version {
+        describe(
+            "expected_version",
+            format!(
+                "The version of the {kind} this change is based on: `resumption.basis_version` of \
+                 the last read or applied result you planned from. If the {kind} changed since, \
+                 nothing is applied and the result is `stale_view` with what changed."
+            ),
+        );
+    }
+    if injected.operation_id {
+        describe(
+            "operation_id",
+            "A new unique id you choose for this change (for example a UUID). To retry after a \
+             lost or interrupted response, send the same id with the same arguments: the recorded \
+             outcome comes back and nothing is applied twice. Use a new id for every new change, \
+             including a re-planned change after `stale_view`."
+                .to_owned(),
+        );
+    }
+    schema
+}
+
+/// The output schema of `creates` and `mutates` tools: the [`MutationOutcome`] union.
+pub fn mutation_output_schema() -> Value {
+    object_root(MutationOutcome::json_schema())
+}
+
+/// The output schema of `reads` tools: the [`ReadOutcome`] union.
+pub fn read_output_schema() -> Value {
+    object_root(ReadOutcome::json_schema())
+}
+
+fn object_root(mut schema: Value) -> Value {
+    if let Value::Object(object) = &mut schema {
+        object.remove("title");
+        object
+            .entry("type")
+            .or_insert_with(|| Value::String("object".to_owned()));
+    }
+    schema
+}
+
+/// The fingerprint of a mutation's payload: the tool name and every argument but `operation_id`.
+pub fn fingerprint(tool: &str, raw: &Value) -> Fingerprint {
+    match raw {
+        Value::Object(object) => {
+            let payload: Map<String, Value> = object
+                .iter()
+                .filter(|(key, _)| key.as_str() != "operation_id")
+                .map(|(key, value)| (key.clone(), value.clone()))
+                .collect();
+            Fingerprint::of_call(tool, &Value::Object(payload))
+        }
+        other => Fingerprint::of_call(tool, other),
+    }
+}
+
+/// The registered [`Store`], or the result the call ends with.
+pub fn store(cx: &Context) -> Result<Store, CallToolResult> {
+    match cx.state::<Store>() {
+        Some(store) => Ok(store.clone()),
+        None => Err(ToolError::new(
+            MISSING_STATE,
+            "The server has no state store: register one with \
+             `McpServer::builder(..).state(mcp_tools::state::Store::new(..))`.",
+        )
+        .into_result()),
+    }
+}
+
+/// Converts a tool function's error for a stateful outcome.
+pub fn tool_error<E: IntoToolError>(error: E) -> ToolError {
+    error.into_tool_error()
+}
+
+/// Stores the resource a `creates` tool made, at version 1, owned by the caller.
+pub async fn create<R: IsResource>(
+    store: &Store,
+    cx: &Context,
+    made: Result<R, ToolError>,
+) -> CallToolResult {
+    let resource = match made {
+        Ok(resource) => resource,
+        Err(error) => {
+            return MutationOutcome::Rejected(Rejected::domain(&error)).into_call_tool_result();
+        }
+    };
+    let request = match CreateRequest::typed(cx.principal().clone(), &resource) {
+        Ok(request) => request,
+        Err(error) => return error.into_tool_error().into_result(),
+    };
+    match store.create(request).await {
+        Ok(applied) => MutationOutcome::Applied(applied).into_call_tool_result(),
+        Err(error) => error.into_tool_error().into_result(),
+    }
+}
+
+/// Reads the current version for a `reads` tool: the snapshot and the typed resource, or the
+/// result the call ends with (`NOT_FOUND`, `EXPIRED`, a store failure).
+pub async fn read<R: IsResource>(
+    store: &Store,
+    cx: &Context,
+    handle: String,
+) -> Result<(Snapshot, R), CallToolResult> {
+    let request = ReadRequest {
+        kind: R::kind(),
+        principal: cx.principal().clone(),
+        handle,
+    };
+    match store.read(request).await {
+        Ok(ReadOutcome::Current(snapshot)) => match R::deserialize(&snapshot.state) {
+            Ok(resource) => Ok((snapshot, resource)),
+            Err(error) => Err(ToolError::new(
+                "INVALID_STATE",
+                format!("stored {} is unreadable: {error}", R::KIND),
+            )
+            .into_result()),
+        },
+        Ok(rejected @ ReadOutcome::Rejected(_)) => Err(rejected.into_call_tool_result()),
+        Err(error) => Err(error.into_tool_error().into_result()),
+    }
+}
+
+/// The result of a `reads` tool: the snapshot whose `state` is what the tool function returned.
+pub fn read_result<T: Serialize>(
+    mut snapshot: Snapshot,
+    view: Result<T, ToolError>,
+) -> CallToolResult {
+    match view.and_then(|view| {
+        serde_json::to_value(view).map_err(|error| {
+            ToolError::new(
+                "OUTPUT_NOT_SERIALIZABLE",
+                format!("The tool produced output that cannot be serialized: {error}"),
+            )
+        })
+    }) {
+        Ok(state) => {
+            snapshot.state = state;
+            ReadOutcome::Current(snapshot).into_call_tool_result()
+        }
+        Err(error) => ReadOutcome::Rejected(Rejected::domain(&error)).into_call_tool_result(),
+    }
+}
+
+/// What a `mutates` tool declares, and the handle and preconditions of this call.
+pub struct MutationSpec<R> {
+    /// The tool name, part of the payload fingerprint.
+    pub tool: &'static str,
+    /// The conflict policy.
+    pub policy: ConflictPolicy,
+    /// The handle the caller sent.
+    pub handle: String,
+    /// The caller's `expected_version`, unless the tool opted out.
+    pub expected_version: Option<u64>,
+    /// The caller's `operation_id`, unless the tool opted out.
+    pub operation_id: Option<String>,
+    /// The resource type.
+    pub resource: PhantomData<fn() -> R>,
+}
+
+/// Runs a `mutates` tool's transition in the store's atomic boundary.
+pub async fn mutate<R: IsResource>(
+    store: &Store,
+    cx: &Context,
+    spec: MutationSpec<R>,
+    raw: &Value,
+    transition: Transition,
+) -> CallToolResult {
+    let mut request =
+        MutationRequest::new(R::kind(), cx.principal().clone(), spec.handle).policy(spec.policy);
+    if let Some(version) = spec.expected_version {
+        request = request.expect_version(version);
+    }
+    if let Some(operation_id) = spec.operation_id {
+        request = request.operation(operation_id, fingerprint(spec.tool, raw));
+    }
+    match store.mutate(request, transition).await {
+        Ok(outcome) => outcome.into_call_tool_result(),
+        Err(error) => error.into_tool_error().into_result(),
+    }
+}
+
+/// Holds for every parameter type of a `mutates` tool besides the resource.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot be a parameter of a `mutates` tool",
+    label = "this parameter's type must implement `Clone`",
+    note = "the transition may run again on a newer version of the resource (`on_conflict = rebase`), so it receives a fresh copy of each argument every time"
+)]
+pub trait TransitionArgument: Clone + Send + 'static {}
+
+impl<T: Clone + Send + 'static> TransitionArgument for T {}
+
+/// A fresh copy of a `mutates` tool's argument for one run of the transition; spanned at the
+/// parameter's type by the generated code.
+pub fn fresh<T: TransitionArgument>(value: &T) -> T {
+    value.clone()
+}
+
+/// Holds for the type named by `creates = `, `reads = ` and `mutates = `.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not a stateful resource",
+    label = "`creates`, `reads` and `mutates` name a type that implements `mcp_tools::state::Resource`",
+    note = "add `#[derive(mcp_tools::state::Resource)]` and `#[resource(kind = \"...\", prefix = \"...\")]` to the type"
+)]
+pub trait IsResource: Resource {}
+
+impl<R: Resource> IsResource for R {}
+
+/// Compile-time assertion, spanned at the type named by the tool kind.
+pub const fn assert_resource<R: IsResource>() {}

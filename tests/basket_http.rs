@@ -1,0 +1,430 @@
+//! The basket's versioned tools over real HTTP: the seed's schedule, replays, operation-id reuse,
+//! one transition for a burst of identical requests, expiry, the terminal lifecycle, principals
+//! and pruned history. Every result is checked against the official schema and the tool's
+//! published output schema.
+
+#[path = "../examples/support/basket.rs"]
+mod basket;
+mod basket_client;
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use mcp_tools::state::{ManualClock, MemoryStore, Store, StoreConfig};
+use serde_json::{Value, json};
+
+use basket_client::{Agent, authenticated_server, operation_id, outcome, server, show};
+use common::TestServer;
+
+async fn memory_server() -> (TestServer, Agent) {
+    let server = TestServer::start(server(Store::new(MemoryStore::default()))).await;
+    let agent = Agent::connect(&server.url(), None).await;
+    (server, agent)
+}
+
+#[tokio::test]
+async fn tools_publish_the_added_arguments_and_derived_hints() {
+    let (server, _) = memory_server().await;
+    let reply = common::Call::new("tools/list", json!(1), json!({}))
+        .send(&server)
+        .await;
+    let tools = reply.result()["tools"].as_array().unwrap().clone();
+    let tool = |name: &str| tools.iter().find(|t| t["name"] == name).unwrap().clone();
+
+    let upgrade = tool("basket_upgrade_memory");
+    let input = &upgrade["inputSchema"];
+    for (property, hint) in [
+        ("basket_id", "bsk_"),
+        ("expected_version", "basis_version"),
+        ("operation_id", "same id"),
+    ] {
+        let description = input["properties"][property]["description"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{property} undescribed: {input}"));
+        assert!(description.contains(hint), "{property}: {description}");
+    }
+    assert_eq!(input["properties"]["expected_version"]["minimum"], 1);
+    let required: Vec<&str> = input["required"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    for property in [
+        "basket_id",
+        "expected_version",
+        "operation_id",
+        "memory_gib",
+    ] {
+        assert!(required.contains(&property), "{required:?}");
+    }
+    assert_eq!(upgrade["annotations"]["idempotentHint"], true);
+    let output = upgrade["outputSchema"].to_string();
+    for branch in ["applied", "stale_view", "rejected", "replayed"] {
+        assert!(output.contains(&format!("\"{branch}\"")), "{output}");
+    }
+
+    assert_eq!(tool("basket_get")["annotations"]["readOnlyHint"], true);
+    let note = tool("basket_add_note");
+    let properties = note["inputSchema"]["properties"].as_object().unwrap();
+    assert!(!properties.contains_key("expected_version"), "{note}");
+    assert!(properties.contains_key("operation_id"));
+    assert!(
+        !tool("basket_create")["inputSchema"]["properties"]
+            .as_object()
+            .unwrap()
+            .contains_key("basket_id")
+    );
+}
+
+#[tokio::test]
+async fn the_seeds_schedule_refuses_the_stale_snapshot_and_keeps_both_upgrades() {
+    let (_server, agent) = memory_server().await;
+    let handle = agent.create().await;
+    let (a_version, a_state) = agent.get(&handle).await;
+    let (b_version, b_state) = agent.get(&handle).await;
+    assert_eq!((a_version, b_version), (1, 1));
+    assert_eq!(
+        (&a_state["memory_gib"], &b_state["storage_gib"]),
+        (&json!(16), &json!(512))
+    );
+
+    let a = agent
+        .call(
+            "basket_upgrade_memory",
+            json!({"basket_id": handle, "expected_version": 1, "operation_id": "a-1", "memory_gib": 32}),
+        )
+        .await;
+    assert_eq!(outcome(&a), "applied", "{a}");
+    assert_eq!(a["structuredContent"]["version"], 2);
+
+    // B's full snapshot, planned from version 1, would restore 16 GiB of memory.
+    let b = agent
+        .call(
+            "basket_replace_configuration",
+            json!({"basket_id": handle, "expected_version": 1, "operation_id": "b-1",
+                   "memory_gib": b_state["memory_gib"], "storage_gib": 1024}),
+        )
+        .await;
+    assert_eq!(outcome(&b), "stale_view", "{b}");
+    assert_eq!(b["isError"], true);
+    let stale = &b["structuredContent"];
+    assert_eq!(stale["code"], "STALE_VIEW");
+    assert_eq!(stale["expected_version"], 1);
+    assert_eq!(stale["current_version"], 2);
+    assert_eq!(stale["recovery"], "refresh_and_replan");
+    assert_eq!(stale["delta_available"], true);
+    assert_eq!(
+        stale["delta"],
+        json!([{"path": "/memory_gib", "before": 16, "after": 32}])
+    );
+    assert_eq!(stale["current_state"]["memory_gib"], 32);
+
+    // B refreshes and replans with a new operation id.
+    let (version, state) = agent.get(&handle).await;
+    assert_eq!(version, 2);
+    let b = agent
+        .call(
+            "basket_replace_configuration",
+            json!({"basket_id": handle, "expected_version": version, "operation_id": "b-2",
+                   "memory_gib": state["memory_gib"], "storage_gib": 1024}),
+        )
+        .await;
+    assert_eq!(outcome(&b), "applied", "{b}");
+    let (version, state) = agent.get(&handle).await;
+    assert_eq!(version, 3);
+    assert_eq!(
+        (&state["memory_gib"], &state["storage_gib"]),
+        (&json!(32), &json!(1024))
+    );
+}
+
+#[tokio::test]
+async fn a_storage_upgrade_from_an_old_view_rebases_over_a_memory_change() {
+    let (_server, agent) = memory_server().await;
+    let handle = agent.create().await;
+    let a = agent
+        .call(
+            "basket_upgrade_memory",
+            json!({"basket_id": handle, "expected_version": 1, "operation_id": "a", "memory_gib": 32}),
+        )
+        .await;
+    assert_eq!(outcome(&a), "applied");
+    let b = agent
+        .call(
+            "basket_upgrade_storage",
+            json!({"basket_id": handle, "expected_version": 1, "operation_id": "b", "storage_gib": 1024}),
+        )
+        .await;
+    assert_eq!(outcome(&b), "applied", "{b}");
+    assert_eq!(b["structuredContent"]["rebased_from"], 1);
+    assert_eq!(b["structuredContent"]["version"], 3);
+    assert_eq!(b["structuredContent"]["result"], 1024);
+    assert_eq!(b["structuredContent"]["state"]["memory_gib"], 32);
+
+    // A second storage change planned from version 1 touches what changed since: refused.
+    let c = agent
+        .call(
+            "basket_upgrade_storage",
+            json!({"basket_id": handle, "expected_version": 1, "operation_id": "c", "storage_gib": 2048}),
+        )
+        .await;
+    assert_eq!(outcome(&c), "stale_view", "{c}");
+    let paths: Vec<&Value> = c["structuredContent"]["delta"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|change| &change["path"])
+        .collect();
+    assert!(paths.contains(&&json!("/storage_gib")), "{paths:?}");
+}
+
+#[tokio::test]
+async fn a_retry_after_a_lost_response_replays_and_a_changed_payload_is_refused() {
+    let (_server, agent) = memory_server().await;
+    let handle = agent.create().await;
+    let arguments = json!({"basket_id": handle, "expected_version": 1, "operation_id": "lost-1", "memory_gib": 32});
+    let first = agent.call("basket_upgrade_memory", arguments.clone()).await;
+    assert_eq!(outcome(&first), "applied");
+    // The response was lost; meanwhile someone else changes the basket.
+    let note = agent
+        .call(
+            "basket_add_note",
+            json!({"basket_id": handle, "operation_id": "note-1", "text": "gift wrap"}),
+        )
+        .await;
+    assert_eq!(outcome(&note), "applied");
+
+    // The retry, arguments in another key order: expected_version 1 is stale now, but the
+    // recorded outcome comes back first.
+    let retry = agent
+        .call(
+            "basket_upgrade_memory",
+            json!({"memory_gib": 32, "operation_id": "lost-1", "expected_version": 1, "basket_id": handle}),
+        )
+        .await;
+    show("retry", "basket_upgrade_memory", &arguments, &retry);
+    assert_eq!(outcome(&retry), "replayed", "{retry}");
+    assert_ne!(retry["isError"], true);
+    let replayed = &retry["structuredContent"];
+    assert_eq!(replayed["operation_id"], "lost-1");
+    assert_eq!(replayed["original"], {
+        let mut original = first["structuredContent"].clone();
+        original["outcome"] = json!("applied");
+        original
+    });
+    let (version, state) = agent.get(&handle).await;
+    assert_eq!((version, &state["memory_gib"]), (3, &json!(32)));
+
+    let reused = agent
+        .call(
+            "basket_upgrade_memory",
+            json!({"basket_id": handle, "expected_version": 3, "operation_id": "lost-1", "memory_gib": 64}),
+        )
+        .await;
+    assert_eq!(outcome(&reused), "rejected", "{reused}");
+    assert_eq!(reused["isError"], true);
+    assert_eq!(reused["structuredContent"]["code"], "OPERATION_ID_REUSED");
+    assert_eq!(agent.get(&handle).await.0, 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_hundred_concurrent_requests_with_one_operation_id_apply_once() {
+    let (_server, agent) = memory_server().await;
+    let handle = agent.create().await;
+    let arguments = json!({"basket_id": handle, "expected_version": 1, "operation_id": "burst", "memory_gib": 64});
+    let calls: Vec<_> = (0..200)
+        .map(|_| {
+            let agent = agent.clone();
+            let arguments = arguments.clone();
+            tokio::spawn(async move { agent.call("basket_upgrade_memory", arguments).await })
+        })
+        .collect();
+    let mut applied = Vec::new();
+    let mut replayed = 0;
+    for call in calls {
+        let result = call.await.unwrap();
+        match outcome(&result) {
+            "applied" => applied.push(result["structuredContent"].clone()),
+            "replayed" => {
+                assert_eq!(
+                    result["structuredContent"]["original"]["outcome"],
+                    "applied"
+                );
+                assert_eq!(result["structuredContent"]["original"]["version"], 2);
+                replayed += 1;
+            }
+            other => panic!("unexpected outcome {other}: {result}"),
+        }
+    }
+    println!(
+        "200 concurrent requests with one operation_id: {} applied, {replayed} replayed",
+        applied.len()
+    );
+    assert_eq!(applied.len(), 1);
+    assert_eq!(replayed, 199);
+    assert_eq!(agent.get(&handle).await.0, 2);
+}
+
+#[tokio::test]
+async fn an_expired_basket_answers_expired() {
+    let clock = ManualClock::at_millis(1_785_231_000_000);
+    let store = MemoryStore::new(StoreConfig {
+        clock: Arc::new(clock.clone()),
+        ..StoreConfig::default()
+    });
+    let server = TestServer::start(server(Store::new(store))).await;
+    let agent = Agent::connect(&server.url(), None).await;
+    let handle = agent.create().await;
+    let created = agent.call("basket_get", json!({"basket_id": handle})).await;
+    assert_eq!(
+        created["structuredContent"]["resumption"]["expires_at"],
+        "2026-07-29T09:30:00.000Z"
+    );
+    clock.advance(Duration::from_secs(24 * 60 * 60 + 1));
+
+    let read = agent.call("basket_get", json!({"basket_id": handle})).await;
+    assert_eq!(outcome(&read), "rejected", "{read}");
+    assert_eq!(read["structuredContent"]["code"], "EXPIRED");
+    let write = agent
+        .call(
+            "basket_upgrade_memory",
+            json!({"basket_id": handle, "expected_version": 1, "operation_id": "late", "memory_gib": 32}),
+        )
+        .await;
+    assert_eq!(write["structuredContent"]["code"], "EXPIRED", "{write}");
+    assert_eq!(write["structuredContent"]["recovery"], "create_new");
+}
+
+#[tokio::test]
+async fn checkout_asks_for_reconfirmation_then_the_basket_is_terminal() {
+    let (_server, agent) = memory_server().await;
+    let handle = agent.create().await;
+    agent
+        .call(
+            "basket_add_note",
+            json!({"basket_id": handle, "operation_id": "n", "text": "blue"}),
+        )
+        .await;
+    let stale = agent
+        .call(
+            "basket_checkout",
+            json!({"basket_id": handle, "expected_version": 1, "operation_id": "co-1"}),
+        )
+        .await;
+    assert_eq!(outcome(&stale), "stale_view", "{stale}");
+    assert_eq!(stale["structuredContent"]["recovery"], "reconfirm");
+
+    let done = agent
+        .call(
+            "basket_checkout",
+            json!({"basket_id": handle, "expected_version": 2, "operation_id": "co-2"}),
+        )
+        .await;
+    assert_eq!(outcome(&done), "applied", "{done}");
+    assert_eq!(
+        done["structuredContent"]["resumption"]["lifecycle"],
+        "terminal"
+    );
+    assert!(
+        done["structuredContent"]["result"]["ordered"]
+            .as_str()
+            .unwrap()
+            .contains("16 GiB memory")
+    );
+
+    let after = agent
+        .call(
+            "basket_upgrade_memory",
+            json!({"basket_id": handle, "expected_version": 3, "operation_id": "up", "memory_gib": 32}),
+        )
+        .await;
+    assert_eq!(after["structuredContent"]["code"], "TERMINAL", "{after}");
+    assert_eq!(after["structuredContent"]["recovery"], "stop");
+    // Still readable.
+    let (version, state) = agent.get(&handle).await;
+    assert_eq!((version, &state["checked_out"]), (3, &json!(true)));
+}
+
+#[tokio::test]
+async fn another_principals_basket_is_not_found_like_an_unknown_one() {
+    let server = TestServer::start(authenticated_server(Store::new(MemoryStore::default()))).await;
+    let alice = Agent::connect(&server.url(), Some("alice")).await;
+    let bob = Agent::connect(&server.url(), Some("bob")).await;
+    let handle = alice.create().await;
+
+    let theirs = bob.call("basket_get", json!({"basket_id": handle})).await;
+    let unknown = bob
+        .call(
+            "basket_get",
+            json!({"basket_id": "bsk_AAAAAAAAAAAAAAAAAAAAAAAAAAA"}),
+        )
+        .await;
+    assert_eq!(theirs["structuredContent"]["code"], "NOT_FOUND", "{theirs}");
+    assert_eq!(theirs, unknown);
+
+    let write = bob
+        .call(
+            "basket_upgrade_memory",
+            json!({"basket_id": handle, "expected_version": 1, "operation_id": "x", "memory_gib": 32}),
+        )
+        .await;
+    assert_eq!(write["structuredContent"]["code"], "NOT_FOUND", "{write}");
+    assert_eq!(alice.get(&handle).await.1["memory_gib"], 16);
+}
+
+#[tokio::test]
+async fn a_stale_view_past_the_kept_history_has_no_delta() {
+    let store = MemoryStore::new(StoreConfig {
+        history_limit: 2,
+        ..StoreConfig::default()
+    });
+    let server = TestServer::start(server(Store::new(store))).await;
+    let agent = Agent::connect(&server.url(), None).await;
+    let handle = agent.create().await;
+    for text in ["a", "b", "c"] {
+        let note = agent
+            .call(
+                "basket_add_note",
+                json!({"basket_id": handle, "operation_id": operation_id("note"), "text": text}),
+            )
+            .await;
+        assert_eq!(outcome(&note), "applied");
+    }
+    let recent = agent
+        .call(
+            "basket_replace_configuration",
+            json!({"basket_id": handle, "expected_version": 3, "operation_id": "r1", "memory_gib": 32, "storage_gib": 512}),
+        )
+        .await;
+    assert_eq!(
+        recent["structuredContent"]["delta_available"], true,
+        "{recent}"
+    );
+    let old = agent
+        .call(
+            "basket_replace_configuration",
+            json!({"basket_id": handle, "expected_version": 1, "operation_id": "r2", "memory_gib": 32, "storage_gib": 512}),
+        )
+        .await;
+    assert_eq!(outcome(&old), "stale_view", "{old}");
+    assert_eq!(old["structuredContent"]["delta_available"], false);
+    assert_eq!(old["structuredContent"]["delta"], json!([]));
+    assert_eq!(old["structuredContent"]["current_version"], 4);
+}
+
+#[tokio::test]
+async fn a_domain_error_is_a_rejection_with_its_code() {
+    let (_server, agent) = memory_server().await;
+    let handle = agent.create().await;
+    let down = agent
+        .call(
+            "basket_upgrade_memory",
+            json!({"basket_id": handle, "expected_version": 1, "operation_id": "d", "memory_gib": 8}),
+        )
+        .await;
+    assert_eq!(outcome(&down), "rejected", "{down}");
+    assert_eq!(down["structuredContent"]["code"], "NOT_AN_UPGRADE");
+    assert_eq!(agent.get(&handle).await.0, 1);
+}
