@@ -626,3 +626,39 @@ async fn mirrored_parameters_must_agree_with_their_headers() {
         );
     }
 }
+
+#[tokio::test]
+async fn quiet_streams_get_keep_alive_comments() {
+    let server = McpServer::builder("surface", "1")
+        .tools(ToolSet::new().with(Extra))
+        .keep_alive(Duration::from_millis(100))
+        .build()
+        .unwrap();
+    let live = TestServer::start(server).await;
+    let call = listen(7, json!({ "toolsListChanged": true }));
+    let mut request = common::client().post(live.url());
+    for (name, value) in &call.headers {
+        request = request.header(name.as_str(), value.as_str());
+    }
+    let mut response = request.json(&call.body).send().await.unwrap();
+    let mut seen = String::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
+    while !seen.lines().any(|line| line.starts_with(':')) && tokio::time::Instant::now() < deadline
+    {
+        if let Ok(Ok(Some(chunk))) =
+            tokio::time::timeout(Duration::from_millis(500), response.chunk()).await
+        {
+            seen.push_str(&String::from_utf8_lossy(&chunk));
+        }
+    }
+    assert!(
+        seen.contains("notifications/subscriptions/acknowledged"),
+        "{seen}"
+    );
+    assert!(
+        seen.lines().any(|line| line.starts_with(':')),
+        "no keep-alive comment: {seen:?}"
+    );
+    // No event carries an id: streams are not resumable.
+    assert!(!seen.lines().any(|line| line.starts_with("id:")));
+}

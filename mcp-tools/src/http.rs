@@ -124,7 +124,7 @@ impl McpServer {
                 id,
                 notifications,
                 finish,
-            } => crate::sse::response(id, notifications, finish),
+            } => crate::sse::response(id, notifications, finish, self.shared.keep_alive),
             Outcome::Error(error) => {
                 span.record("outcome", error.code());
                 error_response(&error)

@@ -80,6 +80,7 @@ pub struct McpServerBuilder {
     logging: bool,
     authenticate: Option<Authenticate>,
     legacy_era: bool,
+    keep_alive: Duration,
 }
 
 /// Default body limit: 4 MiB.
@@ -123,6 +124,7 @@ impl McpServerBuilder {
             logging: false,
             authenticate: None,
             legacy_era: true,
+            keep_alive: crate::sse::DEFAULT_KEEP_ALIVE,
         }
     }
 
@@ -246,6 +248,13 @@ impl McpServerBuilder {
         self
     }
 
+    /// How often a quiet event stream (a subscription, a long call) gets a comment line so that
+    /// proxies keep it open (default 15 s).
+    pub fn keep_alive(mut self, interval: Duration) -> Self {
+        self.keep_alive = interval;
+        self
+    }
+
     /// Path of the MCP endpoint in [`McpServer::router`] (default `/mcp`).
     pub fn endpoint_path(mut self, path: impl Into<String>) -> Self {
         self.endpoint_path = path.into();
@@ -304,6 +313,7 @@ impl McpServerBuilder {
                 hosts: self.hosts,
                 authenticate: self.authenticate,
                 legacy_era: self.legacy_era,
+                keep_alive: self.keep_alive,
                 supported_versions,
                 server_info,
                 instructions: self.instructions,
@@ -501,6 +511,7 @@ pub(crate) struct Shared {
     pub(crate) hosts: HostPolicy,
     pub(crate) authenticate: Option<Authenticate>,
     pub(crate) legacy_era: bool,
+    pub(crate) keep_alive: Duration,
     /// Every version served: the current one, then the legacy ones when that era is on.
     pub(crate) supported_versions: Vec<&'static str>,
     pub(crate) server_info: Value,

@@ -12,8 +12,8 @@ use tokio::sync::mpsc;
 use crate::dispatch::Finish;
 use crate::protocol::RequestId;
 
-/// How often an idle stream gets a comment line, so proxies keep it open.
-const KEEP_ALIVE: Duration = Duration::from_secs(15);
+/// How often an idle stream gets a comment line by default, so proxies keep it open.
+pub(crate) const DEFAULT_KEEP_ALIVE: Duration = Duration::from_secs(15);
 
 enum State {
     Running {
@@ -109,9 +109,10 @@ pub(crate) fn response(
     id: RequestId,
     notifications: mpsc::UnboundedReceiver<Value>,
     finish: Finish,
+    keep_alive: Duration,
 ) -> Response {
     let mut response = Sse::new(events(id, notifications, finish))
-        .keep_alive(KeepAlive::new().interval(KEEP_ALIVE))
+        .keep_alive(KeepAlive::new().interval(keep_alive))
         .into_response();
     response
         .headers_mut()
