@@ -16,7 +16,8 @@ use super::outcome::{
 };
 use super::resource::{Lifecycle, ResourceKind};
 use super::store::{
-    ConflictPolicy, MutationRequest, ReadRequest, StoreConfig, StoreError, Transition,
+    ConflictPolicy, CreateRequest, MutationRequest, ReadRequest, StoreConfig, StoreError,
+    Transition,
 };
 
 /// One stored resource at its current version. Cloning it is cheap: the strings and the state are
@@ -59,6 +60,8 @@ pub(crate) trait Txn {
     fn load(&mut self, handle: &str) -> Result<Option<Record>, StoreError>;
     /// The state at an older version, if still kept.
     fn history(&mut self, handle: &str, version: u64) -> Result<Option<Value>, StoreError>;
+    /// Stores `record` (version 1) under a newly minted handle, with its history.
+    fn insert(&mut self, handle: &str, record: Record) -> Result<(), StoreError>;
     /// Writes `record` as the new current version, appends it to the history and drops history
     /// versions `<= drop_through`.
     fn write(&mut self, handle: &str, record: Record, drop_through: u64) -> Result<(), StoreError>;
@@ -158,6 +161,82 @@ pub(crate) fn read(
     }))
 }
 
+/// The ledger lookup that starts the boundary: the answer to a repeated operation id, if it is one.
+fn replay(
+    txn: &mut impl Txn,
+    principal: &str,
+    operation: Option<&(String, Fingerprint)>,
+    now: i64,
+) -> Result<Option<MutationOutcome>, StoreError> {
+    let Some((operation_id, fingerprint)) = operation else {
+        return Ok(None);
+    };
+    let Some(entry) = txn.ledger_get(principal, operation_id)? else {
+        return Ok(None);
+    };
+    if entry.expires_at <= now {
+        return Ok(None);
+    }
+    if &entry.fingerprint != fingerprint {
+        return Ok(Some(MutationOutcome::Rejected(
+            Rejected::operation_id_reused(operation_id),
+        )));
+    }
+    Ok(Some(MutationOutcome::Replayed(Replayed {
+        operation_id: operation_id.clone(),
+        recorded_at: format_rfc3339(entry.recorded_at),
+        original: entry.outcome,
+    })))
+}
+
+/// Records `outcome` under the operation id, if the request has one.
+fn record(
+    txn: &mut impl Txn,
+    config: &StoreConfig,
+    principal: &str,
+    operation: Option<&(String, Fingerprint)>,
+    outcome: &RecordedOutcome,
+    now: i64,
+) -> Result<(), StoreError> {
+    if let Some((operation_id, fingerprint)) = operation {
+        let entry = LedgerEntry {
+            fingerprint: fingerprint.clone(),
+            outcome: outcome.clone(),
+            recorded_at: now,
+            expires_at: now.saturating_add(duration_millis(config.ledger_retention)),
+        };
+        txn.ledger_put(principal, operation_id, entry)?;
+    }
+    Ok(())
+}
+
+/// The create boundary: the ledger lookup, then version 1 under `handle` (minted by the caller)
+/// and the ledger record. The caller holds whatever makes `txn` atomic.
+pub(crate) fn create(
+    txn: &mut impl Txn,
+    config: &StoreConfig,
+    request: CreateRequest,
+    handle: &str,
+    now: i64,
+) -> Result<MutationOutcome, StoreError> {
+    let principal = request.principal.key();
+    if let Some(answer) = replay(txn, principal, request.operation.as_ref(), now)? {
+        return Ok(answer);
+    }
+    let record = new_record(&request.kind, principal, request.state, now);
+    let applied = RecordedOutcome::Applied(applied_on_create(handle, &record));
+    txn.insert(handle, record)?;
+    self::record(
+        txn,
+        config,
+        principal,
+        request.operation.as_ref(),
+        &applied,
+        now,
+    )?;
+    Ok(applied.into())
+}
+
 /// The mutation boundary. The caller holds whatever makes `txn` atomic.
 pub(crate) fn mutate(
     txn: &mut impl Txn,
@@ -167,31 +246,18 @@ pub(crate) fn mutate(
     now: i64,
 ) -> Result<MutationOutcome, StoreError> {
     let principal = request.principal.key();
-    if let Some((operation_id, fingerprint)) = &request.operation
-        && let Some(entry) = txn.ledger_get(principal, operation_id)?
-        && entry.expires_at > now
-    {
-        if &entry.fingerprint != fingerprint {
-            return Ok(MutationOutcome::Rejected(Rejected::operation_id_reused(
-                operation_id,
-            )));
-        }
-        return Ok(MutationOutcome::Replayed(Replayed {
-            operation_id: operation_id.clone(),
-            recorded_at: format_rfc3339(entry.recorded_at),
-            original: entry.outcome,
-        }));
+    if let Some(answer) = replay(txn, principal, request.operation.as_ref(), now)? {
+        return Ok(answer);
     }
     let outcome = decide(txn, config, request, transition, now)?;
-    if let Some((operation_id, fingerprint)) = &request.operation {
-        let entry = LedgerEntry {
-            fingerprint: fingerprint.clone(),
-            outcome: outcome.clone(),
-            recorded_at: now,
-            expires_at: now.saturating_add(duration_millis(config.ledger_retention)),
-        };
-        txn.ledger_put(principal, operation_id, entry)?;
-    }
+    record(
+        txn,
+        config,
+        principal,
+        request.operation.as_ref(),
+        &outcome,
+        now,
+    )?;
     Ok(outcome.into())
 }
 

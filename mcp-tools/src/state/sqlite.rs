@@ -14,7 +14,7 @@ use tokio::runtime::RuntimeFlavor;
 use super::boundary::{self, LedgerEntry, Record, Txn};
 use super::fingerprint::Fingerprint;
 use super::handle::mint_handle;
-use super::outcome::{Applied, MutationOutcome, ReadOutcome, RecordedOutcome};
+use super::outcome::{MutationOutcome, ReadOutcome, RecordedOutcome};
 use super::resource::Lifecycle;
 use super::store::{
     CreateRequest, MutationRequest, PruneReport, ReadRequest, StateStore, StoreConfig, StoreError,
@@ -147,6 +147,19 @@ impl SqliteStore {
         })
     }
 
+    /// How many resources the file holds, expired ones included (for tests that count what was
+    /// actually created).
+    #[doc(hidden)]
+    pub fn resource_count_for_tests(&self) -> Result<u64, StoreError> {
+        self.inner.with_reader(|connection| {
+            Ok(
+                connection.query_row("SELECT count(*) FROM mcp_resources", [], |row| {
+                    row.get::<_, i64>(0)
+                })? as u64,
+            )
+        })
+    }
+
     /// The file this store uses.
     pub fn path(&self) -> &Path {
         &self.inner.path
@@ -219,32 +232,29 @@ impl Inner {
         result
     }
 
-    fn create(&self, request: CreateRequest) -> Result<Applied, StoreError> {
+    fn create(&self, request: CreateRequest) -> Result<MutationOutcome, StoreError> {
         let handle = mint_handle(request.kind.prefix)?;
-        let mut writer = lock(&self.writer);
-        let txn = writer.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let now = self.config.clock.now_millis();
-        let record =
-            boundary::new_record(&request.kind, request.principal.key(), request.state, now);
-        let state = record.state.to_string();
-        txn.execute(
-            "INSERT INTO mcp_resources (handle, kind, owner, version, state, lifecycle, expires_at)
-             VALUES (?1, ?2, ?3, 1, ?4, ?5, ?6)",
-            params![
-                handle,
-                &*record.kind,
-                &*record.owner,
-                state,
-                record.lifecycle.as_str(),
-                record.expires_at
-            ],
-        )?;
-        txn.execute(
-            "INSERT INTO mcp_history (handle, version, state) VALUES (?1, 1, ?2)",
-            params![handle, state],
-        )?;
-        txn.commit()?;
-        Ok(boundary::applied_on_create(&handle, &record))
+        let ledger = request.operation.is_some();
+        let outcome = {
+            let mut writer = lock(&self.writer);
+            let txn = writer.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let now = self.config.clock.now_millis();
+            let outcome = boundary::create(&mut SqlTxn(&txn), &self.config, request, &handle, now)?;
+            txn.commit()?;
+            outcome
+        };
+        if ledger {
+            self.count_ledger_write()?;
+        }
+        Ok(outcome)
+    }
+
+    /// Counts a request that may have written a ledger record and sweeps now and then.
+    fn count_ledger_write(&self) -> Result<(), StoreError> {
+        if self.mutations.fetch_add(1, Ordering::Relaxed) % SWEEP_EVERY == SWEEP_EVERY - 1 {
+            self.prune()?;
+        }
+        Ok(())
     }
 
     fn read(&self, request: &ReadRequest) -> Result<ReadOutcome, StoreError> {
@@ -266,9 +276,7 @@ impl Inner {
             txn.commit()?;
             outcome
         };
-        if self.mutations.fetch_add(1, Ordering::Relaxed) % SWEEP_EVERY == SWEEP_EVERY - 1 {
-            self.prune()?;
-        }
+        self.count_ledger_write()?;
         Ok(outcome)
     }
 
@@ -400,6 +408,28 @@ impl Txn for SqlTxn<'_> {
         state.map(|state| json(&state)).transpose()
     }
 
+    fn insert(&mut self, handle: &str, record: Record) -> Result<(), StoreError> {
+        let state = record.state.to_string();
+        self.0
+            .prepare_cached(
+                "INSERT INTO mcp_resources (handle, kind, owner, version, state, lifecycle, expires_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+            )?
+            .execute(params![
+                handle,
+                &*record.kind,
+                &*record.owner,
+                version_to_sql(record.version)?,
+                state,
+                record.lifecycle.as_str(),
+                record.expires_at
+            ])?;
+        self.0
+            .prepare_cached("INSERT INTO mcp_history (handle, version, state) VALUES (?1, ?2, ?3)")?
+            .execute(params![handle, version_to_sql(record.version)?, state])?;
+        Ok(())
+    }
+
     fn write(&mut self, handle: &str, record: Record, drop_through: u64) -> Result<(), StoreError> {
         let state = record.state.to_string();
         let version = version_to_sql(record.version)?;
@@ -436,7 +466,7 @@ impl Txn for SqlTxn<'_> {
 }
 
 impl StateStore for SqliteStore {
-    fn create(&self, request: CreateRequest) -> StoreFuture<'_, Applied> {
+    fn create(&self, request: CreateRequest) -> StoreFuture<'_, MutationOutcome> {
         Box::pin(self.blocking(move |inner| inner.create(request)))
     }
 
