@@ -1222,3 +1222,51 @@ async fn sqlite_transition_panic_on_multi_thread_runtime() {
 async fn sqlite_transition_panic_on_current_thread_runtime() {
     sqlite_transition_panic_rolls_back().await;
 }
+
+/// A file with the layout of earlier pre-release versions is refused, not misread.
+#[test]
+fn sqlite_refuses_the_old_layout() {
+    let fixture = Fixture::new();
+    let path = fixture.dir.path().join("old.db");
+    rusqlite::Connection::open(&path)
+        .unwrap()
+        .execute_batch("CREATE TABLE mcp_resources (handle TEXT PRIMARY KEY) STRICT;")
+        .unwrap();
+    let error = SqliteStore::open(&path, StoreConfig::default())
+        .err()
+        .expect("the old layout was accepted");
+    assert!(error.to_string().contains("not migrated"), "{error}");
+}
+
+/// SQLite drops versions beyond the history limit in batches: the kept rows stay bounded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_history_rows_stay_bounded() {
+    let fixture = Fixture::new();
+    let store = fixture.sqlite(StoreConfig {
+        history_limit: 3,
+        ..StoreConfig::default()
+    });
+    let handle = create(&store, alice(), &laptop()).await;
+    let calls = Arc::new(AtomicUsize::new(0));
+    for gib in 1..=100u32 {
+        let send = request(alice(), &handle, "m", None, None, json!(gib));
+        expect_applied(&mutate(&store, send, set_memory(gib, &calls)).await);
+    }
+    let rows: i64 = rusqlite::Connection::open(fixture.dir.path().join("state.db"))
+        .unwrap()
+        .query_row(
+            "SELECT count(*) FROM mcp_versions WHERE handle = ?1",
+            [&handle],
+            |row| row.get(0),
+        )
+        .unwrap();
+    assert!((3..=3 + 16).contains(&rows), "{rows} versions kept");
+    assert_eq!(
+        state(&store, &handle).await,
+        (101, {
+            let mut basket = laptop();
+            basket.memory_gib = 100;
+            basket
+        })
+    );
+}

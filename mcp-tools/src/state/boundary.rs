@@ -32,11 +32,58 @@ pub(crate) struct Record {
     pub(crate) expires_at: Option<i64>,
 }
 
+/// A recorded outcome as the ledger keeps it: an `applied` outcome shares its state with the
+/// stored version instead of holding another copy.
+#[derive(Debug, Clone)]
+pub(crate) enum LedgerOutcome {
+    /// `applied`; `applied.state` is `Null` and the state is `state`.
+    Applied { applied: Applied, state: Arc<Value> },
+    /// Any other outcome, as recorded.
+    Other(RecordedOutcome),
+}
+
+impl LedgerOutcome {
+    /// The ledger's form of `outcome`; `state` is the stored state of an `applied` outcome.
+    fn new(outcome: &RecordedOutcome, state: Option<&Arc<Value>>) -> Self {
+        match (outcome, state) {
+            (RecordedOutcome::Applied(applied), Some(state)) => LedgerOutcome::Applied {
+                applied: Applied {
+                    handle: applied.handle.clone(),
+                    version: applied.version,
+                    state: Value::Null,
+                    result: applied.result.clone(),
+                    rebased_from: applied.rebased_from,
+                    resumption: applied.resumption.clone(),
+                },
+                state: Arc::clone(state),
+            },
+            (outcome, _) => LedgerOutcome::Other(outcome.clone()),
+        }
+    }
+
+    /// The outcome as it was recorded.
+    pub(crate) fn into_recorded(self) -> RecordedOutcome {
+        match self {
+            LedgerOutcome::Applied { mut applied, state } => {
+                applied.state = Arc::unwrap_or_clone(state);
+                RecordedOutcome::Applied(applied)
+            }
+            LedgerOutcome::Other(outcome) => outcome,
+        }
+    }
+}
+
+impl From<RecordedOutcome> for LedgerOutcome {
+    fn from(outcome: RecordedOutcome) -> Self {
+        LedgerOutcome::Other(outcome)
+    }
+}
+
 /// One operation-id ledger record.
 #[derive(Debug, Clone)]
 pub(crate) struct LedgerEntry {
     pub(crate) fingerprint: Fingerprint,
-    pub(crate) outcome: RecordedOutcome,
+    pub(crate) outcome: LedgerOutcome,
     pub(crate) recorded_at: i64,
     pub(crate) expires_at: i64,
 }
@@ -63,7 +110,7 @@ pub(crate) trait Txn {
     /// Stores `record` (version 1) under a newly minted handle, with its history.
     fn insert(&mut self, handle: &str, record: Record) -> Result<(), StoreError>;
     /// Writes `record` as the new current version, appends it to the history and drops history
-    /// versions `<= drop_through`.
+    /// versions `<= drop_through` (now or later: the boundary never asks for them again).
     fn write(&mut self, handle: &str, record: Record, drop_through: u64) -> Result<(), StoreError>;
 }
 
@@ -185,7 +232,7 @@ fn replay(
     Ok(Some(MutationOutcome::Replayed(Replayed {
         operation_id: operation_id.clone(),
         recorded_at: format_rfc3339(entry.recorded_at),
-        original: entry.outcome,
+        original: entry.outcome.into_recorded(),
     })))
 }
 
@@ -196,12 +243,13 @@ fn record(
     principal: &str,
     operation: Option<&(String, Fingerprint)>,
     outcome: &RecordedOutcome,
+    state: Option<&Arc<Value>>,
     now: i64,
 ) -> Result<(), StoreError> {
     if let Some((operation_id, fingerprint)) = operation {
         let entry = LedgerEntry {
             fingerprint: fingerprint.clone(),
-            outcome: outcome.clone(),
+            outcome: LedgerOutcome::new(outcome, state),
             recorded_at: now,
             expires_at: now.saturating_add(duration_millis(config.ledger_retention)),
         };
@@ -225,6 +273,7 @@ pub(crate) fn create(
     }
     let record = new_record(&request.kind, principal, request.state, now);
     let applied = RecordedOutcome::Applied(applied_on_create(handle, &record));
+    let stored = Arc::clone(&record.state);
     txn.insert(handle, record)?;
     self::record(
         txn,
@@ -232,6 +281,7 @@ pub(crate) fn create(
         principal,
         request.operation.as_ref(),
         &applied,
+        Some(&stored),
         now,
     )?;
     Ok(applied.into())
@@ -249,13 +299,15 @@ pub(crate) fn mutate(
     if let Some(answer) = replay(txn, principal, request.operation.as_ref(), now)? {
         return Ok(answer);
     }
-    let outcome = decide(txn, config, request, transition, now)?;
+    let mut stored = None;
+    let outcome = decide(txn, config, request, transition, now, &mut stored)?;
     record(
         txn,
         config,
         principal,
         request.operation.as_ref(),
         &outcome,
+        stored.as_ref(),
         now,
     )?;
     Ok(outcome.into())
@@ -267,6 +319,7 @@ fn decide(
     request: &MutationRequest,
     transition: &mut Transition,
     now: i64,
+    stored: &mut Option<Arc<Value>>,
 ) -> Result<RecordedOutcome, StoreError> {
     let kind = &request.kind;
     let handle = request.handle.as_str();
@@ -297,7 +350,9 @@ fn decide(
         && expected != record.version
         && !config.unchecked_versions_for_tests
     {
-        let before = if expected < record.version {
+        // Only the last `history_limit` versions are kept; a store may drop older ones lazily.
+        let oldest_kept = record.version.saturating_sub(config.history_limit.max(1)) + 1;
+        let before = if expected < record.version && expected >= oldest_kept {
             txn.history(handle, expected)?
         } else {
             None
@@ -349,6 +404,7 @@ fn decide(
         state: state.clone(),
     };
     record.state = Arc::new(state);
+    *stored = Some(Arc::clone(&record.state));
     let drop_through = record.version.saturating_sub(config.history_limit.max(1));
     txn.write(handle, record, drop_through)?;
     Ok(RecordedOutcome::Applied(applied))

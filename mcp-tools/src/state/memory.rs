@@ -22,7 +22,19 @@ const SWEEP_EVERY: u64 = 4096;
 
 type Slot = Arc<Mutex<Option<LedgerEntry>>>;
 type ResourceShard = RwLock<HashMap<String, Arc<Mutex<Entry>>>>;
-type LedgerShard = Mutex<HashMap<(String, String), Slot>>;
+/// Ledger slots by [`ledger_key`].
+type LedgerShard = Mutex<HashMap<String, Slot>>;
+
+/// One string for (principal, operation id): the principal's length, `:`, the principal and the
+/// operation id. The length prefix keeps distinct pairs distinct.
+fn ledger_key(principal: &str, operation_id: &str) -> String {
+    use std::fmt::Write;
+    let mut key = String::with_capacity(principal.len() + operation_id.len() + 8);
+    let _ = write!(key, "{}:", principal.len());
+    key.push_str(principal);
+    key.push_str(operation_id);
+    key
+}
 
 struct Entry {
     record: Record,
@@ -99,9 +111,9 @@ impl Inner {
     }
 
     fn slot(&self, principal: &str, operation_id: &str) -> Slot {
-        let key = (principal.to_owned(), operation_id.to_owned());
+        let key = ledger_key(principal, operation_id);
         let mut shard = lock(&self.ledger[self.shard_of(&key)]);
-        shard.entry(key).or_default().clone()
+        Arc::clone(shard.entry(key).or_default())
     }
 
     fn prune(&self) -> PruneReport {

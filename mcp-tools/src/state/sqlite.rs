@@ -21,33 +21,59 @@ use super::store::{
     StoreFuture, Transition,
 };
 
+/// The layout of a store file. New files only: this layout is not read from files written by
+/// earlier pre-release versions, which are refused at open (see [`refuse_old_layout`]).
+///
+/// - `mcp_versions` holds every kept version of every resource, keyed by (handle, version): the
+///   current version is the last row of its handle, and a mutation appends one row, so the
+///   current state and its history cost one B-tree. Versions beyond the history limit are deleted
+///   in batches.
+/// - `mcp_ledger` appends one row per recorded operation: its rowid order is recording order, so
+///   with one retention the oldest rows expire first and a sweep deletes a rowid range without an
+///   expiry index; the unique index on (principal, operation id) serves lookups.
 const SCHEMA: &str = "
-CREATE TABLE IF NOT EXISTS mcp_resources (
-    handle     TEXT PRIMARY KEY,
+CREATE TABLE IF NOT EXISTS mcp_versions (
+    handle     TEXT NOT NULL,
+    version    INTEGER NOT NULL,
     kind       TEXT NOT NULL,
     owner      TEXT NOT NULL,
-    version    INTEGER NOT NULL,
     state      TEXT NOT NULL,
     lifecycle  TEXT NOT NULL,
-    expires_at INTEGER
-) STRICT;
-CREATE TABLE IF NOT EXISTS mcp_history (
-    handle  TEXT NOT NULL,
-    version INTEGER NOT NULL,
-    state   TEXT NOT NULL,
+    expires_at INTEGER,
     PRIMARY KEY (handle, version)
 ) STRICT, WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS mcp_ledger (
+    seq          INTEGER PRIMARY KEY,
     principal    TEXT NOT NULL,
     operation_id TEXT NOT NULL,
     fingerprint  TEXT NOT NULL,
     outcome      TEXT NOT NULL,
     recorded_at  INTEGER NOT NULL,
-    expires_at   INTEGER NOT NULL,
-    PRIMARY KEY (principal, operation_id)
-) STRICT, WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS mcp_ledger_expiry ON mcp_ledger (expires_at);
+    expires_at   INTEGER NOT NULL
+) STRICT;
+CREATE UNIQUE INDEX IF NOT EXISTS mcp_ledger_key ON mcp_ledger (principal, operation_id);
 ";
+
+/// Versions between two deletions of a resource's history beyond the limit.
+const HISTORY_SWEEP_EVERY: u64 = 16;
+
+/// Refuses a file written with the layout of earlier pre-release versions (`mcp_resources`,
+/// `mcp_history`): it is not migrated.
+fn refuse_old_layout(connection: &Connection, path: &Path) -> Result<(), StoreError> {
+    let old: i64 = connection.query_row(
+        "SELECT count(*) FROM sqlite_schema WHERE type = 'table' AND name = 'mcp_resources'",
+        [],
+        |row| row.get(0),
+    )?;
+    if old > 0 {
+        return Err(StoreError::Backend(format!(
+            "{} was written by an earlier pre-release version with another layout; it is not \
+             migrated: use a new file",
+            path.display()
+        )));
+    }
+    Ok(())
+}
 
 /// Mutations between two automatic ledger sweeps.
 const SWEEP_EVERY: u64 = 1024;
@@ -133,6 +159,7 @@ impl SqliteStore {
         let path = path.as_ref().to_path_buf();
         let mut writer = connect(&path, &options)?;
         let txn = writer.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        refuse_old_layout(&txn, &path)?;
         txn.execute_batch(SCHEMA)?;
         txn.commit()?;
         Ok(SqliteStore {
@@ -152,11 +179,11 @@ impl SqliteStore {
     #[doc(hidden)]
     pub fn resource_count_for_tests(&self) -> Result<u64, StoreError> {
         self.inner.with_reader(|connection| {
-            Ok(
-                connection.query_row("SELECT count(*) FROM mcp_resources", [], |row| {
-                    row.get::<_, i64>(0)
-                })? as u64,
-            )
+            Ok(connection.query_row(
+                "SELECT count(DISTINCT handle) FROM mcp_versions",
+                [],
+                |row| row.get::<_, i64>(0),
+            )? as u64)
         })
     }
 
@@ -283,7 +310,17 @@ impl Inner {
     fn prune(&self) -> Result<PruneReport, StoreError> {
         let writer = lock(&self.writer);
         let now = self.config.clock.now_millis();
-        let removed = writer.execute("DELETE FROM mcp_ledger WHERE expires_at <= ?1", [now])?;
+        // Rows are in recording order, and with one retention in expiry order: delete the rowid
+        // range before the first live row. A row recorded out of order (a changed retention, a
+        // clock that went back) waits for the rows before it; lookups ignore it once expired.
+        let removed = writer
+            .prepare_cached(
+                "DELETE FROM mcp_ledger WHERE seq < coalesce(
+                     (SELECT seq FROM mcp_ledger WHERE expires_at > ?1 ORDER BY seq LIMIT 1),
+                     (SELECT max(seq) + 1 FROM mcp_ledger),
+                     0)",
+            )?
+            .execute([now])?;
         Ok(PruneReport {
             ledger_records: removed as u64,
         })
@@ -334,7 +371,7 @@ impl Txn for SqlTxn<'_> {
             .map_err(|error| StoreError::Corrupt(format!("ledger outcome: {error}")))?;
         Ok(Some(LedgerEntry {
             fingerprint: Fingerprint::from_stored(fingerprint),
-            outcome,
+            outcome: outcome.into(),
             recorded_at,
             expires_at,
         }))
@@ -346,13 +383,13 @@ impl Txn for SqlTxn<'_> {
         operation_id: &str,
         entry: LedgerEntry,
     ) -> Result<(), StoreError> {
-        let outcome = serde_json::to_string(&entry.outcome)
+        let outcome = serde_json::to_string(&entry.outcome.into_recorded())
             .map_err(|error| StoreError::Corrupt(format!("ledger outcome: {error}")))?;
         self.0
             .prepare_cached(
                 "INSERT OR REPLACE INTO mcp_ledger
-                 (principal, operation_id, fingerprint, outcome, recorded_at, expires_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                 (seq, principal, operation_id, fingerprint, outcome, recorded_at, expires_at)
+                 VALUES (NULL, ?1, ?2, ?3, ?4, ?5, ?6)",
             )?
             .execute(params![
                 principal,
@@ -369,8 +406,8 @@ impl Txn for SqlTxn<'_> {
         let row = self
             .0
             .prepare_cached(
-                "SELECT kind, owner, version, state, lifecycle, expires_at FROM mcp_resources
-                 WHERE handle = ?1",
+                "SELECT kind, owner, version, state, lifecycle, expires_at FROM mcp_versions
+                 WHERE handle = ?1 ORDER BY version DESC LIMIT 1",
             )?
             .query_row([handle], |row| {
                 Ok((
@@ -400,7 +437,7 @@ impl Txn for SqlTxn<'_> {
     fn history(&mut self, handle: &str, version: u64) -> Result<Option<Value>, StoreError> {
         let state = self
             .0
-            .prepare_cached("SELECT state FROM mcp_history WHERE handle = ?1 AND version = ?2")?
+            .prepare_cached("SELECT state FROM mcp_versions WHERE handle = ?1 AND version = ?2")?
             .query_row(params![handle, version_to_sql(version)?], |row| {
                 row.get::<_, String>(0)
             })
@@ -409,58 +446,40 @@ impl Txn for SqlTxn<'_> {
     }
 
     fn insert(&mut self, handle: &str, record: Record) -> Result<(), StoreError> {
-        let state = record.state.to_string();
+        self.append(handle, &record)
+    }
+
+    fn write(&mut self, handle: &str, record: Record, drop_through: u64) -> Result<(), StoreError> {
+        // The boundary loaded version - 1 as the last row inside this write transaction, so the
+        // primary key refuses any second writer of the same version.
+        self.append(handle, &record)?;
+        if drop_through > 0 && drop_through.is_multiple_of(HISTORY_SWEEP_EVERY) {
+            self.0
+                .prepare_cached("DELETE FROM mcp_versions WHERE handle = ?1 AND version <= ?2")?
+                .execute(params![handle, version_to_sql(drop_through)?])?;
+        }
+        Ok(())
+    }
+}
+
+impl SqlTxn<'_> {
+    /// Appends `record` as the last version of `handle`.
+    fn append(&mut self, handle: &str, record: &Record) -> Result<(), StoreError> {
         self.0
             .prepare_cached(
-                "INSERT INTO mcp_resources (handle, kind, owner, version, state, lifecycle, expires_at)
+                "INSERT INTO mcp_versions
+                 (handle, version, kind, owner, state, lifecycle, expires_at)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
             )?
             .execute(params![
                 handle,
+                version_to_sql(record.version)?,
                 &*record.kind,
                 &*record.owner,
-                version_to_sql(record.version)?,
-                state,
+                record.state.to_string(),
                 record.lifecycle.as_str(),
                 record.expires_at
             ])?;
-        self.0
-            .prepare_cached("INSERT INTO mcp_history (handle, version, state) VALUES (?1, ?2, ?3)")?
-            .execute(params![handle, version_to_sql(record.version)?, state])?;
-        Ok(())
-    }
-
-    fn write(&mut self, handle: &str, record: Record, drop_through: u64) -> Result<(), StoreError> {
-        let state = record.state.to_string();
-        let version = version_to_sql(record.version)?;
-        let updated = self
-            .0
-            .prepare_cached(
-                "UPDATE mcp_resources SET version = ?2, state = ?3, lifecycle = ?4, expires_at = ?5
-                 WHERE handle = ?1 AND version = ?2 - 1",
-            )?
-            .execute(params![
-                handle,
-                version,
-                state,
-                record.lifecycle.as_str(),
-                record.expires_at
-            ])?;
-        if updated != 1 {
-            return Err(StoreError::Backend(format!(
-                "{handle} changed under an open write transaction"
-            )));
-        }
-        self.0
-            .prepare_cached(
-                "INSERT OR REPLACE INTO mcp_history (handle, version, state) VALUES (?1, ?2, ?3)",
-            )?
-            .execute(params![handle, version, state])?;
-        if drop_through > 0 {
-            self.0
-                .prepare_cached("DELETE FROM mcp_history WHERE handle = ?1 AND version <= ?2")?
-                .execute(params![handle, version_to_sql(drop_through)?])?;
-        }
         Ok(())
     }
 }
