@@ -54,6 +54,13 @@ CREATE TABLE IF NOT EXISTS mcp_ledger (
 CREATE UNIQUE INDEX IF NOT EXISTS mcp_ledger_key ON mcp_ledger (principal, operation_id);
 ";
 
+/// The current version of a handle: its last row. The parameter is wrapped in `CAST`: the bundled
+/// SQLite is built with STAT4, which re-prepares a statement on every new binding of a bare
+/// parameter that bounds a range scan (here the versions of one handle); an expression is not
+/// used for that, and the plan stays a primary-key search.
+const LOAD_SQL: &str = "SELECT kind, owner, version, state, lifecycle, expires_at FROM mcp_versions
+     WHERE handle = CAST(?1 AS TEXT) ORDER BY version DESC LIMIT 1";
+
 /// Versions between two deletions of a resource's history beyond the limit.
 const HISTORY_SWEEP_EVERY: u64 = 16;
 
@@ -405,10 +412,7 @@ impl Txn for SqlTxn<'_> {
     fn load(&mut self, handle: &str) -> Result<Option<Record>, StoreError> {
         let row = self
             .0
-            .prepare_cached(
-                "SELECT kind, owner, version, state, lifecycle, expires_at FROM mcp_versions
-                 WHERE handle = ?1 ORDER BY version DESC LIMIT 1",
-            )?
+            .prepare_cached(LOAD_SQL)?
             .query_row([handle], |row| {
                 Ok((
                     row.get::<_, String>(0)?,
@@ -455,7 +459,10 @@ impl Txn for SqlTxn<'_> {
         self.append(handle, &record)?;
         if drop_through > 0 && drop_through.is_multiple_of(HISTORY_SWEEP_EVERY) {
             self.0
-                .prepare_cached("DELETE FROM mcp_versions WHERE handle = ?1 AND version <= ?2")?
+                .prepare_cached(
+                    "DELETE FROM mcp_versions
+                     WHERE handle = CAST(?1 AS TEXT) AND version <= CAST(?2 AS INTEGER)",
+                )?
                 .execute(params![handle, version_to_sql(drop_through)?])?;
         }
         Ok(())
@@ -503,5 +510,36 @@ impl StateStore for SqliteStore {
 
     fn prune(&self) -> StoreFuture<'_, PruneReport> {
         Box::pin(self.blocking(|inner| inner.prune()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use rusqlite::StatementStatus;
+
+    use super::*;
+
+    /// The load statement is prepared once and searches the primary key, whatever the handle.
+    #[test]
+    fn load_is_not_re_prepared() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.db");
+        let mut connection = connect(&path, &SqliteOptions::default()).unwrap();
+        connection.execute_batch(SCHEMA).unwrap();
+        let txn = connection.transaction().unwrap();
+        for handle in ["ctr_a", "ctr_b", "ctr_c"] {
+            let mut sql = SqlTxn(&txn);
+            assert!(sql.load(handle).unwrap().is_none());
+        }
+        let plan: String = txn
+            .query_row(
+                &format!("EXPLAIN QUERY PLAN {LOAD_SQL}"),
+                ["ctr_a"],
+                |row| row.get(3),
+            )
+            .unwrap();
+        assert!(plan.contains("PRIMARY KEY (handle=?)"), "{plan}");
+        let statement = txn.prepare_cached(LOAD_SQL).unwrap();
+        assert_eq!(statement.get_status(StatementStatus::RePrepare), 0);
     }
 }
