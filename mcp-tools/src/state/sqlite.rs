@@ -270,10 +270,11 @@ impl Inner {
         let handle = mint_handle(request.kind.prefix)?;
         let ledger = request.operation.is_some();
         let outcome = {
-            let mut writer = lock(&self.writer);
-            let txn = writer.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let writer = lock(&self.writer);
+            let txn = WriteTxn::begin(&writer)?;
             let now = self.config.clock.now_millis();
-            let outcome = boundary::create(&mut SqlTxn(&txn), &self.config, request, &handle, now)?;
+            let outcome =
+                boundary::create(&mut SqlTxn(&writer), &self.config, request, &handle, now)?;
             txn.commit()?;
             outcome
         };
@@ -302,11 +303,11 @@ impl Inner {
         transition: &mut Transition,
     ) -> Result<MutationOutcome, StoreError> {
         let outcome = {
-            let mut writer = lock(&self.writer);
-            let txn = writer.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let writer = lock(&self.writer);
+            let txn = WriteTxn::begin(&writer)?;
             let now = self.config.clock.now_millis();
             let outcome =
-                boundary::mutate(&mut SqlTxn(&txn), &self.config, request, transition, now)?;
+                boundary::mutate(&mut SqlTxn(&writer), &self.config, request, transition, now)?;
             txn.commit()?;
             outcome
         };
@@ -331,6 +332,38 @@ impl Inner {
         Ok(PruneReport {
             ledger_records: removed as u64,
         })
+    }
+}
+
+/// A `BEGIN IMMEDIATE` write transaction on the writer connection, with cached `BEGIN` and
+/// `COMMIT` statements; it rolls back when dropped uncommitted (an error, a failed commit, or a
+/// panic unwinding through it).
+struct WriteTxn<'c> {
+    connection: &'c Connection,
+    open: bool,
+}
+
+impl<'c> WriteTxn<'c> {
+    fn begin(connection: &'c Connection) -> Result<Self, StoreError> {
+        connection.prepare_cached("BEGIN IMMEDIATE")?.execute([])?;
+        Ok(WriteTxn {
+            connection,
+            open: true,
+        })
+    }
+
+    fn commit(mut self) -> Result<(), StoreError> {
+        self.connection.prepare_cached("COMMIT")?.execute([])?;
+        self.open = false;
+        Ok(())
+    }
+}
+
+impl Drop for WriteTxn<'_> {
+    fn drop(&mut self) {
+        if self.open && !self.connection.is_autocommit() {
+            let _ = self.connection.execute_batch("ROLLBACK");
+        }
     }
 }
 
