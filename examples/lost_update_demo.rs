@@ -112,7 +112,13 @@ async fn run(url: String) -> Result<(), String> {
         .as_nanos();
     let op = |name: &str| format!("demo-{run}-{name}");
 
-    let created = client.call("  ", "basket_create", json!({})).await?;
+    let created = client
+        .call(
+            "  ",
+            "basket_create",
+            json!({ "operation_id": op("create") }),
+        )
+        .await?;
     let handle = created["handle"].as_str().ok_or("no handle")?.to_owned();
 
     let a_view = client

@@ -70,12 +70,18 @@ async fn tools_publish_the_added_arguments_and_derived_hints() {
     let properties = note["inputSchema"]["properties"].as_object().unwrap();
     assert!(!properties.contains_key("expected_version"), "{note}");
     assert!(properties.contains_key("operation_id"));
+    let create = tool("basket_create");
+    let properties = create["inputSchema"]["properties"].as_object().unwrap();
+    assert!(!properties.contains_key("basket_id"), "{create}");
+    assert!(!properties.contains_key("expected_version"), "{create}");
+    let description = properties["operation_id"]["description"].as_str().unwrap();
     assert!(
-        !tool("basket_create")["inputSchema"]["properties"]
-            .as_object()
-            .unwrap()
-            .contains_key("basket_id")
+        description.contains("same id") && description.contains("same handle"),
+        "{description}"
     );
+    assert_eq!(properties["operation_id"]["minLength"], 1);
+    assert_eq!(create["inputSchema"]["required"], json!(["operation_id"]));
+    assert_eq!(create["annotations"]["idempotentHint"], true);
 }
 
 #[tokio::test]
@@ -227,6 +233,101 @@ async fn a_retry_after_a_lost_response_replays_and_a_changed_payload_is_refused(
     assert_eq!(reused["isError"], true);
     assert_eq!(reused["structuredContent"]["code"], "OPERATION_ID_REUSED");
     assert_eq!(agent.get(&handle).await.0, 3);
+}
+
+#[tokio::test]
+async fn a_create_retried_after_a_lost_response_replays_the_same_basket() {
+    let store = MemoryStore::default();
+    let server = TestServer::start(server(Store::new(store.clone()))).await;
+    let agent = Agent::connect(&server.url(), None).await;
+    let arguments = json!({"operation_id": "create-lost-1", "model": "Laptop 16"});
+    let first = agent.call("basket_create", arguments.clone()).await;
+    assert_eq!(outcome(&first), "applied", "{first}");
+    let handle = first["structuredContent"]["handle"].as_str().unwrap();
+    assert_eq!(store.resource_count_for_tests(), 1);
+
+    // The response never reached the client, which retries with the same id and arguments (in
+    // another key order).
+    let retry = agent
+        .call(
+            "basket_create",
+            json!({"model": "Laptop 16", "operation_id": "create-lost-1"}),
+        )
+        .await;
+    show("retry", "basket_create", &arguments, &retry);
+    assert_eq!(outcome(&retry), "replayed", "{retry}");
+    assert_ne!(retry["isError"], true);
+    let replayed = &retry["structuredContent"];
+    assert_eq!(replayed["operation_id"], "create-lost-1");
+    assert_eq!(replayed["original"]["handle"], handle);
+    assert_eq!(replayed["original"]["version"], 1);
+    assert_eq!(replayed["original"], first["structuredContent"]);
+    assert_eq!(store.resource_count_for_tests(), 1);
+    let (version, state) = agent.get(handle).await;
+    assert_eq!((version, &state["model"]), (1, &json!("Laptop 16")));
+
+    // The same id for another basket is refused, and nothing is created.
+    let reused = agent
+        .call(
+            "basket_create",
+            json!({"operation_id": "create-lost-1", "model": "Laptop 13"}),
+        )
+        .await;
+    assert_eq!(outcome(&reused), "rejected", "{reused}");
+    assert_eq!(reused["isError"], true);
+    assert_eq!(reused["structuredContent"]["code"], "OPERATION_ID_REUSED");
+    assert_eq!(store.resource_count_for_tests(), 1);
+
+    // The id is required: a create without one is refused before anything is stored.
+    let missing = common::Call::call_tool("basket_create", json!({"model": "Laptop 13"}))
+        .send(&server)
+        .await;
+    assert!(
+        missing.text.contains("operation_id"),
+        "missing operation_id accepted: {}",
+        missing.text
+    );
+    assert_eq!(store.resource_count_for_tests(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn fifty_concurrent_creates_with_one_operation_id_make_one_basket() {
+    let store = MemoryStore::default();
+    let server = TestServer::start(server(Store::new(store.clone()))).await;
+    let agent = Agent::connect(&server.url(), None).await;
+    let calls: Vec<_> = (0..50)
+        .map(|_| {
+            let agent = agent.clone();
+            tokio::spawn(async move {
+                agent
+                    .call("basket_create", json!({"operation_id": "create-burst"}))
+                    .await
+            })
+        })
+        .collect();
+    let mut applied = Vec::new();
+    let mut replayed = Vec::new();
+    for call in calls {
+        let result = call.await.unwrap();
+        match outcome(&result) {
+            "applied" => applied.push(result["structuredContent"].clone()),
+            "replayed" => replayed.push(result["structuredContent"]["original"].clone()),
+            other => panic!("unexpected outcome {other}: {result}"),
+        }
+    }
+    let baskets = store.resource_count_for_tests();
+    println!(
+        "50 concurrent creates with one operation_id: {} applied, {} replayed, {baskets} baskets",
+        applied.len(),
+        replayed.len()
+    );
+    assert_eq!(baskets, 1);
+    assert_eq!((applied.len(), replayed.len()), (1, 49));
+    for original in &replayed {
+        assert_eq!(original, &applied[0]);
+    }
+    let handle = applied[0]["handle"].as_str().unwrap();
+    assert_eq!(agent.get(handle).await.0, 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

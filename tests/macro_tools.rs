@@ -377,3 +377,83 @@ async fn toolbox_methods_share_the_server_struct() {
     assert_eq!(version["content"][0]["text"], "1");
     assert_eq!(notes.not_a_tool(), 1);
 }
+
+/// A resource for the `creates` opt-out below.
+#[derive(Clone, Serialize, serde::Deserialize, JsonSchema, mcp_tools::state::Resource)]
+#[resource(prefix = "tkt")]
+struct Ticket {
+    title: String,
+}
+
+/// Opens a ticket; every call opens a new one.
+#[tool(creates = Ticket, operation_id = false)]
+fn ticket_open(title: String) -> Ticket {
+    Ticket { title }
+}
+
+/// Opens a ticket, once per operation id.
+#[tool(creates = Ticket)]
+fn ticket_open_once(title: String) -> Ticket {
+    Ticket { title }
+}
+
+#[tokio::test]
+async fn creates_take_an_operation_id_unless_they_opt_out() {
+    use mcp_tools::state::{MemoryStore, Store};
+    let store = MemoryStore::default();
+    let server = McpServer::builder("tickets", "0.0.0")
+        .tools(tools![ticket_open, ticket_open_once])
+        .state(Store::new(store.clone()))
+        .build()
+        .unwrap();
+    let client = TestClient::new(server);
+
+    let once = definition(&client, "ticket_open_once").await;
+    assert_eq!(
+        once["inputSchema"]["required"],
+        json!(["operation_id", "title"])
+    );
+    assert_eq!(once["annotations"]["idempotentHint"], true);
+    let arguments = json!({"operation_id": "t-1", "title": "printer"});
+    let first = client
+        .call_tool("ticket_open_once", arguments.clone())
+        .await
+        .unwrap();
+    let again = client
+        .call_tool("ticket_open_once", arguments)
+        .await
+        .unwrap();
+    assert_matches_output_schema(&client, "ticket_open_once", &again).await;
+    assert_eq!(first["structuredContent"]["outcome"], "applied");
+    assert_eq!(again["structuredContent"]["outcome"], "replayed");
+    assert_eq!(
+        again["structuredContent"]["original"]["handle"],
+        first["structuredContent"]["handle"]
+    );
+    assert_eq!(store.resource_count_for_tests(), 1);
+
+    let open = definition(&client, "ticket_open").await;
+    assert!(
+        open["inputSchema"]["properties"]
+            .get("operation_id")
+            .is_none(),
+        "{open}"
+    );
+    assert!(
+        open["annotations"].get("idempotentHint").is_none(),
+        "{open}"
+    );
+    let unknown = client
+        .call_tool("ticket_open", json!({"operation_id": "t-2", "title": "x"}))
+        .await
+        .unwrap();
+    assert_eq!(unknown["isError"], true, "{unknown}");
+    for _ in 0..2 {
+        let made = client
+            .call_tool("ticket_open", json!({"title": "printer"}))
+            .await
+            .unwrap();
+        assert_eq!(made["structuredContent"]["outcome"], "applied", "{made}");
+    }
+    assert_eq!(store.resource_count_for_tests(), 3);
+}

@@ -188,8 +188,8 @@ fn tool_impl(tool: &ToolFn, target: &TokenStream, callee: &TokenStream) -> Token
     let stateful = tool.stateful();
     let stateful_kind = stateful.map(|stateful| stateful.kind);
     let mutates = stateful_kind == Some(StatefulKind::Mutates);
-    // Derived hints: reads are read-only; mutations with an operation id are idempotent. An
-    // explicit key wins.
+    // Derived hints: reads are read-only; creates and mutations with an operation id are
+    // idempotent. An explicit key wins.
     let derived = |flag: &Option<syn::LitBool>, derive: bool| match flag {
         Some(_) => hint(flag),
         None if derive => quote!(::core::option::Option::Some(true)),
@@ -200,7 +200,11 @@ fn tool_impl(tool: &ToolFn, target: &TokenStream, callee: &TokenStream) -> Token
         stateful_kind == Some(StatefulKind::Reads),
     );
     let destructive = hint(&tool.attrs.destructive);
-    let idempotent = derived(&tool.attrs.idempotent, mutates && tool.takes_operation_id());
+    let creates = stateful_kind == Some(StatefulKind::Creates);
+    let idempotent = derived(
+        &tool.attrs.idempotent,
+        (creates || mutates) && tool.takes_operation_id(),
+    );
     let open_world = hint(&tool.attrs.open_world);
 
     let mut fields = Vec::new();
@@ -444,7 +448,7 @@ fn stateful_impl(
 
     let handle = tool.handle_name().unwrap_or_default();
     let expected_version = kind == StatefulKind::Mutates && tool.takes_expected_version();
-    let operation_id = kind == StatefulKind::Mutates && tool.takes_operation_id();
+    let operation_id = kind != StatefulKind::Reads && tool.takes_operation_id();
     let mut injected = Vec::new();
     if kind != StatefulKind::Creates {
         injected.push(quote! {
@@ -527,15 +531,31 @@ fn stateful_impl(
             ::core::result::Result::Err(result) => return result,
         };
     };
+    let operation = if operation_id {
+        quote!(::core::option::Option::Some(__mcp_args.__mcp_operation_id))
+    } else {
+        quote!(::core::option::Option::None)
+    };
     let (output_schema, body) = match kind {
         StatefulKind::Creates => (
             quote!(::mcp_tools::__private::stateful::mutation_output_schema()),
             quote! {
                 #store
+                let __mcp_spec = ::mcp_tools::__private::stateful::CreateSpec::<#resource> {
+                    tool: #name,
+                    operation_id: #operation,
+                    resource: ::core::marker::PhantomData,
+                };
                 #(#extractions)*
                 let __mcp_made: ::core::result::Result<#resource, ::mcp_tools::ToolError> =
                     #as_result;
-                ::mcp_tools::__private::stateful::create::<#resource>(&__mcp_store, &__mcp_cx, __mcp_made).await
+                ::mcp_tools::__private::stateful::create::<#resource>(
+                    &__mcp_store,
+                    &__mcp_cx,
+                    __mcp_spec,
+                    &__mcp_raw,
+                    __mcp_made,
+                ).await
             },
         ),
         StatefulKind::Reads => (
@@ -578,11 +598,6 @@ fn stateful_impl(
                 quote!(::core::option::Option::Some(
                     __mcp_args.__mcp_expected_version
                 ))
-            } else {
-                quote!(::core::option::Option::None)
-            };
-            let operation = if operation_id {
-                quote!(::core::option::Option::Some(__mcp_args.__mcp_operation_id))
             } else {
                 quote!(::core::option::Option::None)
             };

@@ -54,9 +54,10 @@ use proc_macro::TokenStream;
 ///   registered with `.state(mcp_tools::state::Store::new(..))`, where `R` derives
 ///   `mcp_tools::state::Resource`. A mutation takes `on_conflict = reject | rebase | reconfirm`,
 ///   `touches = [field, ...]` (with `rebase`), `expected_version = false` and
-///   `operation_id = false`. The macro adds the handle argument (`basket_id` for `Basket`),
-///   `expected_version` and `operation_id` to the input schema, publishes the outcome union as
-///   the output schema, marks reads read-only and mutations with an operation id idempotent.
+///   `operation_id = false`; a create takes `operation_id = false`. The macro adds the handle
+///   argument (`basket_id` for `Basket`), `expected_version` and `operation_id` (to creates too)
+///   to the input schema, publishes the outcome union as the output schema, marks reads
+///   read-only and creates and mutations with an operation id idempotent.
 ///
 /// Mistakes are compile errors pointing at the offending token, all reported in one build; the
 /// function is still emitted so the rest of the crate keeps compiling. `self` is only accepted

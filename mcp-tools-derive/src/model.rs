@@ -45,7 +45,7 @@ pub struct ToolAttrs {
     pub touches: Option<(Span, Vec<Ident>)>,
     /// `expected_version = false` opts out of the version precondition.
     pub expected_version: Option<LitBool>,
-    /// `operation_id = false` opts out of the idempotency key.
+    /// `operation_id = false` opts out of the idempotency key (`creates` and `mutates`).
     pub operation_id: Option<LitBool>,
 }
 
@@ -191,7 +191,7 @@ impl ToolFn {
             .is_none_or(|flag| flag.value)
     }
 
-    /// Whether a `mutates` tool takes `operation_id`.
+    /// Whether a `creates` or `mutates` tool takes `operation_id`.
     pub fn takes_operation_id(&self) -> bool {
         self.attrs
             .operation_id

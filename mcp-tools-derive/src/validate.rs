@@ -253,9 +253,20 @@ fn stateful(tool: &ToolFn, errors: &mut Errors) {
         if let Some(flag) = &tool.attrs.expected_version {
             errors.spanned(flag, applies("expected_version"));
         }
-        if let Some(flag) = &tool.attrs.operation_id {
-            errors.spanned(flag, applies("operation_id"));
-        }
+    }
+    if !matches!(
+        kind,
+        Some(StatefulKind::Creates) | Some(StatefulKind::Mutates)
+    ) && let Some(flag) = &tool.attrs.operation_id
+    {
+        let message = match kind {
+            Some(other) => format!(
+                "`operation_id` applies to `creates` and `mutates` tools only, and this tool `{}` its resource; remove `operation_id`",
+                other.key()
+            ),
+            None => "`operation_id` applies to `creates = Resource` and `mutates = Resource` tools only; declare one or remove `operation_id`".to_owned(),
+        };
+        errors.spanned(flag, message);
     }
     let Some(stateful) = tool.stateful() else {
         return;

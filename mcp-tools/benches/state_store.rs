@@ -75,12 +75,9 @@ struct Versioned<S> {
 
 impl<S: StateStore> Versioned<S> {
     fn new(runtime: &Runtime, store: S, clock: ManualClock) -> Self {
-        let request = CreateRequest {
-            kind: COUNTER,
-            principal: Principal::subject("bench"),
-            state: initial(),
-        };
-        let handle = runtime.block_on(store.create(request)).unwrap().handle;
+        let request = CreateRequest::new(COUNTER, Principal::subject("bench"), initial());
+        let created = runtime.block_on(store.create(request)).unwrap();
+        let handle = created.applied().unwrap().handle.clone();
         Versioned {
             store,
             clock,

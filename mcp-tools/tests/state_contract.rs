@@ -9,7 +9,7 @@ use mcp_tools::state::{
     Applied, ConflictPolicy, CreateRequest, Fingerprint, Lifecycle, ManualClock, MemoryStore,
     MutationOutcome, MutationRequest, ReadOutcome, ReadRequest, RecordedOutcome, Recovery,
     Rejected, Resource, SqliteStore, StaleView, StateStore, StoreConfig, StoreError, Transition,
-    format_rfc3339,
+    code, format_rfc3339,
 };
 use mcp_tools::{Principal, ToolError};
 use schemars::JsonSchema;
@@ -74,7 +74,34 @@ fn config(clock: &ManualClock) -> StoreConfig {
 
 async fn create<S: StateStore>(store: &S, principal: Principal, basket: &Basket) -> String {
     let request = CreateRequest::typed(principal, basket).unwrap();
-    store.create(request).await.unwrap().handle
+    expect_applied(&store.create(request).await.unwrap())
+        .handle
+        .clone()
+}
+
+/// How many resources a store actually holds, whatever its outcomes said.
+trait CountResources {
+    fn resources(&self) -> u64;
+}
+
+impl CountResources for MemoryStore {
+    fn resources(&self) -> u64 {
+        self.resource_count_for_tests() as u64
+    }
+}
+
+impl CountResources for SqliteStore {
+    fn resources(&self) -> u64 {
+        self.resource_count_for_tests().unwrap()
+    }
+}
+
+/// A create request with an operation id whose fingerprint covers the tool name and arguments.
+fn create_request(principal: Principal, operation_id: &str, basket: &Basket) -> CreateRequest {
+    let arguments = json!({ "operation_id": operation_id, "basket": basket });
+    CreateRequest::typed(principal, basket)
+        .unwrap()
+        .operation(operation_id, Fingerprint::of_call("create", &arguments))
 }
 
 async fn read<S: StateStore>(store: &S, principal: Principal, handle: &str) -> ReadOutcome {
@@ -192,7 +219,10 @@ async fn create_and_read<S: StateStore>(open: Open<'_, S>) {
     let clock = ManualClock::at_millis(T0);
     let store = open(config(&clock));
     let request = CreateRequest::typed(alice(), &laptop()).unwrap();
-    let created = store.create(request).await.unwrap();
+    let outcome = store.create(request).await.unwrap();
+    assert_matches_schema(&outcome);
+    let created = expect_applied(&outcome).clone();
+    assert_eq!(created.result, Value::Null);
     assert!(created.handle.starts_with("bsk_") && created.handle.len() >= 4 + 22);
     assert_eq!(created.version, 1);
     assert_eq!(created.resumption.basis_version, 1);
@@ -546,7 +576,9 @@ async fn not_found_hides_existence<S: StateStore>(open: Open<'_, S>) {
     let mallory = Principal::subject("mallory");
     let unknown = mcp_tools::state::mint_handle("bsk").unwrap();
     let note = CreateRequest::typed(mallory.clone(), &Note { text: "n".into() }).unwrap();
-    let note = store.create(note).await.unwrap().handle;
+    let note = expect_applied(&store.create(note).await.unwrap())
+        .handle
+        .clone();
     let calls = Arc::new(AtomicUsize::new(0));
     let mut answers = Vec::new();
     for (who, target) in [
@@ -725,6 +757,188 @@ async fn same_operation_id_storm<S: StateStore + Clone>(open: Open<'_, S>) {
     assert_eq!(state(&store, &handle).await.0, 2);
 }
 
+/// A create retried with its operation id is replayed with the handle minted the first time.
+async fn idempotent_create<S: StateStore + CountResources>(open: Open<'_, S>) {
+    let clock = ManualClock::at_millis(T0);
+    let store = open(config(&clock));
+    let before = store.resources();
+    let first = store
+        .create(create_request(alice(), "c-1", &laptop()))
+        .await
+        .unwrap();
+    assert_matches_schema(&first);
+    let created = expect_applied(&first).clone();
+    assert_eq!(created.version, 1);
+    assert_eq!(store.resources(), before + 1);
+
+    // The first response was lost; the retry, a little later, gets the recorded outcome.
+    clock.advance(Duration::from_secs(30));
+    let retry = store
+        .create(create_request(alice(), "c-1", &laptop()))
+        .await
+        .unwrap();
+    assert_matches_schema(&retry);
+    let MutationOutcome::Replayed(replayed) = &retry else {
+        panic!("expected replayed, got {retry:?}");
+    };
+    assert_eq!(replayed.operation_id, "c-1");
+    assert_eq!(replayed.recorded_at, format_rfc3339(T0));
+    assert_eq!(replayed.original, RecordedOutcome::Applied(created.clone()));
+    assert_eq!(retry.applied().unwrap().handle, created.handle);
+    assert!(!retry.is_error());
+    assert_eq!(store.resources(), before + 1);
+
+    // A replay after a change still returns the version-1 outcome it recorded.
+    let calls = Arc::new(AtomicUsize::new(0));
+    let send = request(
+        alice(),
+        &created.handle,
+        "m",
+        Some(1),
+        Some("m-1"),
+        json!(32),
+    );
+    expect_applied(&mutate(&store, send, set_memory(32, &calls)).await);
+    let again = store
+        .create(create_request(alice(), "c-1", &laptop()))
+        .await
+        .unwrap();
+    let applied = again.applied().unwrap();
+    assert_eq!(
+        (applied.handle.as_str(), applied.version),
+        (created.handle.as_str(), 1)
+    );
+    assert_eq!(applied.state, serde_json::to_value(laptop()).unwrap());
+    assert_eq!(state(&store, &created.handle).await.0, 2);
+
+    // The same id with another payload is refused, and nothing is created.
+    let mut other = laptop();
+    other.memory_gib = 64;
+    let reused = store
+        .create(create_request(alice(), "c-1", &other))
+        .await
+        .unwrap();
+    assert_matches_schema(&reused);
+    expect_rejected(&reused, code::OPERATION_ID_REUSED);
+    assert!(reused.is_error());
+    // Creates and mutations share one ledger: a mutation's id cannot mint a resource.
+    let crossed = store
+        .create(create_request(alice(), "m-1", &laptop()))
+        .await
+        .unwrap();
+    expect_rejected(&crossed, code::OPERATION_ID_REUSED);
+    assert_eq!(store.resources(), before + 1);
+
+    // The ledger is keyed by principal: another caller's id is its own.
+    let bob = store
+        .create(create_request(Principal::subject("bob"), "c-1", &laptop()))
+        .await
+        .unwrap();
+    assert_ne!(expect_applied(&bob).handle, created.handle);
+    assert_eq!(store.resources(), before + 2);
+}
+
+/// A create's ledger record expires like a mutation's: then the id mints a new resource.
+async fn create_ledger_retention<S: StateStore + CountResources>(open: Open<'_, S>) {
+    let clock = ManualClock::at_millis(T0);
+    let store = open(StoreConfig {
+        ledger_retention: Duration::from_secs(10 * 60),
+        ..config(&clock)
+    });
+    let first = store
+        .create(create_request(alice(), "c", &laptop()))
+        .await
+        .unwrap();
+    let handle = expect_applied(&first).handle.clone();
+    clock.advance(Duration::from_secs(5 * 60));
+    let replay = store
+        .create(create_request(alice(), "c", &laptop()))
+        .await
+        .unwrap();
+    assert!(matches!(replay, MutationOutcome::Replayed(_)));
+    clock.advance(Duration::from_secs(6 * 60));
+    assert_eq!(store.prune().await.unwrap().ledger_records, 1);
+    let later = store
+        .create(create_request(alice(), "c", &laptop()))
+        .await
+        .unwrap();
+    assert_ne!(expect_applied(&later).handle, handle);
+    assert_eq!(store.resources(), 2);
+}
+
+const CREATE_STORM: usize = 100;
+
+/// `CREATE_STORM` concurrent creates, with one operation id (`Some`) or none; agent `i` uses
+/// `stores[i % stores.len()]`. Returns the outcomes and how many resources were actually added.
+async fn create_storm<S: StateStore + Clone + CountResources>(
+    stores: &[S],
+    operation_id: Option<&str>,
+) -> (Vec<MutationOutcome>, u64) {
+    let before = stores[0].resources();
+    let mut tasks = Vec::new();
+    for agent in 0..CREATE_STORM {
+        let store = stores[agent % stores.len()].clone();
+        let operation_id = operation_id.map(str::to_owned);
+        tasks.push(tokio::spawn(async move {
+            let request = match &operation_id {
+                Some(id) => create_request(alice(), id, &laptop()),
+                None => CreateRequest::typed(alice(), &laptop()).unwrap(),
+            };
+            store.create(request).await.unwrap()
+        }));
+    }
+    let mut outcomes = Vec::new();
+    for task in tasks {
+        outcomes.push(task.await.unwrap());
+    }
+    (outcomes, stores[0].resources() - before)
+}
+
+/// Concurrent creates with one operation id mint exactly one resource; the others are replays
+/// of it.
+async fn check_create_storm<S: StateStore + Clone + CountResources>(stores: &[S], label: &str) {
+    let (outcomes, created) = create_storm(stores, Some("create-storm")).await;
+    let applied: Vec<&Applied> = outcomes
+        .iter()
+        .filter_map(|outcome| match outcome {
+            MutationOutcome::Applied(applied) => Some(applied),
+            _ => None,
+        })
+        .collect();
+    let replayed = outcomes
+        .iter()
+        .filter(|outcome| matches!(outcome, MutationOutcome::Replayed(_)))
+        .count();
+    eprintln!(
+        "{label}: {CREATE_STORM} concurrent creates with one operation id: {} applied, {replayed} replayed, {created} resources created",
+        applied.len()
+    );
+    assert_eq!(created, 1, "resources actually created");
+    assert_eq!((applied.len(), replayed), (1, CREATE_STORM - 1));
+    for outcome in &outcomes {
+        assert_eq!(outcome.applied(), Some(applied[0]), "{outcome:?}");
+    }
+    assert_eq!(state(&stores[0], &applied[0].handle).await.0, 1);
+}
+
+/// The negative control of the storm: without an operation id every create mints a resource,
+/// so the count above can see duplicates.
+async fn check_create_storm_without_operation_id<S: StateStore + Clone + CountResources>(
+    stores: &[S],
+    label: &str,
+) {
+    let (outcomes, created) = create_storm(stores, None).await;
+    let handles: std::collections::HashSet<&str> = outcomes
+        .iter()
+        .map(|outcome| outcome.applied().unwrap().handle.as_str())
+        .collect();
+    eprintln!(
+        "{label}: {CREATE_STORM} concurrent creates without an operation id: {created} resources created"
+    );
+    assert_eq!(created, CREATE_STORM as u64);
+    assert_eq!(handles.len(), CREATE_STORM);
+}
+
 struct Tally {
     applied: u64,
     stale: u64,
@@ -870,6 +1084,22 @@ macro_rules! contract {
             case!(history_is_pruned_by_count);
             case!(ledger_retention);
             case!(same_operation_id_storm);
+            case!(idempotent_create);
+            case!(create_ledger_retention);
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn same_operation_id_create_storm_mints_one_resource() {
+                let fixture = Fixture::new();
+                let store = fixture.$open(StoreConfig::default());
+                check_create_storm(&[store], stringify!($module)).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn negative_control_create_storm_without_operation_id() {
+                let fixture = Fixture::new();
+                let store = fixture.$open(StoreConfig::default());
+                check_create_storm_without_operation_id(&[store], stringify!($module)).await;
+            }
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
             async fn concurrent_read_modify_write_loses_nothing() {
@@ -907,6 +1137,16 @@ async fn sqlite_two_instances_negative_control() {
     let fixture = Fixture::new();
     let stores = [fixture.sqlite(unchecked()), fixture.sqlite(unchecked())];
     lost_updates_without_the_version_check(&stores, "sqlite, two instances on one file").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sqlite_two_instances_create_storm_mints_one_resource() {
+    let fixture = Fixture::new();
+    let stores = [
+        fixture.sqlite(StoreConfig::default()),
+        fixture.sqlite(StoreConfig::default()),
+    ];
+    check_create_storm(&stores, "sqlite, two instances on one file").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -981,4 +1221,52 @@ async fn sqlite_transition_panic_on_multi_thread_runtime() {
 #[tokio::test(flavor = "current_thread")]
 async fn sqlite_transition_panic_on_current_thread_runtime() {
     sqlite_transition_panic_rolls_back().await;
+}
+
+/// A file with the layout of earlier pre-release versions is refused, not misread.
+#[test]
+fn sqlite_refuses_the_old_layout() {
+    let fixture = Fixture::new();
+    let path = fixture.dir.path().join("old.db");
+    rusqlite::Connection::open(&path)
+        .unwrap()
+        .execute_batch("CREATE TABLE mcp_resources (handle TEXT PRIMARY KEY) STRICT;")
+        .unwrap();
+    let error = SqliteStore::open(&path, StoreConfig::default())
+        .err()
+        .expect("the old layout was accepted");
+    assert!(error.to_string().contains("not migrated"), "{error}");
+}
+
+/// SQLite drops versions beyond the history limit in batches: the kept rows stay bounded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_history_rows_stay_bounded() {
+    let fixture = Fixture::new();
+    let store = fixture.sqlite(StoreConfig {
+        history_limit: 3,
+        ..StoreConfig::default()
+    });
+    let handle = create(&store, alice(), &laptop()).await;
+    let calls = Arc::new(AtomicUsize::new(0));
+    for gib in 1..=100u32 {
+        let send = request(alice(), &handle, "m", None, None, json!(gib));
+        expect_applied(&mutate(&store, send, set_memory(gib, &calls)).await);
+    }
+    let rows: i64 = rusqlite::Connection::open(fixture.dir.path().join("state.db"))
+        .unwrap()
+        .query_row(
+            "SELECT count(*) FROM mcp_versions WHERE handle = ?1",
+            [&handle],
+            |row| row.get(0),
+        )
+        .unwrap();
+    assert!((3..=3 + 16).contains(&rows), "{rows} versions kept");
+    assert_eq!(
+        state(&store, &handle).await,
+        (101, {
+            let mut basket = laptop();
+            basket.memory_gib = 100;
+            basket
+        })
+    );
 }

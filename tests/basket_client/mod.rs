@@ -147,9 +147,14 @@ impl Agent {
         result
     }
 
-    /// Creates a basket; returns its handle.
+    /// Creates a basket with a fresh operation id; returns its handle.
     pub async fn create(&self) -> String {
-        let result = self.call("basket_create", json!({})).await;
+        let result = self
+            .call(
+                "basket_create",
+                json!({ "operation_id": operation_id("create") }),
+            )
+            .await;
         let outcome = &result["structuredContent"];
         assert_eq!(outcome["outcome"], "applied", "{result}");
         assert_eq!(outcome["version"], 1);

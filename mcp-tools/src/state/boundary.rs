@@ -16,7 +16,8 @@ use super::outcome::{
 };
 use super::resource::{Lifecycle, ResourceKind};
 use super::store::{
-    ConflictPolicy, MutationRequest, ReadRequest, StoreConfig, StoreError, Transition,
+    ConflictPolicy, CreateRequest, MutationRequest, ReadRequest, StoreConfig, StoreError,
+    Transition,
 };
 
 /// One stored resource at its current version. Cloning it is cheap: the strings and the state are
@@ -31,11 +32,58 @@ pub(crate) struct Record {
     pub(crate) expires_at: Option<i64>,
 }
 
+/// A recorded outcome as the ledger keeps it: an `applied` outcome shares its state with the
+/// stored version instead of holding another copy.
+#[derive(Debug, Clone)]
+pub(crate) enum LedgerOutcome {
+    /// `applied`; `applied.state` is `Null` and the state is `state`.
+    Applied { applied: Applied, state: Arc<Value> },
+    /// Any other outcome, as recorded.
+    Other(RecordedOutcome),
+}
+
+impl LedgerOutcome {
+    /// The ledger's form of `outcome`; `state` is the stored state of an `applied` outcome.
+    fn new(outcome: &RecordedOutcome, state: Option<&Arc<Value>>) -> Self {
+        match (outcome, state) {
+            (RecordedOutcome::Applied(applied), Some(state)) => LedgerOutcome::Applied {
+                applied: Applied {
+                    handle: applied.handle.clone(),
+                    version: applied.version,
+                    state: Value::Null,
+                    result: applied.result.clone(),
+                    rebased_from: applied.rebased_from,
+                    resumption: applied.resumption.clone(),
+                },
+                state: Arc::clone(state),
+            },
+            (outcome, _) => LedgerOutcome::Other(outcome.clone()),
+        }
+    }
+
+    /// The outcome as it was recorded.
+    pub(crate) fn into_recorded(self) -> RecordedOutcome {
+        match self {
+            LedgerOutcome::Applied { mut applied, state } => {
+                applied.state = Arc::unwrap_or_clone(state);
+                RecordedOutcome::Applied(applied)
+            }
+            LedgerOutcome::Other(outcome) => outcome,
+        }
+    }
+}
+
+impl From<RecordedOutcome> for LedgerOutcome {
+    fn from(outcome: RecordedOutcome) -> Self {
+        LedgerOutcome::Other(outcome)
+    }
+}
+
 /// One operation-id ledger record.
 #[derive(Debug, Clone)]
 pub(crate) struct LedgerEntry {
     pub(crate) fingerprint: Fingerprint,
-    pub(crate) outcome: RecordedOutcome,
+    pub(crate) outcome: LedgerOutcome,
     pub(crate) recorded_at: i64,
     pub(crate) expires_at: i64,
 }
@@ -59,8 +107,10 @@ pub(crate) trait Txn {
     fn load(&mut self, handle: &str) -> Result<Option<Record>, StoreError>;
     /// The state at an older version, if still kept.
     fn history(&mut self, handle: &str, version: u64) -> Result<Option<Value>, StoreError>;
+    /// Stores `record` (version 1) under a newly minted handle, with its history.
+    fn insert(&mut self, handle: &str, record: Record) -> Result<(), StoreError>;
     /// Writes `record` as the new current version, appends it to the history and drops history
-    /// versions `<= drop_through`.
+    /// versions `<= drop_through` (now or later: the boundary never asks for them again).
     fn write(&mut self, handle: &str, record: Record, drop_through: u64) -> Result<(), StoreError>;
 }
 
@@ -158,6 +208,85 @@ pub(crate) fn read(
     }))
 }
 
+/// The ledger lookup that starts the boundary: the answer to a repeated operation id, if it is one.
+fn replay(
+    txn: &mut impl Txn,
+    principal: &str,
+    operation: Option<&(String, Fingerprint)>,
+    now: i64,
+) -> Result<Option<MutationOutcome>, StoreError> {
+    let Some((operation_id, fingerprint)) = operation else {
+        return Ok(None);
+    };
+    let Some(entry) = txn.ledger_get(principal, operation_id)? else {
+        return Ok(None);
+    };
+    if entry.expires_at <= now {
+        return Ok(None);
+    }
+    if &entry.fingerprint != fingerprint {
+        return Ok(Some(MutationOutcome::Rejected(
+            Rejected::operation_id_reused(operation_id),
+        )));
+    }
+    Ok(Some(MutationOutcome::Replayed(Replayed {
+        operation_id: operation_id.clone(),
+        recorded_at: format_rfc3339(entry.recorded_at),
+        original: entry.outcome.into_recorded(),
+    })))
+}
+
+/// Records `outcome` under the operation id, if the request has one.
+fn record(
+    txn: &mut impl Txn,
+    config: &StoreConfig,
+    principal: &str,
+    operation: Option<&(String, Fingerprint)>,
+    outcome: &RecordedOutcome,
+    state: Option<&Arc<Value>>,
+    now: i64,
+) -> Result<(), StoreError> {
+    if let Some((operation_id, fingerprint)) = operation {
+        let entry = LedgerEntry {
+            fingerprint: fingerprint.clone(),
+            outcome: LedgerOutcome::new(outcome, state),
+            recorded_at: now,
+            expires_at: now.saturating_add(duration_millis(config.ledger_retention)),
+        };
+        txn.ledger_put(principal, operation_id, entry)?;
+    }
+    Ok(())
+}
+
+/// The create boundary: the ledger lookup, then version 1 under `handle` (minted by the caller)
+/// and the ledger record. The caller holds whatever makes `txn` atomic.
+pub(crate) fn create(
+    txn: &mut impl Txn,
+    config: &StoreConfig,
+    request: CreateRequest,
+    handle: &str,
+    now: i64,
+) -> Result<MutationOutcome, StoreError> {
+    let principal = request.principal.key();
+    if let Some(answer) = replay(txn, principal, request.operation.as_ref(), now)? {
+        return Ok(answer);
+    }
+    let record = new_record(&request.kind, principal, request.state, now);
+    let applied = RecordedOutcome::Applied(applied_on_create(handle, &record));
+    let stored = Arc::clone(&record.state);
+    txn.insert(handle, record)?;
+    self::record(
+        txn,
+        config,
+        principal,
+        request.operation.as_ref(),
+        &applied,
+        Some(&stored),
+        now,
+    )?;
+    Ok(applied.into())
+}
+
 /// The mutation boundary. The caller holds whatever makes `txn` atomic.
 pub(crate) fn mutate(
     txn: &mut impl Txn,
@@ -167,31 +296,20 @@ pub(crate) fn mutate(
     now: i64,
 ) -> Result<MutationOutcome, StoreError> {
     let principal = request.principal.key();
-    if let Some((operation_id, fingerprint)) = &request.operation
-        && let Some(entry) = txn.ledger_get(principal, operation_id)?
-        && entry.expires_at > now
-    {
-        if &entry.fingerprint != fingerprint {
-            return Ok(MutationOutcome::Rejected(Rejected::operation_id_reused(
-                operation_id,
-            )));
-        }
-        return Ok(MutationOutcome::Replayed(Replayed {
-            operation_id: operation_id.clone(),
-            recorded_at: format_rfc3339(entry.recorded_at),
-            original: entry.outcome,
-        }));
+    if let Some(answer) = replay(txn, principal, request.operation.as_ref(), now)? {
+        return Ok(answer);
     }
-    let outcome = decide(txn, config, request, transition, now)?;
-    if let Some((operation_id, fingerprint)) = &request.operation {
-        let entry = LedgerEntry {
-            fingerprint: fingerprint.clone(),
-            outcome: outcome.clone(),
-            recorded_at: now,
-            expires_at: now.saturating_add(duration_millis(config.ledger_retention)),
-        };
-        txn.ledger_put(principal, operation_id, entry)?;
-    }
+    let mut stored = None;
+    let outcome = decide(txn, config, request, transition, now, &mut stored)?;
+    record(
+        txn,
+        config,
+        principal,
+        request.operation.as_ref(),
+        &outcome,
+        stored.as_ref(),
+        now,
+    )?;
     Ok(outcome.into())
 }
 
@@ -201,6 +319,7 @@ fn decide(
     request: &MutationRequest,
     transition: &mut Transition,
     now: i64,
+    stored: &mut Option<Arc<Value>>,
 ) -> Result<RecordedOutcome, StoreError> {
     let kind = &request.kind;
     let handle = request.handle.as_str();
@@ -231,7 +350,9 @@ fn decide(
         && expected != record.version
         && !config.unchecked_versions_for_tests
     {
-        let before = if expected < record.version {
+        // Only the last `history_limit` versions are kept; a store may drop older ones lazily.
+        let oldest_kept = record.version.saturating_sub(config.history_limit.max(1)) + 1;
+        let before = if expected < record.version && expected >= oldest_kept {
             txn.history(handle, expected)?
         } else {
             None
@@ -283,6 +404,7 @@ fn decide(
         state: state.clone(),
     };
     record.state = Arc::new(state);
+    *stored = Some(Arc::clone(&record.state));
     let drop_through = record.version.saturating_sub(config.history_limit.max(1));
     txn.write(handle, record, drop_through)?;
     Ok(RecordedOutcome::Applied(applied))

@@ -10,7 +10,7 @@ use serde_json::Value;
 
 use super::boundary::{self, LedgerEntry, Record, Txn};
 use super::handle::mint_handle;
-use super::outcome::{Applied, MutationOutcome, ReadOutcome};
+use super::outcome::{MutationOutcome, ReadOutcome};
 use super::store::{
     CreateRequest, MutationRequest, PruneReport, ReadRequest, StateStore, StoreConfig, StoreError,
     StoreFuture, Transition,
@@ -22,7 +22,19 @@ const SWEEP_EVERY: u64 = 4096;
 
 type Slot = Arc<Mutex<Option<LedgerEntry>>>;
 type ResourceShard = RwLock<HashMap<String, Arc<Mutex<Entry>>>>;
-type LedgerShard = Mutex<HashMap<(String, String), Slot>>;
+/// Ledger slots by [`ledger_key`].
+type LedgerShard = Mutex<HashMap<String, Slot>>;
+
+/// One string for (principal, operation id): the principal's length, `:`, the principal and the
+/// operation id. The length prefix keeps distinct pairs distinct.
+fn ledger_key(principal: &str, operation_id: &str) -> String {
+    use std::fmt::Write;
+    let mut key = String::with_capacity(principal.len() + operation_id.len() + 8);
+    let _ = write!(key, "{}:", principal.len());
+    key.push_str(principal);
+    key.push_str(operation_id);
+    key
+}
 
 struct Entry {
     record: Record,
@@ -71,6 +83,15 @@ impl MemoryStore {
     }
 }
 
+impl MemoryStore {
+    /// How many resources the store holds, expired ones included (for tests that count what
+    /// was actually created).
+    #[doc(hidden)]
+    pub fn resource_count_for_tests(&self) -> usize {
+        self.inner.resource_count()
+    }
+}
+
 impl Default for MemoryStore {
     fn default() -> Self {
         MemoryStore::new(StoreConfig::default())
@@ -90,9 +111,9 @@ impl Inner {
     }
 
     fn slot(&self, principal: &str, operation_id: &str) -> Slot {
-        let key = (principal.to_owned(), operation_id.to_owned());
+        let key = ledger_key(principal, operation_id);
         let mut shard = lock(&self.ledger[self.shard_of(&key)]);
-        shard.entry(key).or_default().clone()
+        Arc::clone(shard.entry(key).or_default())
     }
 
     fn prune(&self) -> PruneReport {
@@ -118,26 +139,45 @@ impl Inner {
         }
     }
 
-    fn create(&self, request: CreateRequest) -> Result<Applied, StoreError> {
-        let now = self.config.clock.now_millis();
+    fn create(&self, request: CreateRequest) -> Result<MutationOutcome, StoreError> {
         let handle = mint_handle(request.kind.prefix)?;
-        let record =
-            boundary::new_record(&request.kind, request.principal.key(), request.state, now);
-        let applied = boundary::applied_on_create(&handle, &record);
-        let entry = Entry {
-            history: VecDeque::from([(1, Arc::clone(&record.state))]),
-            record,
+        let slot = request
+            .operation
+            .as_ref()
+            .map(|(operation_id, _)| self.slot(request.principal.key(), operation_id));
+        let mut slot_guard = slot.as_deref().map(lock);
+        let now = self.config.clock.now_millis();
+        let mut txn = MemoryTxn {
+            inner: self,
+            slot: slot_guard.as_deref_mut(),
+            entry: None,
         };
-        let mut shard = self.resources[self.shard_of(&handle.as_str())]
-            .write()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        if shard.contains_key(&handle) {
-            return Err(StoreError::Backend(
-                "minted a handle that already exists".into(),
-            ));
+        let outcome = boundary::create(&mut txn, &self.config, request, &handle, now);
+        drop(slot_guard);
+        if slot.is_some() {
+            self.count_ledger_write();
         }
-        shard.insert(handle, Arc::new(Mutex::new(entry)));
-        Ok(applied)
+        outcome
+    }
+
+    /// Counts a request that may have written a ledger record and sweeps now and then.
+    fn count_ledger_write(&self) {
+        if self.mutations.fetch_add(1, Ordering::Relaxed) % SWEEP_EVERY == SWEEP_EVERY - 1 {
+            self.prune();
+        }
+    }
+
+    /// How many resources the store holds, expired ones included.
+    fn resource_count(&self) -> usize {
+        self.resources
+            .iter()
+            .map(|shard| {
+                shard
+                    .read()
+                    .unwrap_or_else(|poisoned| poisoned.into_inner())
+                    .len()
+            })
+            .sum()
     }
 
     fn read(&self, request: &ReadRequest) -> Result<ReadOutcome, StoreError> {
@@ -145,6 +185,7 @@ impl Inner {
         let entry = self.entry(&request.handle);
         let mut guard = entry.as_deref().map(lock);
         let mut txn = MemoryTxn {
+            inner: self,
             slot: None,
             entry: guard.as_deref_mut(),
         };
@@ -165,20 +206,20 @@ impl Inner {
         let mut entry_guard = entry.as_deref().map(lock);
         let now = self.config.clock.now_millis();
         let mut txn = MemoryTxn {
+            inner: self,
             slot: slot_guard.as_deref_mut(),
             entry: entry_guard.as_deref_mut(),
         };
         let outcome = boundary::mutate(&mut txn, &self.config, request, transition, now);
         drop(entry_guard);
         drop(slot_guard);
-        if self.mutations.fetch_add(1, Ordering::Relaxed) % SWEEP_EVERY == SWEEP_EVERY - 1 {
-            self.prune();
-        }
+        self.count_ledger_write();
         outcome
     }
 }
 
 struct MemoryTxn<'a> {
+    inner: &'a Inner,
     slot: Option<&'a mut Option<LedgerEntry>>,
     entry: Option<&'a mut Entry>,
 }
@@ -212,6 +253,24 @@ impl Txn for MemoryTxn<'_> {
         }))
     }
 
+    fn insert(&mut self, handle: &str, record: Record) -> Result<(), StoreError> {
+        let inner = self.inner;
+        let mut shard = inner.resources[inner.shard_of(&handle)]
+            .write()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if shard.contains_key(handle) {
+            return Err(StoreError::Backend(
+                "minted a handle that already exists".into(),
+            ));
+        }
+        let entry = Entry {
+            history: VecDeque::from([(record.version, Arc::clone(&record.state))]),
+            record,
+        };
+        shard.insert(handle.to_owned(), Arc::new(Mutex::new(entry)));
+        Ok(())
+    }
+
     fn write(&mut self, _: &str, record: Record, drop_through: u64) -> Result<(), StoreError> {
         let entry = self
             .entry
@@ -233,7 +292,7 @@ impl Txn for MemoryTxn<'_> {
 }
 
 impl StateStore for MemoryStore {
-    fn create(&self, request: CreateRequest) -> StoreFuture<'_, Applied> {
+    fn create(&self, request: CreateRequest) -> StoreFuture<'_, MutationOutcome> {
         Box::pin(async move { self.inner.create(request) })
     }
 

@@ -30,7 +30,10 @@
 //! let store = MemoryStore::default();
 //! let alice = Principal::subject("alice");
 //! let basket = Basket { memory_gib: 16, storage_gib: 512 };
-//! let created = store.create(CreateRequest::typed(alice.clone(), &basket)?).await?;
+//! let request = CreateRequest::typed(alice.clone(), &basket)?
+//!     .operation("op-0", Fingerprint::of_call("basket_create", &serde_json::json!({})));
+//! let outcome = store.create(request).await?;
+//! let created = outcome.applied().expect("a new basket");
 //!
 //! let arguments = serde_json::json!({ "basket_id": created.handle, "gigabytes": 32 });
 //! let request = MutationRequest::new(Basket::kind(), alice, &created.handle)

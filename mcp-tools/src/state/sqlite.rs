@@ -14,40 +14,73 @@ use tokio::runtime::RuntimeFlavor;
 use super::boundary::{self, LedgerEntry, Record, Txn};
 use super::fingerprint::Fingerprint;
 use super::handle::mint_handle;
-use super::outcome::{Applied, MutationOutcome, ReadOutcome, RecordedOutcome};
+use super::outcome::{MutationOutcome, ReadOutcome, RecordedOutcome};
 use super::resource::Lifecycle;
 use super::store::{
     CreateRequest, MutationRequest, PruneReport, ReadRequest, StateStore, StoreConfig, StoreError,
     StoreFuture, Transition,
 };
 
+/// The layout of a store file. New files only: this layout is not read from files written by
+/// earlier pre-release versions, which are refused at open (see [`refuse_old_layout`]).
+///
+/// - `mcp_versions` holds every kept version of every resource, keyed by (handle, version): the
+///   current version is the last row of its handle, and a mutation appends one row, so the
+///   current state and its history cost one B-tree. Versions beyond the history limit are deleted
+///   in batches.
+/// - `mcp_ledger` appends one row per recorded operation: its rowid order is recording order, so
+///   with one retention the oldest rows expire first and a sweep deletes a rowid range without an
+///   expiry index; the unique index on (principal, operation id) serves lookups.
 const SCHEMA: &str = "
-CREATE TABLE IF NOT EXISTS mcp_resources (
-    handle     TEXT PRIMARY KEY,
+CREATE TABLE IF NOT EXISTS mcp_versions (
+    handle     TEXT NOT NULL,
+    version    INTEGER NOT NULL,
     kind       TEXT NOT NULL,
     owner      TEXT NOT NULL,
-    version    INTEGER NOT NULL,
     state      TEXT NOT NULL,
     lifecycle  TEXT NOT NULL,
-    expires_at INTEGER
-) STRICT;
-CREATE TABLE IF NOT EXISTS mcp_history (
-    handle  TEXT NOT NULL,
-    version INTEGER NOT NULL,
-    state   TEXT NOT NULL,
+    expires_at INTEGER,
     PRIMARY KEY (handle, version)
 ) STRICT, WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS mcp_ledger (
+    seq          INTEGER PRIMARY KEY,
     principal    TEXT NOT NULL,
     operation_id TEXT NOT NULL,
     fingerprint  TEXT NOT NULL,
     outcome      TEXT NOT NULL,
     recorded_at  INTEGER NOT NULL,
-    expires_at   INTEGER NOT NULL,
-    PRIMARY KEY (principal, operation_id)
-) STRICT, WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS mcp_ledger_expiry ON mcp_ledger (expires_at);
+    expires_at   INTEGER NOT NULL
+) STRICT;
+CREATE UNIQUE INDEX IF NOT EXISTS mcp_ledger_key ON mcp_ledger (principal, operation_id);
 ";
+
+/// The current version of a handle: its last row. The parameter is wrapped in `CAST`: the bundled
+/// SQLite is built with STAT4, which re-prepares a statement on every new binding of a bare
+/// parameter that bounds a range scan (here the versions of one handle); an expression is not
+/// used for that, and the plan stays a primary-key search.
+const LOAD_SQL: &str = "SELECT kind, owner, version, state, lifecycle, expires_at FROM mcp_versions
+     WHERE handle = CAST(?1 AS TEXT) ORDER BY version DESC LIMIT 1";
+
+/// Versions between two deletions of a resource's history beyond the limit.
+const HISTORY_SWEEP_EVERY: u64 = 16;
+
+/// Refuses a file written with the layout of earlier pre-release versions (`mcp_resources`,
+/// `mcp_history`): it is not migrated.
+fn refuse_old_layout(connection: &Connection, path: &Path) -> Result<(), StoreError> {
+    let old: i64 = connection.query_row(
+        "SELECT count(*) FROM sqlite_schema WHERE type = 'table' AND name = 'mcp_resources'",
+        [],
+        |row| row.get(0),
+    )?;
+    if old > 0 {
+        return Err(StoreError::Backend(format!(
+            "{} was written by an earlier pre-release version with another layout; it is not \
+             migrated: use a new file",
+            path.display()
+        )));
+    }
+    Ok(())
+}
 
 /// Mutations between two automatic ledger sweeps.
 const SWEEP_EVERY: u64 = 1024;
@@ -133,6 +166,7 @@ impl SqliteStore {
         let path = path.as_ref().to_path_buf();
         let mut writer = connect(&path, &options)?;
         let txn = writer.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        refuse_old_layout(&txn, &path)?;
         txn.execute_batch(SCHEMA)?;
         txn.commit()?;
         Ok(SqliteStore {
@@ -144,6 +178,19 @@ impl SqliteStore {
                 readers: Mutex::new(Vec::new()),
                 mutations: AtomicU64::new(0),
             }),
+        })
+    }
+
+    /// How many resources the file holds, expired ones included (for tests that count what was
+    /// actually created).
+    #[doc(hidden)]
+    pub fn resource_count_for_tests(&self) -> Result<u64, StoreError> {
+        self.inner.with_reader(|connection| {
+            Ok(connection.query_row(
+                "SELECT count(DISTINCT handle) FROM mcp_versions",
+                [],
+                |row| row.get::<_, i64>(0),
+            )? as u64)
         })
     }
 
@@ -219,32 +266,30 @@ impl Inner {
         result
     }
 
-    fn create(&self, request: CreateRequest) -> Result<Applied, StoreError> {
+    fn create(&self, request: CreateRequest) -> Result<MutationOutcome, StoreError> {
         let handle = mint_handle(request.kind.prefix)?;
-        let mut writer = lock(&self.writer);
-        let txn = writer.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let now = self.config.clock.now_millis();
-        let record =
-            boundary::new_record(&request.kind, request.principal.key(), request.state, now);
-        let state = record.state.to_string();
-        txn.execute(
-            "INSERT INTO mcp_resources (handle, kind, owner, version, state, lifecycle, expires_at)
-             VALUES (?1, ?2, ?3, 1, ?4, ?5, ?6)",
-            params![
-                handle,
-                &*record.kind,
-                &*record.owner,
-                state,
-                record.lifecycle.as_str(),
-                record.expires_at
-            ],
-        )?;
-        txn.execute(
-            "INSERT INTO mcp_history (handle, version, state) VALUES (?1, 1, ?2)",
-            params![handle, state],
-        )?;
-        txn.commit()?;
-        Ok(boundary::applied_on_create(&handle, &record))
+        let ledger = request.operation.is_some();
+        let outcome = {
+            let writer = lock(&self.writer);
+            let txn = WriteTxn::begin(&writer)?;
+            let now = self.config.clock.now_millis();
+            let outcome =
+                boundary::create(&mut SqlTxn(&writer), &self.config, request, &handle, now)?;
+            txn.commit()?;
+            outcome
+        };
+        if ledger {
+            self.count_ledger_write()?;
+        }
+        Ok(outcome)
+    }
+
+    /// Counts a request that may have written a ledger record and sweeps now and then.
+    fn count_ledger_write(&self) -> Result<(), StoreError> {
+        if self.mutations.fetch_add(1, Ordering::Relaxed) % SWEEP_EVERY == SWEEP_EVERY - 1 {
+            self.prune()?;
+        }
+        Ok(())
     }
 
     fn read(&self, request: &ReadRequest) -> Result<ReadOutcome, StoreError> {
@@ -258,27 +303,67 @@ impl Inner {
         transition: &mut Transition,
     ) -> Result<MutationOutcome, StoreError> {
         let outcome = {
-            let mut writer = lock(&self.writer);
-            let txn = writer.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let writer = lock(&self.writer);
+            let txn = WriteTxn::begin(&writer)?;
             let now = self.config.clock.now_millis();
             let outcome =
-                boundary::mutate(&mut SqlTxn(&txn), &self.config, request, transition, now)?;
+                boundary::mutate(&mut SqlTxn(&writer), &self.config, request, transition, now)?;
             txn.commit()?;
             outcome
         };
-        if self.mutations.fetch_add(1, Ordering::Relaxed) % SWEEP_EVERY == SWEEP_EVERY - 1 {
-            self.prune()?;
-        }
+        self.count_ledger_write()?;
         Ok(outcome)
     }
 
     fn prune(&self) -> Result<PruneReport, StoreError> {
         let writer = lock(&self.writer);
         let now = self.config.clock.now_millis();
-        let removed = writer.execute("DELETE FROM mcp_ledger WHERE expires_at <= ?1", [now])?;
+        // Rows are in recording order, and with one retention in expiry order: delete the rowid
+        // range before the first live row. A row recorded out of order (a changed retention, a
+        // clock that went back) waits for the rows before it; lookups ignore it once expired.
+        let removed = writer
+            .prepare_cached(
+                "DELETE FROM mcp_ledger WHERE seq < coalesce(
+                     (SELECT seq FROM mcp_ledger WHERE expires_at > ?1 ORDER BY seq LIMIT 1),
+                     (SELECT max(seq) + 1 FROM mcp_ledger),
+                     0)",
+            )?
+            .execute([now])?;
         Ok(PruneReport {
             ledger_records: removed as u64,
         })
+    }
+}
+
+/// A `BEGIN IMMEDIATE` write transaction on the writer connection, with cached `BEGIN` and
+/// `COMMIT` statements; it rolls back when dropped uncommitted (an error, a failed commit, or a
+/// panic unwinding through it).
+struct WriteTxn<'c> {
+    connection: &'c Connection,
+    open: bool,
+}
+
+impl<'c> WriteTxn<'c> {
+    fn begin(connection: &'c Connection) -> Result<Self, StoreError> {
+        connection.prepare_cached("BEGIN IMMEDIATE")?.execute([])?;
+        Ok(WriteTxn {
+            connection,
+            open: true,
+        })
+    }
+
+    fn commit(mut self) -> Result<(), StoreError> {
+        self.connection.prepare_cached("COMMIT")?.execute([])?;
+        self.open = false;
+        Ok(())
+    }
+}
+
+impl Drop for WriteTxn<'_> {
+    fn drop(&mut self) {
+        if self.open && !self.connection.is_autocommit() {
+            let _ = self.connection.execute_batch("ROLLBACK");
+        }
     }
 }
 
@@ -326,7 +411,7 @@ impl Txn for SqlTxn<'_> {
             .map_err(|error| StoreError::Corrupt(format!("ledger outcome: {error}")))?;
         Ok(Some(LedgerEntry {
             fingerprint: Fingerprint::from_stored(fingerprint),
-            outcome,
+            outcome: outcome.into(),
             recorded_at,
             expires_at,
         }))
@@ -338,13 +423,13 @@ impl Txn for SqlTxn<'_> {
         operation_id: &str,
         entry: LedgerEntry,
     ) -> Result<(), StoreError> {
-        let outcome = serde_json::to_string(&entry.outcome)
+        let outcome = serde_json::to_string(&entry.outcome.into_recorded())
             .map_err(|error| StoreError::Corrupt(format!("ledger outcome: {error}")))?;
         self.0
             .prepare_cached(
                 "INSERT OR REPLACE INTO mcp_ledger
-                 (principal, operation_id, fingerprint, outcome, recorded_at, expires_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                 (seq, principal, operation_id, fingerprint, outcome, recorded_at, expires_at)
+                 VALUES (NULL, ?1, ?2, ?3, ?4, ?5, ?6)",
             )?
             .execute(params![
                 principal,
@@ -360,10 +445,7 @@ impl Txn for SqlTxn<'_> {
     fn load(&mut self, handle: &str) -> Result<Option<Record>, StoreError> {
         let row = self
             .0
-            .prepare_cached(
-                "SELECT kind, owner, version, state, lifecycle, expires_at FROM mcp_resources
-                 WHERE handle = ?1",
-            )?
+            .prepare_cached(LOAD_SQL)?
             .query_row([handle], |row| {
                 Ok((
                     row.get::<_, String>(0)?,
@@ -392,7 +474,7 @@ impl Txn for SqlTxn<'_> {
     fn history(&mut self, handle: &str, version: u64) -> Result<Option<Value>, StoreError> {
         let state = self
             .0
-            .prepare_cached("SELECT state FROM mcp_history WHERE handle = ?1 AND version = ?2")?
+            .prepare_cached("SELECT state FROM mcp_versions WHERE handle = ?1 AND version = ?2")?
             .query_row(params![handle, version_to_sql(version)?], |row| {
                 row.get::<_, String>(0)
             })
@@ -400,43 +482,50 @@ impl Txn for SqlTxn<'_> {
         state.map(|state| json(&state)).transpose()
     }
 
+    fn insert(&mut self, handle: &str, record: Record) -> Result<(), StoreError> {
+        self.append(handle, &record)
+    }
+
     fn write(&mut self, handle: &str, record: Record, drop_through: u64) -> Result<(), StoreError> {
-        let state = record.state.to_string();
-        let version = version_to_sql(record.version)?;
-        let updated = self
-            .0
-            .prepare_cached(
-                "UPDATE mcp_resources SET version = ?2, state = ?3, lifecycle = ?4, expires_at = ?5
-                 WHERE handle = ?1 AND version = ?2 - 1",
-            )?
-            .execute(params![
-                handle,
-                version,
-                state,
-                record.lifecycle.as_str(),
-                record.expires_at
-            ])?;
-        if updated != 1 {
-            return Err(StoreError::Backend(format!(
-                "{handle} changed under an open write transaction"
-            )));
-        }
-        self.0
-            .prepare_cached(
-                "INSERT OR REPLACE INTO mcp_history (handle, version, state) VALUES (?1, ?2, ?3)",
-            )?
-            .execute(params![handle, version, state])?;
-        if drop_through > 0 {
+        // The boundary loaded version - 1 as the last row inside this write transaction, so the
+        // primary key refuses any second writer of the same version.
+        self.append(handle, &record)?;
+        if drop_through > 0 && drop_through.is_multiple_of(HISTORY_SWEEP_EVERY) {
             self.0
-                .prepare_cached("DELETE FROM mcp_history WHERE handle = ?1 AND version <= ?2")?
+                .prepare_cached(
+                    "DELETE FROM mcp_versions
+                     WHERE handle = CAST(?1 AS TEXT) AND version <= CAST(?2 AS INTEGER)",
+                )?
                 .execute(params![handle, version_to_sql(drop_through)?])?;
         }
         Ok(())
     }
 }
 
+impl SqlTxn<'_> {
+    /// Appends `record` as the last version of `handle`.
+    fn append(&mut self, handle: &str, record: &Record) -> Result<(), StoreError> {
+        self.0
+            .prepare_cached(
+                "INSERT INTO mcp_versions
+                 (handle, version, kind, owner, state, lifecycle, expires_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+            )?
+            .execute(params![
+                handle,
+                version_to_sql(record.version)?,
+                &*record.kind,
+                &*record.owner,
+                record.state.to_string(),
+                record.lifecycle.as_str(),
+                record.expires_at
+            ])?;
+        Ok(())
+    }
+}
+
 impl StateStore for SqliteStore {
-    fn create(&self, request: CreateRequest) -> StoreFuture<'_, Applied> {
+    fn create(&self, request: CreateRequest) -> StoreFuture<'_, MutationOutcome> {
         Box::pin(self.blocking(move |inner| inner.create(request)))
     }
 
@@ -454,5 +543,36 @@ impl StateStore for SqliteStore {
 
     fn prune(&self) -> StoreFuture<'_, PruneReport> {
         Box::pin(self.blocking(|inner| inner.prune()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use rusqlite::StatementStatus;
+
+    use super::*;
+
+    /// The load statement is prepared once and searches the primary key, whatever the handle.
+    #[test]
+    fn load_is_not_re_prepared() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.db");
+        let mut connection = connect(&path, &SqliteOptions::default()).unwrap();
+        connection.execute_batch(SCHEMA).unwrap();
+        let txn = connection.transaction().unwrap();
+        for handle in ["ctr_a", "ctr_b", "ctr_c"] {
+            let mut sql = SqlTxn(&txn);
+            assert!(sql.load(handle).unwrap().is_none());
+        }
+        let plan: String = txn
+            .query_row(
+                &format!("EXPLAIN QUERY PLAN {LOAD_SQL}"),
+                ["ctr_a"],
+                |row| row.get(3),
+            )
+            .unwrap();
+        assert!(plan.contains("PRIMARY KEY (handle=?)"), "{plan}");
+        let statement = txn.prepare_cached(LOAD_SQL).unwrap();
+        assert_eq!(statement.get_status(StatementStatus::RePrepare), 0);
     }
 }

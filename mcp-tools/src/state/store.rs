@@ -11,7 +11,7 @@ use serde_json::Value;
 
 use super::clock::{Clock, SystemClock};
 use super::fingerprint::Fingerprint;
-use super::outcome::{Applied, MutationOutcome, ReadOutcome};
+use super::outcome::{MutationOutcome, ReadOutcome};
 use super::resource::{Resource, ResourceKind};
 use crate::content::{IntoToolError, ToolError};
 use crate::context::Principal;
@@ -112,26 +112,50 @@ fn encode<T: Serialize>(value: &T) -> Result<Value, ToolError> {
 }
 
 /// Creates a resource at version 1, owned by `principal`.
+///
+/// With an operation id (see [`CreateRequest::operation`]) the create is idempotent: it runs in
+/// the same atomic boundary as a mutation, so a retry with the same id and fingerprint is
+/// `replayed` with the recorded outcome (the same handle and its version-1 state) instead of
+/// minting a second resource, and the same id with another fingerprint is `OPERATION_ID_REUSED`.
 #[derive(Debug, Clone)]
 pub struct CreateRequest {
     /// The resource kind.
     pub kind: ResourceKind,
-    /// The owner.
+    /// The owner; the ledger is keyed by it.
     pub principal: Principal,
     /// The initial state.
     pub state: Value,
+    /// The idempotency key and the fingerprint of the request's payload.
+    pub operation: Option<(String, Fingerprint)>,
 }
 
 impl CreateRequest {
-    /// A request for a typed resource.
-    pub fn typed<R: Resource>(principal: Principal, resource: &R) -> Result<Self, StoreError> {
-        Ok(CreateRequest {
-            kind: R::kind(),
+    /// A request for a JSON state, without an operation id.
+    pub fn new(kind: ResourceKind, principal: Principal, state: Value) -> Self {
+        CreateRequest {
+            kind,
             principal,
-            state: serde_json::to_value(resource).map_err(|error| {
+            state,
+            operation: None,
+        }
+    }
+
+    /// A request for a typed resource, without an operation id.
+    pub fn typed<R: Resource>(principal: Principal, resource: &R) -> Result<Self, StoreError> {
+        Ok(CreateRequest::new(
+            R::kind(),
+            principal,
+            serde_json::to_value(resource).map_err(|error| {
                 StoreError::Corrupt(format!("cannot encode the state: {error}"))
             })?,
-        })
+        ))
+    }
+
+    /// Sets the operation id and the fingerprint of the request's payload (see
+    /// [`Fingerprint::of_call`]).
+    pub fn operation(mut self, operation_id: impl Into<String>, fingerprint: Fingerprint) -> Self {
+        self.operation = Some((operation_id.into(), fingerprint));
+        self
     }
 }
 
@@ -254,8 +278,11 @@ impl fmt::Debug for StoreConfig {
 /// (`BEGIN IMMEDIATE` in SQLite, `SELECT ... FOR UPDATE` on the resource row and the ledger's
 /// primary key in PostgreSQL).
 pub trait StateStore: Send + Sync + 'static {
-    /// Mints a handle and stores version 1.
-    fn create(&self, request: CreateRequest) -> StoreFuture<'_, Applied>;
+    /// Mints a handle and stores version 1: `applied` with the handle and the state. With an
+    /// operation id it runs the ledger part of the atomic boundary too: a recorded outcome with
+    /// the same fingerprint is `replayed` (nothing is minted), another fingerprint is
+    /// `OPERATION_ID_REUSED`, and of concurrent creates with one id exactly one mints a resource.
+    fn create(&self, request: CreateRequest) -> StoreFuture<'_, MutationOutcome>;
 
     /// Reads the current version.
     fn read(&self, request: ReadRequest) -> StoreFuture<'_, ReadOutcome>;

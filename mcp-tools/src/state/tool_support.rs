@@ -52,7 +52,8 @@ impl<T: JsonSchema> JsonSchema for WithRaw<T> {
 /// Which of the arguments the macro adds a stateful tool has.
 #[derive(Debug, Clone, Copy)]
 pub struct Injected {
-    /// The handle argument's wire name, e.g. `basket_id`.
+    /// The handle argument's wire name, e.g. `basket_id`; empty for a `creates` tool, which has
+    /// no handle argument.
     pub handle: &'static str,
     /// Whether `expected_version` is an argument.
     pub expected_version: bool,
@@ -75,13 +76,15 @@ pub fn input_schema<T: JsonSchema, R: IsResource>(
             object.insert("description".to_owned(), Value::String(text));
         }
     };
-    describe(
-        injected.handle,
-        format!(
-            "Which {kind}: its handle (`{prefix}_...`), as returned in `handle` and \
-             `resumption.handle` by the tool that created it or by any earlier result about it."
-        ),
-    );
+    if !injected.handle.is_empty() {
+        describe(
+            injected.handle,
+            format!(
+                "Which {kind}: its handle (`{prefix}_...`), as returned in `handle` and \
+                 `resumption.handle` by the tool that created it or by any earlier result about it."
+            ),
+        );
+    }
     if injected.expected_version {
         describe(
             "expected_version",
@@ -92,7 +95,17 @@ pub fn input_schema<T: JsonSchema, R: IsResource>(
             ),
         );
     }
-    if injected.operation_id {
+    if injected.operation_id && injected.handle.is_empty() {
+        describe(
+            "operation_id",
+            format!(
+                "A new unique id you choose for this {kind} (for example a UUID). To retry after a \
+                 lost or interrupted response, send the same id with the same arguments: the \
+                 recorded outcome comes back with the same handle and no second {kind} is created. \
+                 Use a new id for every new {kind}."
+            ),
+        );
+    } else if injected.operation_id {
         describe(
             "operation_id",
             "A new unique id you choose for this change (for example a UUID). To retry after a \
@@ -158,10 +171,23 @@ pub fn tool_error<E: IntoToolError>(error: E) -> ToolError {
     error.into_tool_error()
 }
 
-/// Stores the resource a `creates` tool made, at version 1, owned by the caller.
+/// What a `creates` tool declares, and the operation id of this call.
+pub struct CreateSpec<R> {
+    /// The tool name, part of the payload fingerprint.
+    pub tool: &'static str,
+    /// The caller's `operation_id`, unless the tool opted out.
+    pub operation_id: Option<String>,
+    /// The resource type.
+    pub resource: PhantomData<fn() -> R>,
+}
+
+/// Stores the resource a `creates` tool made, at version 1, owned by the caller; with an
+/// operation id, a retry is `replayed` with the handle minted the first time.
 pub async fn create<R: IsResource>(
     store: &Store,
     cx: &Context,
+    spec: CreateSpec<R>,
+    raw: &Value,
     made: Result<R, ToolError>,
 ) -> CallToolResult {
     let resource = match made {
@@ -170,12 +196,15 @@ pub async fn create<R: IsResource>(
             return MutationOutcome::Rejected(Rejected::domain(&error)).into_call_tool_result();
         }
     };
-    let request = match CreateRequest::typed(cx.principal().clone(), &resource) {
+    let mut request = match CreateRequest::typed(cx.principal().clone(), &resource) {
         Ok(request) => request,
         Err(error) => return error.into_tool_error().into_result(),
     };
+    if let Some(operation_id) = spec.operation_id {
+        request = request.operation(operation_id, fingerprint(spec.tool, raw));
+    }
     match store.create(request).await {
-        Ok(applied) => MutationOutcome::Applied(applied).into_call_tool_result(),
+        Ok(outcome) => outcome.into_call_tool_result(),
         Err(error) => error.into_tool_error().into_result(),
     }
 }

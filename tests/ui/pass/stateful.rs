@@ -22,6 +22,12 @@ async fn cart_open(first: Option<String>) -> Result<ShoppingCart, ToolError> {
     Ok(ShoppingCart { items: first.into_iter().collect(), closed: false })
 }
 
+/// Opens an empty cart, without an idempotency key.
+#[tool(creates = ShoppingCart, operation_id = false)]
+fn cart_open_empty() -> ShoppingCart {
+    ShoppingCart { items: Vec::new(), closed: false }
+}
+
 /// Counts the items.
 #[tool(reads = ShoppingCart)]
 async fn cart_count(cart: &ShoppingCart, cx: &mcp_tools::Context) -> usize {
@@ -46,5 +52,5 @@ fn cart_close(cart: &mut ShoppingCart) -> bool {
 fn main() {
     assert_eq!(<ShoppingCart as Resource>::KIND, "shopping_cart");
     assert_eq!(<ShoppingCart as Resource>::PREFIX, "crt");
-    assert_eq!(tools![cart_open, cart_count, cart_add, cart_close].len(), 4);
+    assert_eq!(tools![cart_open, cart_open_empty, cart_count, cart_add, cart_close].len(), 5);
 }
