@@ -13,39 +13,13 @@ use serde_json::{Value, json};
 use std::sync::OnceLock;
 
 use crate::basket;
-use crate::common::{Call, assert_conforms, official_schema};
-
-/// A compiled JSON Schema 2020-12 validator.
-fn compile(schema: &Value) -> jsonschema::Validator {
-    jsonschema::options()
-        .with_draft(jsonschema::Draft::Draft202012)
-        .build(schema)
-        .unwrap()
-}
-
-fn check(validator: &jsonschema::Validator, what: &str, instance: &Value) {
-    let errors: Vec<String> = validator
-        .iter_errors(instance)
-        .map(|e| format!("{} at {}", e, e.instance_path()))
-        .collect();
-    assert!(
-        errors.is_empty(),
-        "{what} violated:\n{}\n{instance:#}",
-        errors.join("\n")
-    );
-}
+use crate::common::{Call, assert_conforms, check, compile, official};
 
 /// The official schema's `CallToolResultResponse`, compiled once (the workloads make thousands
 /// of calls).
 fn call_tool_result_response() -> &'static jsonschema::Validator {
     static VALIDATOR: OnceLock<jsonschema::Validator> = OnceLock::new();
-    VALIDATOR.get_or_init(|| {
-        compile(&json!({
-            "$schema": "https://json-schema.org/draft/2020-12/schema",
-            "$defs": official_schema()["$defs"],
-            "$ref": "#/$defs/CallToolResultResponse",
-        }))
-    })
+    VALIDATOR.get_or_init(|| official("CallToolResultResponse"))
 }
 
 /// The basket server with `store`, anonymous callers.

@@ -221,42 +221,47 @@ pub fn official_schema() -> &'static Value {
     })
 }
 
-/// Asserts `instance` is a valid `definition` of the official schema.
-pub fn assert_conforms(definition: &str, instance: &Value) {
-    let schema = official_schema();
-    assert!(
-        schema["$defs"].get(definition).is_some(),
-        "no definition {definition}"
-    );
-    let wrapper = json!({
-        "$schema": "https://json-schema.org/draft/2020-12/schema",
-        "$defs": schema["$defs"],
-        "$ref": format!("#/$defs/{definition}"),
-    });
-    let validator = jsonschema::options()
+/// A compiled JSON Schema 2020-12 validator.
+pub fn compile(schema: &Value) -> jsonschema::Validator {
+    jsonschema::options()
         .with_draft(jsonschema::Draft::Draft202012)
-        .build(&wrapper)
-        .unwrap();
+        .build(schema)
+        .unwrap()
+}
+
+/// Asserts `instance` is valid, naming `what` it was checked as.
+pub fn check(validator: &jsonschema::Validator, what: &str, instance: &Value) {
     let errors: Vec<String> = validator
         .iter_errors(instance)
         .map(|e| format!("{} at {}", e, e.instance_path()))
         .collect();
     assert!(
         errors.is_empty(),
-        "{definition} violated:\n{}\n{instance:#}",
+        "{what} violated:\n{}\n{instance:#}",
         errors.join("\n")
     );
 }
 
+/// A validator of one definition of the official schema.
+pub fn official(definition: &str) -> jsonschema::Validator {
+    let schema = official_schema();
+    assert!(
+        schema["$defs"].get(definition).is_some(),
+        "no definition {definition}"
+    );
+    compile(&json!({
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "$defs": schema["$defs"],
+        "$ref": format!("#/$defs/{definition}"),
+    }))
+}
+
+/// Asserts `instance` is a valid `definition` of the official schema.
+pub fn assert_conforms(definition: &str, instance: &Value) {
+    check(&official(definition), definition, instance);
+}
+
 /// Asserts `instance` conforms to a tool's published output schema.
 pub fn assert_matches_schema(schema: &Value, instance: &Value) {
-    let validator = jsonschema::options()
-        .with_draft(jsonschema::Draft::Draft202012)
-        .build(schema)
-        .unwrap();
-    let errors: Vec<String> = validator
-        .iter_errors(instance)
-        .map(|e| format!("{} at {}", e, e.instance_path()))
-        .collect();
-    assert!(errors.is_empty(), "{}\n{instance:#}", errors.join("\n"));
+    check(&compile(schema), "the output schema", instance);
 }
