@@ -310,14 +310,9 @@ fn tool_impl(tool: &ToolFn, target: &TokenStream, callee: &TokenStream) -> Token
         ::mcp_tools::__private::Outcome(::mcp_tools::IntoCallToolResult::into_reply(__mcp_out))
     };
 
+    let args_struct = args_struct(&fields);
     quote! {
-        #[derive(::mcp_tools::__private::serde::Deserialize, ::mcp_tools::__private::schemars::JsonSchema)]
-        #[serde(crate = "::mcp_tools::__private::serde", deny_unknown_fields)]
-        #[schemars(crate = "::mcp_tools::__private::schemars")]
-        #[allow(non_camel_case_types, non_snake_case)]
-        pub struct __McpArgs {
-            #(#fields,)*
-        }
+        #args_struct
 
         #(#helpers)*
 
@@ -628,14 +623,9 @@ fn stateful_impl(
         }
     };
 
+    let args_struct = args_struct(&fields);
     quote! {
-        #[derive(::mcp_tools::__private::serde::Deserialize, ::mcp_tools::__private::schemars::JsonSchema)]
-        #[serde(crate = "::mcp_tools::__private::serde", deny_unknown_fields)]
-        #[schemars(crate = "::mcp_tools::__private::schemars")]
-        #[allow(non_camel_case_types, non_snake_case)]
-        pub struct __McpArgs {
-            #(#fields,)*
-        }
+        #args_struct
 
         #(#helpers)*
 
@@ -680,6 +670,20 @@ fn stateful_impl(
                 let ::mcp_tools::__private::stateful::WithRaw { raw: __mcp_raw, args: __mcp_args } = __mcp_input;
                 #body
             }
+        }
+    }
+}
+
+/// The hidden struct the arguments decode into: serde names the field in decode errors and
+/// schemars sees the parameters' docs.
+fn args_struct(fields: &[TokenStream]) -> TokenStream {
+    quote! {
+        #[derive(::mcp_tools::__private::serde::Deserialize, ::mcp_tools::__private::schemars::JsonSchema)]
+        #[serde(crate = "::mcp_tools::__private::serde", deny_unknown_fields)]
+        #[schemars(crate = "::mcp_tools::__private::schemars")]
+        #[allow(non_camel_case_types, non_snake_case)]
+        pub struct __McpArgs {
+            #(#fields,)*
         }
     }
 }
