@@ -127,6 +127,20 @@ async fn a_modern_request_is_never_taken_for_a_legacy_one() {
         .send(&server)
         .await;
     assert_eq!((reply.status, reply.error_code()), (400, Some(-32602)));
+    // A legacy claim under a modern header cannot skip the routing-header checks.
+    let reply = common::Call::call_tool("echo", json!({ "text": "x" }))
+        .body(|b| {
+            b["params"]["_meta"]["io.modelcontextprotocol/protocolVersion"] = json!("2025-11-25")
+        })
+        .header("mcp-name", "something-else")
+        .send(&server)
+        .await;
+    assert_eq!(
+        (reply.status, reply.error_code()),
+        (400, Some(-32020)),
+        "{}",
+        reply.text
+    );
     // A modern `initialize` is a removed method.
     let reply = common::Call::new("initialize", json!(9), json!({}))
         .send(&server)

@@ -194,15 +194,21 @@ fn fixture() -> Fixture {
             )
             .mime_type("text/plain"),
         );
-    let prompts = PromptSet::new().with(
-        Prompt::new("greet", "Greets someone.", |args, _cx| async move {
-            Ok::<_, RpcError>(vec![PromptMessage::user(Content::text(format!(
-                "Say hello to {}",
-                args["name"].as_str().unwrap_or_default()
-            )))])
-        })
-        .argument("name", "Who to greet", true),
-    );
+    let prompts = PromptSet::new()
+        .with(Prompt::new(
+            "confirm",
+            "A prompt named like a tool.",
+            |_, _| async { Ok::<_, RpcError>(vec![PromptMessage::user(Content::text("confirm"))]) },
+        ))
+        .with(
+            Prompt::new("greet", "Greets someone.", |args, _cx| async move {
+                Ok::<_, RpcError>(vec![PromptMessage::user(Content::text(format!(
+                    "Say hello to {}",
+                    args["name"].as_str().unwrap_or_default()
+                )))])
+            })
+            .argument("name", "Who to greet", true),
+        );
     let completions = Completions::new().with(
         CompletionTarget::Prompt("greet".into()),
         "name",
@@ -492,6 +498,57 @@ async fn multi_round_input_is_sealed_and_bound_to_its_request() {
     // The state is bound to the arguments it was issued for.
     let moved = retry("Porto", &state).send(&server).await;
     assert_eq!(moved.error_code(), Some(-32602), "{}", moved.text);
+
+    // Nor to another method with the same name.
+    let as_prompt = Call::new(
+        "prompts/get",
+        json!(8),
+        json!({ "name": "confirm", "arguments": { "city": "Lisbon" } }),
+    )
+    .body(|b| b["params"]["requestState"] = json!(state))
+    .send(&server)
+    .await;
+    assert_eq!(as_prompt.error_code(), Some(-32602), "{}", as_prompt.text);
+
+    // Elicitation modes count: a client that declared only URL mode cannot be asked for a form.
+    let url_only = Call::call_tool("confirm", json!({ "city": "Lisbon" }))
+        .body(|b| {
+            b["params"]["_meta"]["io.modelcontextprotocol/clientCapabilities"] =
+                json!({ "elicitation": { "url": {} } })
+        })
+        .send(&server)
+        .await;
+    assert_eq!(
+        (url_only.status, url_only.error_code()),
+        (400, Some(-32021)),
+        "{}",
+        url_only.text
+    );
+    assert_eq!(
+        url_only.json()["error"]["data"],
+        json!({ "requiredCapabilities": { "elicitation": {} } })
+    );
+
+    // Absent and empty arguments are the same call: a state sealed for one opens for the other.
+    let sampling = |call: Call| {
+        call.body(|b| {
+            b["params"]["_meta"]["io.modelcontextprotocol/clientCapabilities"] =
+                json!({ "sampling": {} })
+        })
+    };
+    let first = sampling(Call::call_tool("summarize", json!({})))
+        .send(&server)
+        .await
+        .result();
+    let again = sampling(Call::call_tool("summarize", json!({})))
+        .body(|b| {
+            b["params"].as_object_mut().unwrap().remove("arguments");
+            b["params"]["requestState"] = first["requestState"].clone();
+        })
+        .send(&server)
+        .await
+        .result();
+    assert_eq!(again["resultType"], "input_required");
 
     // Asking for a capability the client did not declare is refused before anything runs.
     let refused = Call::call_tool("summarize", json!({})).send(&server).await;

@@ -43,7 +43,7 @@ pub(crate) enum Outcome {
     /// opened a subscription. Dropping it cancels the request.
     Stream {
         id: RequestId,
-        notifications: mpsc::UnboundedReceiver<Value>,
+        notifications: mpsc::Receiver<Value>,
         finish: Finish,
     },
 }
@@ -160,7 +160,7 @@ impl McpServer {
         mut params: Option<Map<String, Value>>,
         transport: Transport<'_>,
         principal: Principal,
-    ) -> Result<(Prepared, Option<mpsc::UnboundedReceiver<Value>>), RpcError> {
+    ) -> Result<(Prepared, Option<mpsc::Receiver<Value>>), RpcError> {
         let http_headers = match transport {
             Transport::Http(headers) => Some(headers),
             Transport::InProcess => None,
@@ -200,12 +200,20 @@ impl McpServer {
         if let (false, Transport::Http(headers)) = (legacy, transport) {
             require_equal(headers, headers::METHOD, "Mcp-Method", &method)?;
             if let Some(field) = named_target(&method) {
-                let Some(Value::String(target)) = params.get(field) else {
-                    return Err(RpcError::invalid_params(format!(
-                        "`params.{field}` must be a string"
-                    )));
-                };
-                require_equal(headers, headers::NAME, "Mcp-Name", target)?;
+                match params.get(field) {
+                    Some(Value::String(target)) => {
+                        require_equal(headers, headers::NAME, "Mcp-Name", target)?;
+                    }
+                    // A method this server does not serve is answered 404 below, whatever its
+                    // params look like.
+                    _ if Route::of(&method, &self.shared.snapshot.load().capabilities, legacy)
+                        .is_none() => {}
+                    _ => {
+                        return Err(RpcError::invalid_params(format!(
+                            "`params.{field}` must be a string"
+                        )));
+                    }
+                }
             }
         }
         let snapshot = self.shared.snapshot.load_full();
@@ -226,7 +234,7 @@ impl McpServer {
         // Only requests that run user code and opted in get a stream; everything else is one
         // JSON answer.
         let (notifier, notifications) = if route == Route::Listen {
-            let (sender, receiver) = mpsc::unbounded_channel();
+            let (sender, receiver) = mpsc::channel(crate::notify::BUFFER);
             (Some(Notifier::new(sender, None, None)), Some(receiver))
         } else if matches!(
             route,
@@ -234,7 +242,7 @@ impl McpServer {
         ) && (meta.progress_token.is_some()
             || (meta.log_level.is_some() && snapshot.capabilities.get("logging").is_some()))
         {
-            let (sender, receiver) = mpsc::unbounded_channel();
+            let (sender, receiver) = mpsc::channel(crate::notify::BUFFER);
             let log_level = meta
                 .log_level
                 .filter(|_| snapshot.capabilities.get("logging").is_some());
@@ -374,12 +382,7 @@ impl McpServer {
         cx: &Context,
         input: InputRequired,
     ) -> Result<Bytes, RpcError> {
-        let declared = cx.client_capabilities();
-        let missing: Map<String, Value> = input
-            .required_capabilities()
-            .into_iter()
-            .filter(|(capability, _)| !declared.contains_key(capability))
-            .collect();
+        let missing = input.missing_capabilities(cx.client_capabilities());
         if !missing.is_empty() {
             return Err(RpcError::missing_capability(Value::Object(missing)));
         }
@@ -603,18 +606,25 @@ fn round_target(route: Route, params: &Map<String, Value>) -> Option<String> {
         Route::ReadResource => "uri",
         _ => return None,
     };
+    // The method is part of the binding: a state sealed for prompt `x` must not open for tool `x`.
+    let method = match route {
+        Route::CallTool => "tools/call",
+        Route::GetPrompt => "prompts/get",
+        _ => "resources/read",
+    };
     params
         .get(field)
         .and_then(Value::as_str)
-        .map(|t| format!("{}:{t}", field))
+        .map(|t| format!("{method}:{t}"))
 }
 
+/// The arguments a state is bound to; absent and `null` count as `{}`, as they do for the call.
 fn round_arguments(route: Route, params: &Map<String, Value>) -> Value {
-    match route {
-        Route::CallTool | Route::GetPrompt => {
-            params.get("arguments").cloned().unwrap_or(Value::Null)
+    match (route, params.get("arguments")) {
+        (Route::CallTool | Route::GetPrompt, Some(arguments)) if !arguments.is_null() => {
+            arguments.clone()
         }
-        _ => Value::Null,
+        _ => Value::Object(Map::new()),
     }
 }
 

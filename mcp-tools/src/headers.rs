@@ -14,9 +14,16 @@ const SENTINEL_SUFFIX: &str = "?=";
 ///
 /// `Ok(None)` when the header is absent; an error when it is present but unreadable.
 pub(crate) fn header_text(headers: &HeaderMap, name: &str) -> Result<Option<String>, RpcError> {
-    let Some(value) = headers.get(name) else {
+    let mut values = headers.get_all(name).iter();
+    let Some(value) = values.next() else {
         return Ok(None);
     };
+    if values.next().is_some() {
+        // Intermediaries may route on another copy than the one checked here.
+        return Err(RpcError::header_mismatch(format!(
+            "Header {name} appears more than once: send it once"
+        )));
+    }
     let text = value.to_str().map_err(|_| {
         RpcError::header_mismatch(format!(
             "Header {name} contains characters that are not visible ASCII; send non-ASCII values as =?base64?...?="

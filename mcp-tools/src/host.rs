@@ -45,11 +45,13 @@ impl HostPolicy {
     }
 
     /// Checks `Host` and, when present, `Origin`. The error says which one was refused.
-    pub(crate) fn check(&self, headers: &HeaderMap) -> Result<(), String> {
+    /// `authority` is the request target's authority, which HTTP/2 sends instead of `Host`.
+    pub(crate) fn check(&self, headers: &HeaderMap, authority: Option<&str>) -> Result<(), String> {
         if matches!(self, HostPolicy::Any) {
             return Ok(());
         }
-        match headers.get(HOST).map(|h| h.to_str()) {
+        let host = headers.get(HOST).map(|h| h.to_str()).or(authority.map(Ok));
+        match host {
             Some(Ok(host)) if self.allows(strip_port(host)) => {}
             Some(Ok(host)) => return Err(format!("Host {host:?} is not allowed by this server")),
             Some(Err(_)) => return Err("The Host header is not readable".into()),
@@ -74,9 +76,17 @@ impl HostPolicy {
 /// `host:port` or `[v6]:port` without the port.
 fn strip_port(authority: &str) -> &str {
     if authority.starts_with('[') {
+        // `[v6]` or `[v6]:port`; anything else after the bracket is not a host to allow.
         return match authority.find(']') {
-            Some(end) => &authority[..=end],
-            None => authority,
+            Some(end)
+                if authority[end + 1..].is_empty()
+                    || authority[end + 1..]
+                        .strip_prefix(':')
+                        .is_some_and(|port| port.bytes().all(|b| b.is_ascii_digit())) =>
+            {
+                &authority[..=end]
+            }
+            _ => authority,
         };
     }
     match authority.rsplit_once(':') {
@@ -113,20 +123,38 @@ mod tests {
             "[::1]:9",
             "LOCALHOST",
         ] {
-            assert!(policy.check(&headers(ok, None)).is_ok(), "{ok}");
+            assert!(policy.check(&headers(ok, None), None).is_ok(), "{ok}");
         }
         assert!(
             policy
-                .check(&headers("localhost", Some("http://127.0.0.1:3000")))
+                .check(&headers("localhost", Some("http://127.0.0.1:3000")), None)
                 .is_ok()
         );
-        assert!(policy.check(&headers("evil.example.com", None)).is_err());
         assert!(
             policy
-                .check(&headers("localhost", Some("http://evil.example.com")))
+                .check(&headers("evil.example.com", None), None)
                 .is_err()
         );
-        assert!(policy.check(&headers("localhost", Some("null"))).is_err());
-        assert!(policy.check(&HeaderMap::new()).is_err());
+        assert!(
+            policy
+                .check(&headers("localhost", Some("http://evil.example.com")), None)
+                .is_err()
+        );
+        assert!(
+            policy
+                .check(&headers("localhost", Some("null")), None)
+                .is_err()
+        );
+        assert!(policy.check(&HeaderMap::new(), None).is_err());
+        assert!(
+            policy
+                .check(&HeaderMap::new(), Some("localhost:8080"))
+                .is_ok()
+        );
+        assert!(
+            policy
+                .check(&headers("[::1]evil.example.com", None), None)
+                .is_err()
+        );
     }
 }

@@ -39,6 +39,7 @@ async fn healthz() -> &'static str {
 async fn endpoint(
     State(server): State<McpServer>,
     method: Method,
+    uri: http::Uri,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
@@ -52,7 +53,7 @@ async fn endpoint(
         latency_us = tracing::field::Empty,
     );
     let response = server
-        .serve_http(method, headers, body)
+        .serve_http(method, uri, headers, body)
         .instrument(span.clone())
         .await;
     span.record("latency_us", started.elapsed().as_micros() as u64);
@@ -61,7 +62,13 @@ async fn endpoint(
 }
 
 impl McpServer {
-    async fn serve_http(&self, method: Method, headers: HeaderMap, body: Body) -> Response {
+    async fn serve_http(
+        &self,
+        method: Method,
+        uri: http::Uri,
+        headers: HeaderMap,
+        body: Body,
+    ) -> Response {
         if method != Method::POST {
             let mut response = error_response(
                 &RpcError::invalid_request(format!(
@@ -74,7 +81,8 @@ impl McpServer {
                 .insert(ALLOW, HeaderValue::from_static("POST"));
             return response;
         }
-        if let Err(reason) = self.shared.hosts.check(&headers) {
+        let authority = uri.authority().map(|a| a.as_str());
+        if let Err(reason) = self.shared.hosts.check(&headers, authority) {
             return error_response(
                 &RpcError::invalid_request(reason).with_status(StatusCode::FORBIDDEN),
             );

@@ -66,24 +66,50 @@ impl InputRequired {
         self
     }
 
-    /// The client capabilities these requests need, as a `ClientCapabilities` object.
-    pub(crate) fn required_capabilities(&self) -> Map<String, Value> {
-        let mut required = Map::new();
+    /// The client capabilities these requests need and `declared` lacks, as a
+    /// `ClientCapabilities` object (empty when nothing is missing). Elicitation modes count:
+    /// `elicitation: {}` declares the form mode only.
+    pub(crate) fn missing_capabilities(&self, declared: &Map<String, Value>) -> Map<String, Value> {
+        let mut missing = Map::new();
+        let mut need = |capability: &str, detail: Option<&str>| {
+            let entry = missing
+                .entry(capability)
+                .or_insert_with(|| Value::Object(Map::new()));
+            if let (Some(detail), Value::Object(entry)) = (detail, entry) {
+                entry.insert(detail.to_owned(), json!({}));
+            }
+        };
         for request in self.requests.values() {
+            let params = &request["params"];
             match request["method"].as_str() {
                 Some("elicitation/create") => {
-                    required.insert("elicitation".into(), json!({}));
+                    let mode = params["mode"].as_str().unwrap_or("form");
+                    let served = match declared.get("elicitation") {
+                        Some(Value::Object(modes)) if mode == "form" => {
+                            modes.is_empty() || modes.contains_key("form")
+                        }
+                        Some(Value::Object(modes)) => modes.contains_key(mode),
+                        _ => false,
+                    };
+                    if !served {
+                        need("elicitation", (mode != "form").then_some(mode));
+                    }
                 }
                 Some("sampling/createMessage") => {
-                    required.insert("sampling".into(), json!({}));
+                    let sampling = declared.get("sampling").and_then(Value::as_object);
+                    if sampling.is_none() {
+                        need("sampling", None);
+                    }
+                    let uses_tools = params.get("tools").is_some_and(|t| !t.is_null());
+                    if uses_tools && !sampling.is_some_and(|s| s.contains_key("tools")) {
+                        need("sampling", Some("tools"));
+                    }
                 }
-                Some("roots/list") => {
-                    required.insert("roots".into(), json!({}));
-                }
+                Some("roots/list") if !declared.contains_key("roots") => need("roots", None),
                 _ => {}
             }
         }
-        required
+        missing
     }
 }
 

@@ -24,17 +24,24 @@ pub(crate) fn is_legacy(
     let claim = params
         .and_then(|p| p.get("_meta"))
         .and_then(|m| m.get(meta_keys::PROTOCOL_VERSION));
+    let header = headers.map(|headers| {
+        headers
+            .get(headers::PROTOCOL_VERSION)
+            .and_then(|v| v.to_str().ok())
+            .map(str::trim)
+    });
+    let header_is_legacy =
+        |header: Option<&str>| header.is_none_or(|v| LEGACY_VERSIONS.contains(&v));
     if let Some(claim) = claim {
-        return claim.as_str().is_some_and(|v| LEGACY_VERSIONS.contains(&v));
+        // A legacy claim under a modern header is not legacy: it stays on the modern path, where
+        // the header/body disagreement is refused, so it cannot skip the routing-header checks.
+        return claim.as_str().is_some_and(|v| LEGACY_VERSIONS.contains(&v))
+            && header.is_none_or(header_is_legacy);
     }
-    let Some(headers) = headers else {
-        return false;
-    };
-    let header = headers
-        .get(headers::PROTOCOL_VERSION)
-        .and_then(|v| v.to_str().ok())
-        .map(str::trim);
-    method == "initialize" || header.is_none_or(|v| LEGACY_VERSIONS.contains(&v))
+    match header {
+        None => false,
+        Some(header) => method == "initialize" || header_is_legacy(header),
+    }
 }
 
 /// The version a legacy request asks for: its `initialize` parameter, `_meta` claim or header.

@@ -153,6 +153,11 @@ impl McpServer {
                                     "_meta": { "io.modelcontextprotocol/subscriptionId": subscription_id } } }));
                             }
                         }
+                        // Updates may have been missed too: every subscribed resource may have changed.
+                        for uri in &filter.uris {
+                            cx.send_notification(json!({ "jsonrpc": "2.0", "method": "notifications/resources/updated",
+                                "params": { "_meta": { "io.modelcontextprotocol/subscriptionId": subscription_id }, "uri": uri } }));
+                        }
                     }
                     Err(RecvError::Closed) => break,
                 },

@@ -62,9 +62,14 @@ impl LogLevel {
     }
 }
 
+/// How many notifications may wait for a slow reader. Past that, new ones are dropped rather than
+/// buffered without bound: progress and log messages are advisory, and a subscription re-sends
+/// what a lagging reader missed.
+pub(crate) const BUFFER: usize = 256;
+
 /// The sending half of a request's notification stream.
 pub(crate) struct Notifier {
-    sender: mpsc::UnboundedSender<Value>,
+    sender: mpsc::Sender<Value>,
     progress_token: Option<Value>,
     log_level: Option<LogLevel>,
     last_progress: Mutex<Option<f64>>,
@@ -72,7 +77,7 @@ pub(crate) struct Notifier {
 
 impl Notifier {
     pub(crate) fn new(
-        sender: mpsc::UnboundedSender<Value>,
+        sender: mpsc::Sender<Value>,
         progress_token: Option<Value>,
         log_level: Option<LogLevel>,
     ) -> Self {
@@ -86,7 +91,7 @@ impl Notifier {
 
     /// Sends a notification as is.
     pub(crate) fn send(&self, message: Value) {
-        let _ = self.sender.send(message);
+        let _ = self.sender.try_send(message);
     }
 
     pub(crate) fn progress(&self, progress: f64, total: Option<f64>, message: Option<&str>) {
@@ -108,7 +113,7 @@ impl Notifier {
         if let Some(message) = message {
             params["message"] = json!(message);
         }
-        let _ = self.sender.send(json!({
+        let _ = self.sender.try_send(json!({
             "jsonrpc": "2.0",
             "method": "notifications/progress",
             "params": params,
@@ -123,7 +128,7 @@ impl Notifier {
         if let Some(logger) = logger {
             params["logger"] = json!(logger);
         }
-        let _ = self.sender.send(json!({
+        let _ = self.sender.try_send(json!({
             "jsonrpc": "2.0",
             "method": "notifications/message",
             "params": params,

@@ -18,11 +18,11 @@ pub(crate) const DEFAULT_KEEP_ALIVE: Duration = Duration::from_secs(15);
 enum State {
     Running {
         id: RequestId,
-        notifications: mpsc::UnboundedReceiver<Value>,
+        notifications: mpsc::Receiver<Value>,
         finish: Finish,
     },
     Draining {
-        notifications: mpsc::UnboundedReceiver<Value>,
+        notifications: mpsc::Receiver<Value>,
         last: Vec<u8>,
     },
     Done,
@@ -47,7 +47,7 @@ fn event(bytes: &[u8]) -> Event {
 /// goes away and the body is dropped, the request is dropped with it: that is cancellation.
 fn events(
     id: RequestId,
-    notifications: mpsc::UnboundedReceiver<Value>,
+    notifications: mpsc::Receiver<Value>,
     finish: Finish,
 ) -> impl Stream<Item = Result<Event, std::convert::Infallible>> {
     stream::unfold(
@@ -107,7 +107,7 @@ fn events(
 /// The `text/event-stream` response for a streaming request.
 pub(crate) fn response(
     id: RequestId,
-    notifications: mpsc::UnboundedReceiver<Value>,
+    notifications: mpsc::Receiver<Value>,
     finish: Finish,
     keep_alive: Duration,
 ) -> Response {
@@ -122,7 +122,7 @@ pub(crate) fn response(
 
 /// Runs a streaming request to the end in-process, collecting what it would have streamed.
 pub(crate) async fn collect(
-    mut notifications: mpsc::UnboundedReceiver<Value>,
+    mut notifications: mpsc::Receiver<Value>,
     finish: Finish,
 ) -> (Vec<Value>, Result<axum::body::Bytes, crate::RpcError>) {
     let result = finish.await;

@@ -115,6 +115,12 @@ impl Call {
         self
     }
 
+    /// Adds another copy of a header, keeping the ones already set.
+    pub fn also_header(mut self, name: &str, value: &str) -> Call {
+        self.headers.push((name.to_owned(), value.to_owned()));
+        self
+    }
+
     pub fn without_header(mut self, name: &str) -> Call {
         self.headers.retain(|(n, _)| !n.eq_ignore_ascii_case(name));
         self
