@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use serde_json::Value;
 
 use super::boundary::{self, LedgerEntry, Record, Txn};
+use super::clock::duration_millis;
 use super::handle::mint_handle;
 use super::outcome::{MutationOutcome, ReadOutcome};
 use super::store::{
@@ -17,7 +18,7 @@ use super::store::{
 };
 
 const SHARDS: usize = 64;
-/// Mutations between two automatic ledger sweeps.
+/// Writes between two automatic sweeps of the ledger and of expired resources.
 const SWEEP_EVERY: u64 = 4096;
 
 type Slot = Arc<Mutex<Option<LedgerEntry>>>;
@@ -118,25 +119,53 @@ impl Inner {
 
     fn prune(&self) -> PruneReport {
         let now = self.config.clock.now_millis();
+        let mut report = PruneReport::default();
+        for shard in 0..SHARDS {
+            report.ledger_records += self.prune_ledger_shard(shard, now);
+            report.resources += self.prune_resource_shard(shard, now);
+        }
+        report
+    }
+
+    /// Removes the ledger records of one shard past their retention.
+    fn prune_ledger_shard(&self, shard: usize, now: i64) -> u64 {
         let mut removed = 0;
-        for shard in self.ledger.iter() {
-            let mut shard = lock(shard);
-            shard.retain(|_, slot| {
-                // Clones of a slot are only taken under this shard lock, so a count of one means
-                // no request holds it or is about to lock it.
-                if Arc::strong_count(slot) > 1 {
+        lock(&self.ledger[shard]).retain(|_, slot| {
+            // Clones of a slot are only taken under this shard lock, so a count of one means
+            // no request holds it or is about to lock it.
+            if Arc::strong_count(slot) > 1 {
+                return true;
+            }
+            let live = lock(slot).as_ref().map(|entry| entry.expires_at > now);
+            if live == Some(false) {
+                removed += 1;
+            }
+            live == Some(true)
+        });
+        removed
+    }
+
+    /// Removes the resources of one shard that expired longer ago than the ledger retention.
+    fn prune_resource_shard(&self, shard: usize, now: i64) -> u64 {
+        let cutoff = now.saturating_sub(duration_millis(self.config.ledger_retention));
+        let mut removed = 0;
+        self.resources[shard]
+            .write()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .retain(|_, entry| {
+                // As for ledger slots: clones are only taken under the shard lock, so a count of
+                // one means no request holds the entry. An expired resource is never written
+                // again, so its expiry cannot move once it is past.
+                if Arc::strong_count(entry) > 1 {
                     return true;
                 }
-                let live = lock(slot).as_ref().map(|entry| entry.expires_at > now);
-                if live == Some(false) {
+                let reclaim = lock(entry).record.expires_at.is_some_and(|at| at <= cutoff);
+                if reclaim {
                     removed += 1;
                 }
-                live == Some(true)
+                !reclaim
             });
-        }
-        PruneReport {
-            ledger_records: removed,
-        }
+        removed
     }
 
     fn create(&self, request: CreateRequest) -> Result<MutationOutcome, StoreError> {
@@ -154,14 +183,13 @@ impl Inner {
         };
         let outcome = boundary::create(&mut txn, &self.config, request, &handle, now);
         drop(slot_guard);
-        if slot.is_some() {
-            self.count_ledger_write();
-        }
+        self.count_write();
         outcome
     }
 
-    /// Counts a request that may have written a ledger record and sweeps now and then.
-    fn count_ledger_write(&self) {
+    /// Counts a request that may have written a resource or a ledger record and sweeps now and
+    /// then.
+    fn count_write(&self) {
         if self.mutations.fetch_add(1, Ordering::Relaxed) % SWEEP_EVERY == SWEEP_EVERY - 1 {
             self.prune();
         }
@@ -213,7 +241,7 @@ impl Inner {
         let outcome = boundary::mutate(&mut txn, &self.config, request, transition, now);
         drop(entry_guard);
         drop(slot_guard);
-        self.count_ledger_write();
+        self.count_write();
         outcome
     }
 }
