@@ -1266,6 +1266,37 @@ async fn sqlite_transition_panic_on_current_thread_runtime() {
     sqlite_transition_panic_rolls_back().await;
 }
 
+/// A request that fails before recording an outcome leaves no ledger slot behind in memory.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_failed_request_leaves_no_ledger_slot() {
+    let store = MemoryStore::default();
+    let handle = create(&store, alice(), &laptop()).await;
+    let send = request(alice(), &handle, "m", Some(1), Some("op"), json!(32));
+    let panicking = Transition::new(|state: &mut Value| {
+        state["memory_gib"] = json!(64);
+        panic!("transition bug")
+    });
+    let task = tokio::spawn({
+        let store = store.clone();
+        async move { store.mutate(send, panicking).await }
+    });
+    assert!(task.await.is_err(), "the transition did not panic");
+    assert_eq!(store.ledger_count_for_tests(), 0);
+    assert_eq!(state(&store, &handle).await.0, 1);
+    // The id is free, and a recorded outcome keeps its slot.
+    let calls = Arc::new(AtomicUsize::new(0));
+    let send = request(alice(), &handle, "m", Some(1), Some("op"), json!(32));
+    expect_applied(&mutate(&store, send, set_memory(32, &calls)).await);
+    assert_eq!(store.ledger_count_for_tests(), 1);
+    let send = request(alice(), &handle, "m", Some(1), Some("op"), json!(32));
+    assert!(matches!(
+        mutate(&store, send, set_memory(32, &calls)).await,
+        MutationOutcome::Replayed(_)
+    ));
+    assert_eq!(store.ledger_count_for_tests(), 1);
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+}
+
 /// A file with the layout of earlier pre-release versions is refused, not misread.
 #[test]
 fn sqlite_refuses_the_old_layout() {

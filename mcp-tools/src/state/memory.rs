@@ -4,7 +4,7 @@ use std::collections::hash_map::RandomState;
 use std::collections::{HashMap, VecDeque};
 use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock, TryLockError};
 
 use serde_json::Value;
 
@@ -93,6 +93,15 @@ impl MemoryStore {
     }
 }
 
+impl MemoryStore {
+    /// How many ledger slots the store holds, expired ones included (for tests that check what a
+    /// failed request leaves behind).
+    #[doc(hidden)]
+    pub fn ledger_count_for_tests(&self) -> usize {
+        self.inner.ledger_count()
+    }
+}
+
 impl Default for MemoryStore {
     fn default() -> Self {
         MemoryStore::new(StoreConfig::default())
@@ -111,10 +120,21 @@ impl Inner {
         shard.get(handle).cloned()
     }
 
-    fn slot(&self, principal: &str, operation_id: &str) -> Slot {
+    /// Takes (creating it if needed) the ledger slot of (principal, operation id) for one request.
+    fn lease(&self, principal: &str, operation_id: &str) -> Lease<'_> {
         let key = ledger_key(principal, operation_id);
         let mut shard = lock(&self.ledger[self.shard_of(&key)]);
-        Arc::clone(shard.entry(key).or_default())
+        let slot = Arc::clone(shard.entry(key.clone()).or_default());
+        Lease {
+            inner: self,
+            key,
+            slot: Some(slot),
+        }
+    }
+
+    /// How many ledger slots the store holds, expired ones included.
+    fn ledger_count(&self) -> usize {
+        self.ledger.iter().map(|shard| lock(shard).len()).sum()
     }
 
     fn prune(&self) -> PruneReport {
@@ -170,11 +190,11 @@ impl Inner {
 
     fn create(&self, request: CreateRequest) -> Result<MutationOutcome, StoreError> {
         let handle = mint_handle(request.kind.prefix)?;
-        let slot = request
+        let lease = request
             .operation
             .as_ref()
-            .map(|(operation_id, _)| self.slot(request.principal.key(), operation_id));
-        let mut slot_guard = slot.as_deref().map(lock);
+            .map(|(operation_id, _)| self.lease(request.principal.key(), operation_id));
+        let mut slot_guard = lease.as_ref().and_then(Lease::lock);
         let now = self.config.clock.now_millis();
         let mut txn = MemoryTxn {
             inner: self,
@@ -225,11 +245,11 @@ impl Inner {
         request: &MutationRequest,
         transition: &mut Transition,
     ) -> Result<MutationOutcome, StoreError> {
-        let slot = request
+        let lease = request
             .operation
             .as_ref()
-            .map(|(operation_id, _)| self.slot(request.principal.key(), operation_id));
-        let mut slot_guard = slot.as_deref().map(lock);
+            .map(|(operation_id, _)| self.lease(request.principal.key(), operation_id));
+        let mut slot_guard = lease.as_ref().and_then(Lease::lock);
         let entry = self.entry(&request.handle);
         let mut entry_guard = entry.as_deref().map(lock);
         let now = self.config.clock.now_millis();
@@ -243,6 +263,48 @@ impl Inner {
         drop(slot_guard);
         self.count_write();
         outcome
+    }
+}
+
+/// A ledger slot held by one request. A request that fails before recording an outcome (a store
+/// error, a panicking transition) leaves its slot empty; dropping the last lease of an empty slot
+/// removes it from the ledger map instead of leaving it to the next sweep.
+struct Lease<'a> {
+    inner: &'a Inner,
+    key: String,
+    /// `Some` until the lease is dropped.
+    slot: Option<Slot>,
+}
+
+impl Lease<'_> {
+    fn lock(&self) -> Option<MutexGuard<'_, Option<LedgerEntry>>> {
+        self.slot.as_deref().map(lock)
+    }
+}
+
+impl Drop for Lease<'_> {
+    fn drop(&mut self) {
+        let Some(slot) = self.slot.take() else {
+            return;
+        };
+        // A slot that holds a record keeps it until a sweep removes the slot. Another request
+        // holding the slot's lock has a lease of its own, and takes the path below when it drops.
+        match slot.try_lock() {
+            Ok(entry) if entry.is_some() => return,
+            Err(TryLockError::Poisoned(entry)) if entry.get_ref().is_some() => return,
+            _ => {}
+        }
+        let inner = self.inner;
+        let mut shard = lock(&inner.ledger[inner.shard_of(&self.key)]);
+        // Every lease lets go of its clone under the shard lock, where clones are taken, so the
+        // last one to let go sees a count of one (the map's) and nobody can be about to lock it.
+        drop(slot);
+        let unused = shard
+            .get(&self.key)
+            .is_some_and(|kept| Arc::strong_count(kept) == 1 && lock(kept).is_none());
+        if unused {
+            shard.remove(&self.key);
+        }
     }
 }
 
