@@ -18,8 +18,10 @@ use super::store::{
 };
 
 const SHARDS: usize = 64;
-/// Writes between two automatic sweeps of the ledger and of expired resources.
-const SWEEP_EVERY: u64 = 4096;
+/// Writes between two steps of the automatic sweep. A step sweeps one ledger shard and one
+/// resource shard, round robin, so no single request pays for the whole map and a full round
+/// takes `SWEEP_STEP * SHARDS` writes.
+const SWEEP_STEP: u64 = 64;
 
 type Slot = Arc<Mutex<Option<LedgerEntry>>>;
 type ResourceShard = RwLock<HashMap<String, Arc<Mutex<Entry>>>>;
@@ -49,6 +51,9 @@ struct Entry {
 /// slot (when it has one), then its handle's entry, always in that order, and holds both for the
 /// whole boundary; shard locks are held only to find or insert an entry. Requests on different
 /// handles with different operation ids never wait for each other.
+///
+/// Expired ledger records and long-expired resources are swept a shard at a time, round robin,
+/// every few writes (see [`StateStore::prune`] for a full sweep).
 #[derive(Clone)]
 pub struct MemoryStore {
     inner: Arc<Inner>,
@@ -59,7 +64,8 @@ struct Inner {
     hasher: RandomState,
     resources: Box<[ResourceShard]>,
     ledger: Box<[LedgerShard]>,
-    mutations: AtomicU64,
+    /// Writes so far; they pace the automatic sweep.
+    writes: AtomicU64,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -78,7 +84,7 @@ impl MemoryStore {
                 hasher: RandomState::new(),
                 resources: (0..SHARDS).map(|_| RwLock::default()).collect(),
                 ledger: (0..SHARDS).map(|_| Mutex::default()).collect(),
-                mutations: AtomicU64::new(0),
+                writes: AtomicU64::new(0),
             }),
         }
     }
@@ -210,8 +216,12 @@ impl Inner {
     /// Counts a request that may have written a resource or a ledger record and sweeps now and
     /// then.
     fn count_write(&self) {
-        if self.mutations.fetch_add(1, Ordering::Relaxed) % SWEEP_EVERY == SWEEP_EVERY - 1 {
-            self.prune();
+        let writes = self.writes.fetch_add(1, Ordering::Relaxed);
+        if writes % SWEEP_STEP == SWEEP_STEP - 1 {
+            let shard = ((writes / SWEEP_STEP) % SHARDS as u64) as usize;
+            let now = self.config.clock.now_millis();
+            self.prune_ledger_shard(shard, now);
+            self.prune_resource_shard(shard, now);
         }
     }
 
@@ -400,5 +410,95 @@ impl StateStore for MemoryStore {
 
     fn prune(&self) -> StoreFuture<'_, PruneReport> {
         Box::pin(async move { Ok(self.inner.prune()) })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use serde_json::json;
+
+    use super::*;
+    use crate::context::Principal;
+    use crate::state::clock::ManualClock;
+    use crate::state::fingerprint::Fingerprint;
+    use crate::state::resource::ResourceKind;
+
+    const SHORT_LIVED: ResourceKind =
+        ResourceKind::new("ticket", "tkt").with_ttl(Duration::from_secs(60));
+    const LASTING: ResourceKind = ResourceKind::new("note", "nte");
+
+    fn create(inner: &Inner, kind: ResourceKind, operation_id: Option<&str>) {
+        let mut request = CreateRequest::new(kind, Principal::subject("alice"), json!({}));
+        if let Some(operation_id) = operation_id {
+            request = request.operation(operation_id, Fingerprint::of_call("create", &json!({})));
+        }
+        inner.create(request).unwrap();
+    }
+
+    /// Per shard: ledger slots and resources that expire.
+    fn census(inner: &Inner) -> Vec<(usize, usize)> {
+        (0..SHARDS)
+            .map(|shard| {
+                let expiring = inner.resources[shard]
+                    .read()
+                    .unwrap()
+                    .values()
+                    .filter(|entry| lock(entry).record.expires_at.is_some())
+                    .count();
+                (lock(&inner.ledger[shard]).len(), expiring)
+            })
+            .collect()
+    }
+
+    /// Each step of the automatic sweep reclaims one shard of the ledger and of the resources;
+    /// a full round reclaims everything past its retention.
+    #[test]
+    fn automatic_sweep_is_incremental() {
+        let clock = ManualClock::at_millis(1_785_231_000_000);
+        let store = MemoryStore::new(StoreConfig {
+            ledger_retention: Duration::from_secs(10 * 60),
+            clock: Arc::new(clock.clone()),
+            ..StoreConfig::default()
+        });
+        let inner = &*store.inner;
+        for i in 0..2000 {
+            create(inner, SHORT_LIVED, Some(&format!("op-{i}")));
+        }
+        let before = census(inner);
+        assert!(
+            before
+                .iter()
+                .all(|&(slots, expiring)| slots > 0 && expiring > 0)
+        );
+        clock.advance(Duration::from_secs(20 * 60));
+
+        // Up to the next step, nothing is swept; the step sweeps exactly one shard.
+        let writes = inner.writes.load(Ordering::Relaxed);
+        let until_step = SWEEP_STEP - 1 - writes % SWEEP_STEP;
+        let shard = ((writes + until_step) / SWEEP_STEP % SHARDS as u64) as usize;
+        for _ in 0..until_step {
+            create(inner, LASTING, None);
+        }
+        assert_eq!(census(inner), before);
+        create(inner, LASTING, None);
+        let after = census(inner);
+        for (index, (&now, &was)) in after.iter().zip(&before).enumerate() {
+            if index == shard {
+                assert_eq!(now, (0, 0), "shard {index} was not swept");
+            } else {
+                assert_eq!(now, was, "shard {index} was swept out of turn");
+            }
+        }
+
+        // A full round sweeps every shard.
+        for _ in 0..SWEEP_STEP * SHARDS as u64 {
+            create(inner, LASTING, None);
+        }
+        assert!(census(inner).iter().all(|&shard| shard == (0, 0)));
+        // Only the short-lived resources went; every lasting one is kept.
+        let lasting = until_step + 1 + SWEEP_STEP * SHARDS as u64;
+        assert_eq!(inner.resource_count() as u64, lasting);
     }
 }
