@@ -711,6 +711,48 @@ async fn ledger_retention<S: StateStore>(open: Open<'_, S>) {
     );
 }
 
+/// An expired resource answers `EXPIRED` for one ledger retention; then a prune removes it with
+/// its history and it answers `NOT_FOUND`.
+async fn expired_resources_are_reclaimed<S: StateStore + CountResources>(open: Open<'_, S>) {
+    let clock = ManualClock::at_millis(T0);
+    let store = open(StoreConfig {
+        ledger_retention: Duration::from_secs(10 * 60),
+        ..config(&clock)
+    });
+    let handle = create(&store, alice(), &laptop()).await;
+    let calls = Arc::new(AtomicUsize::new(0));
+    for gib in 1..=20u32 {
+        let send = request(alice(), &handle, "m", None, None, json!(gib));
+        expect_applied(&mutate(&store, send, set_memory(gib, &calls)).await);
+    }
+    // Expires at T0 + 60 min; the second basket, created 30 minutes later, at T0 + 90 min.
+    clock.advance(Duration::from_secs(30 * 60));
+    let live = create(&store, alice(), &laptop()).await;
+    clock.advance(Duration::from_secs(31 * 60));
+    let expired = |outcome: ReadOutcome| matches!(outcome, ReadOutcome::Rejected(rejected) if rejected.code == "EXPIRED");
+    assert!(expired(read(&store, alice(), &handle).await));
+    assert_eq!(store.prune().await.unwrap().resources, 0);
+    // Still within the grace period: expired, not forgotten.
+    clock.advance(Duration::from_secs(8 * 60));
+    assert_eq!(store.prune().await.unwrap().resources, 0);
+    assert!(expired(read(&store, alice(), &handle).await));
+    assert_eq!(store.resources(), 2);
+    clock.advance(Duration::from_secs(2 * 60));
+    assert_eq!(store.prune().await.unwrap().resources, 1);
+    let ReadOutcome::Rejected(rejected) = read(&store, alice(), &handle).await else {
+        panic!("a reclaimed handle is still readable")
+    };
+    assert_eq!(rejected.code, "NOT_FOUND");
+    let send = request(alice(), &handle, "m", None, Some("after"), json!(1));
+    expect_rejected(
+        &mutate(&store, send, set_memory(1, &calls)).await,
+        "NOT_FOUND",
+    );
+    assert_eq!(store.resources(), 1);
+    assert_eq!(state(&store, &live).await.0, 1);
+    assert_eq!(store.prune().await.unwrap().resources, 0);
+}
+
 /// 200 concurrent requests with one operation id: one transition, 199 identical replays.
 async fn same_operation_id_storm<S: StateStore + Clone>(open: Open<'_, S>) {
     let store = open(StoreConfig::default());
@@ -1086,6 +1128,7 @@ macro_rules! contract {
             case!(same_operation_id_storm);
             case!(idempotent_create);
             case!(create_ledger_retention);
+            case!(expired_resources_are_reclaimed);
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
             async fn same_operation_id_create_storm_mints_one_resource() {
@@ -1221,6 +1264,37 @@ async fn sqlite_transition_panic_on_multi_thread_runtime() {
 #[tokio::test(flavor = "current_thread")]
 async fn sqlite_transition_panic_on_current_thread_runtime() {
     sqlite_transition_panic_rolls_back().await;
+}
+
+/// A request that fails before recording an outcome leaves no ledger slot behind in memory.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_failed_request_leaves_no_ledger_slot() {
+    let store = MemoryStore::default();
+    let handle = create(&store, alice(), &laptop()).await;
+    let send = request(alice(), &handle, "m", Some(1), Some("op"), json!(32));
+    let panicking = Transition::new(|state: &mut Value| {
+        state["memory_gib"] = json!(64);
+        panic!("transition bug")
+    });
+    let task = tokio::spawn({
+        let store = store.clone();
+        async move { store.mutate(send, panicking).await }
+    });
+    assert!(task.await.is_err(), "the transition did not panic");
+    assert_eq!(store.ledger_count_for_tests(), 0);
+    assert_eq!(state(&store, &handle).await.0, 1);
+    // The id is free, and a recorded outcome keeps its slot.
+    let calls = Arc::new(AtomicUsize::new(0));
+    let send = request(alice(), &handle, "m", Some(1), Some("op"), json!(32));
+    expect_applied(&mutate(&store, send, set_memory(32, &calls)).await);
+    assert_eq!(store.ledger_count_for_tests(), 1);
+    let send = request(alice(), &handle, "m", Some(1), Some("op"), json!(32));
+    assert!(matches!(
+        mutate(&store, send, set_memory(32, &calls)).await,
+        MutationOutcome::Replayed(_)
+    ));
+    assert_eq!(store.ledger_count_for_tests(), 1);
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
 }
 
 /// A file with the layout of earlier pre-release versions is refused, not misread.

@@ -12,6 +12,7 @@ use serde_json::Value;
 use tokio::runtime::RuntimeFlavor;
 
 use super::boundary::{self, LedgerEntry, Record, Txn};
+use super::clock::duration_millis;
 use super::fingerprint::Fingerprint;
 use super::handle::mint_handle;
 use super::outcome::{MutationOutcome, ReadOutcome, RecordedOutcome};
@@ -28,6 +29,8 @@ use super::store::{
 ///   current version is the last row of its handle, and a mutation appends one row, so the
 ///   current state and its history cost one B-tree. Versions beyond the history limit are deleted
 ///   in batches.
+/// - `mcp_versions_expiry` indexes the rows of resources that expire, so a sweep finds the
+///   resources that expired longer ago than the ledger retention without a full scan.
 /// - `mcp_ledger` appends one row per recorded operation: its rowid order is recording order, so
 ///   with one retention the oldest rows expire first and a sweep deletes a rowid range without an
 ///   expiry index; the unique index on (principal, operation id) serves lookups.
@@ -42,6 +45,8 @@ CREATE TABLE IF NOT EXISTS mcp_versions (
     expires_at INTEGER,
     PRIMARY KEY (handle, version)
 ) STRICT, WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS mcp_versions_expiry ON mcp_versions (expires_at)
+    WHERE expires_at IS NOT NULL;
 CREATE TABLE IF NOT EXISTS mcp_ledger (
     seq          INTEGER PRIMARY KEY,
     principal    TEXT NOT NULL,
@@ -60,6 +65,13 @@ CREATE UNIQUE INDEX IF NOT EXISTS mcp_ledger_key ON mcp_ledger (principal, opera
 /// used for that, and the plan stays a primary-key search.
 const LOAD_SQL: &str = "SELECT kind, owner, version, state, lifecycle, expires_at FROM mcp_versions
      WHERE handle = CAST(?1 AS TEXT) ORDER BY version DESC LIMIT 1";
+
+/// The resources whose current version (the last row of the handle) expired at or before `?1`.
+/// A handle has one last row, so each qualifying handle appears once.
+const RECLAIMABLE_SQL: &str = "SELECT handle FROM mcp_versions AS v
+     WHERE expires_at <= ?1
+       AND NOT EXISTS (SELECT 1 FROM mcp_versions AS w
+                       WHERE w.handle = v.handle AND w.version > v.version)";
 
 /// Versions between two deletions of a resource's history beyond the limit.
 const HISTORY_SWEEP_EVERY: u64 = 16;
@@ -82,7 +94,7 @@ fn refuse_old_layout(connection: &Connection, path: &Path) -> Result<(), StoreEr
     Ok(())
 }
 
-/// Mutations between two automatic ledger sweeps.
+/// Writes between two automatic sweeps of the ledger and of expired resources.
 const SWEEP_EVERY: u64 = 1024;
 
 /// How SQLite syncs the write-ahead log.
@@ -268,7 +280,6 @@ impl Inner {
 
     fn create(&self, request: CreateRequest) -> Result<MutationOutcome, StoreError> {
         let handle = mint_handle(request.kind.prefix)?;
-        let ledger = request.operation.is_some();
         let outcome = {
             let writer = lock(&self.writer);
             let txn = WriteTxn::begin(&writer)?;
@@ -278,14 +289,13 @@ impl Inner {
             txn.commit()?;
             outcome
         };
-        if ledger {
-            self.count_ledger_write()?;
-        }
+        self.count_write()?;
         Ok(outcome)
     }
 
-    /// Counts a request that may have written a ledger record and sweeps now and then.
-    fn count_ledger_write(&self) -> Result<(), StoreError> {
+    /// Counts a request that may have written a resource or a ledger record and sweeps now and
+    /// then.
+    fn count_write(&self) -> Result<(), StoreError> {
         if self.mutations.fetch_add(1, Ordering::Relaxed) % SWEEP_EVERY == SWEEP_EVERY - 1 {
             self.prune()?;
         }
@@ -311,7 +321,7 @@ impl Inner {
             txn.commit()?;
             outcome
         };
-        self.count_ledger_write()?;
+        self.count_write()?;
         Ok(outcome)
     }
 
@@ -321,7 +331,7 @@ impl Inner {
         // Rows are in recording order, and with one retention in expiry order: delete the rowid
         // range before the first live row. A row recorded out of order (a changed retention, a
         // clock that went back) waits for the rows before it; lookups ignore it once expired.
-        let removed = writer
+        let ledger_records = writer
             .prepare_cached(
                 "DELETE FROM mcp_ledger WHERE seq < coalesce(
                      (SELECT seq FROM mcp_ledger WHERE expires_at > ?1 ORDER BY seq LIMIT 1),
@@ -329,8 +339,24 @@ impl Inner {
                      0)",
             )?
             .execute([now])?;
+        let cutoff = now.saturating_sub(duration_millis(self.config.ledger_retention));
+        let txn = WriteTxn::begin(&writer)?;
+        // A resource is gone when its current version (its last row) expired before the cutoff;
+        // an expired resource is never written again, so that cannot change under this sweep.
+        let handles = writer
+            .prepare_cached(RECLAIMABLE_SQL)?
+            .query_map([cutoff], |row| row.get::<_, String>(0))?
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut delete =
+            writer.prepare_cached("DELETE FROM mcp_versions WHERE handle = CAST(?1 AS TEXT)")?;
+        for handle in &handles {
+            delete.execute([handle])?;
+        }
+        drop(delete);
+        txn.commit()?;
         Ok(PruneReport {
-            ledger_records: removed as u64,
+            ledger_records: ledger_records as u64,
+            resources: handles.len() as u64,
         })
     }
 }
@@ -574,5 +600,23 @@ mod tests {
         assert!(plan.contains("PRIMARY KEY (handle=?)"), "{plan}");
         let statement = txn.prepare_cached(LOAD_SQL).unwrap();
         assert_eq!(statement.get_status(StatementStatus::RePrepare), 0);
+    }
+
+    /// The sweep of expired resources searches the expiry index, not the whole table.
+    #[test]
+    fn reclaim_uses_the_expiry_index() {
+        let connection = Connection::open_in_memory().unwrap();
+        connection.execute_batch(SCHEMA).unwrap();
+        let plan: Vec<String> = connection
+            .prepare(&format!("EXPLAIN QUERY PLAN {RECLAIMABLE_SQL}"))
+            .unwrap()
+            .query_map([0], |row| row.get(3))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert!(
+            plan.iter().any(|step| step.contains("mcp_versions_expiry")),
+            "{plan:?}"
+        );
     }
 }

@@ -226,6 +226,8 @@ impl MutationRequest {
 pub struct PruneReport {
     /// Ledger records past their retention.
     pub ledger_records: u64,
+    /// Resources that expired longer ago than the ledger retention, removed with their history.
+    pub resources: u64,
 }
 
 /// Settings shared by every store.
@@ -294,6 +296,8 @@ pub trait StateStore: Send + Sync + 'static {
         transition: Transition,
     ) -> StoreFuture<'_, MutationOutcome>;
 
-    /// Removes ledger records past their retention. Stores also prune now and then on their own.
+    /// Removes ledger records past their retention, and resources (with their history) that
+    /// expired longer ago than the ledger retention: until then an expired handle still answers
+    /// `EXPIRED`, afterwards `NOT_FOUND`. Stores also prune now and then on their own.
     fn prune(&self) -> StoreFuture<'_, PruneReport>;
 }
