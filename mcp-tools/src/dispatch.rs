@@ -18,7 +18,7 @@ use crate::headers::require_equal;
 use crate::input::{Binding, InputRequired, Reply, StateSeal};
 use crate::notify::Notifier;
 use crate::protocol::{
-    Envelope, REMOVED_METHODS, RequestId, RequestMeta, SUPPORTED_VERSIONS, headers,
+    Envelope, REMOVED_METHODS, RequestId, RequestMeta, SUPPORTED_VERSIONS, headers, meta_keys,
 };
 use crate::server::{Listing, McpServer, Snapshot};
 
@@ -171,7 +171,7 @@ impl McpServer {
             let requested = crate::legacy::requested_version(params.as_ref(), http_headers);
             return Err(RpcError::unsupported_version(
                 &requested,
-                &self.shared.supported_versions,
+                &self.shared.base.supported_versions,
             ));
         }
         let (meta, mut params) = if legacy {
@@ -194,7 +194,7 @@ impl McpServer {
         if !legacy && !SUPPORTED_VERSIONS.contains(&meta.protocol_version.as_str()) {
             return Err(RpcError::unsupported_version(
                 &meta.protocol_version,
-                &self.shared.supported_versions,
+                &self.shared.base.supported_versions,
             ));
         }
         if let (false, Transport::Http(headers)) = (legacy, transport) {
@@ -291,8 +291,8 @@ impl McpServer {
                 crate::legacy::initialize_result(
                     &params,
                     &snapshot.capabilities,
-                    &self.shared.server_info,
-                    self.shared.instructions.as_deref(),
+                    &self.shared.base.result_meta[meta_keys::SERVER_INFO],
+                    self.shared.base.instructions.as_deref(),
                 )
                 .to_string(),
             )),

@@ -290,15 +290,15 @@ impl McpServerBuilder {
         if let Some(title) = &self.title {
             server_info["title"] = json!(title);
         }
-        let result_meta = json!({ meta_keys::SERVER_INFO: server_info.clone() });
+        let result_meta = json!({ meta_keys::SERVER_INFO: server_info });
         let mut supported_versions = SUPPORTED_VERSIONS.to_vec();
         if self.legacy_era {
             supported_versions.extend_from_slice(crate::legacy::LEGACY_VERSIONS);
         }
         let base = Base {
-            supported_versions: supported_versions.clone(),
+            supported_versions,
             result_meta,
-            instructions: self.instructions.clone(),
+            instructions: self.instructions,
             settings: self.settings,
             cursors: CursorCodec::new(&key),
             logging: self.logging,
@@ -314,9 +314,6 @@ impl McpServerBuilder {
                 authenticate: self.authenticate,
                 legacy_era: self.legacy_era,
                 keep_alive: self.keep_alive,
-                supported_versions,
-                server_info,
-                instructions: self.instructions,
                 state: SharedState::new(self.state),
                 server_meta: serde_json::value::to_raw_value(&base.result_meta)
                     .expect("maps serialize"),
@@ -333,9 +330,11 @@ impl McpServerBuilder {
 
 /// What does not change when the offer changes.
 pub(crate) struct Base {
-    supported_versions: Vec<&'static str>,
-    result_meta: Value,
-    instructions: Option<String>,
+    /// Every version served: the current one, then the legacy ones when that era is on.
+    pub(crate) supported_versions: Vec<&'static str>,
+    /// `{"io.modelcontextprotocol/serverInfo": {...}}`.
+    pub(crate) result_meta: Value,
+    pub(crate) instructions: Option<String>,
     settings: ListSettings,
     pub(crate) cursors: CursorCodec,
     logging: bool,
@@ -512,10 +511,6 @@ pub(crate) struct Shared {
     pub(crate) authenticate: Option<Authenticate>,
     pub(crate) legacy_era: bool,
     pub(crate) keep_alive: Duration,
-    /// Every version served: the current one, then the legacy ones when that era is on.
-    pub(crate) supported_versions: Vec<&'static str>,
-    pub(crate) server_info: Value,
-    pub(crate) instructions: Option<String>,
     pub(crate) state: SharedState,
     /// `{"io.modelcontextprotocol/serverInfo": {...}}`, serialized once.
     pub(crate) server_meta: Box<serde_json::value::RawValue>,
