@@ -147,41 +147,28 @@ fn matrix() -> Vec<Row> {
         ),
         row(
             "_meta without protocolVersion",
-            Call::discover().body(|b| {
-                b["params"]["_meta"]
-                    .as_object_mut()
-                    .unwrap()
-                    .remove("io.modelcontextprotocol/protocolVersion");
-            }),
+            Call::discover().without_meta("io.modelcontextprotocol/protocolVersion"),
             400,
             -32602,
             id.clone(),
         ),
         row(
             "_meta without clientCapabilities",
-            Call::discover().body(|b| {
-                b["params"]["_meta"]
-                    .as_object_mut()
-                    .unwrap()
-                    .remove("io.modelcontextprotocol/clientCapabilities");
-            }),
+            Call::discover().without_meta("io.modelcontextprotocol/clientCapabilities"),
             400,
             -32602,
             id.clone(),
         ),
         row(
             "clientCapabilities not an object",
-            Call::discover().body(|b| {
-                b["params"]["_meta"]["io.modelcontextprotocol/clientCapabilities"] = json!("all")
-            }),
+            Call::discover().capabilities(json!("all")),
             400,
             -32602,
             id.clone(),
         ),
         row(
             "unknown logLevel",
-            Call::discover()
-                .body(|b| b["params"]["_meta"]["io.modelcontextprotocol/logLevel"] = json!("loud")),
+            Call::discover().meta("io.modelcontextprotocol/logLevel", json!("loud")),
             400,
             -32602,
             id.clone(),
@@ -195,9 +182,7 @@ fn matrix() -> Vec<Row> {
         ),
         row(
             "MCP-Protocol-Version differs from _meta",
-            Call::discover().body(|b| {
-                b["params"]["_meta"]["io.modelcontextprotocol/protocolVersion"] = json!("v999.0.0")
-            }),
+            Call::discover().meta("io.modelcontextprotocol/protocolVersion", json!("v999.0.0")),
             400,
             -32020,
             id.clone(),
@@ -206,10 +191,7 @@ fn matrix() -> Vec<Row> {
             "unsupported version (header and body)",
             Call::discover()
                 .header("mcp-protocol-version", "v999.0.0")
-                .body(|b| {
-                    b["params"]["_meta"]["io.modelcontextprotocol/protocolVersion"] =
-                        json!("v999.0.0")
-                }),
+                .meta("io.modelcontextprotocol/protocolVersion", json!("v999.0.0")),
             400,
             -32022,
             id.clone(),
@@ -295,6 +277,13 @@ fn matrix() -> Vec<Row> {
         row(
             "resources/unsubscribe (removed)",
             removed("resources/unsubscribe"),
+            404,
+            -32601,
+            id.clone(),
+        ),
+        row(
+            "tasks/get (not served) without taskId",
+            Call::new("tasks/get", json!(1), json!({})),
             404,
             -32601,
             id.clone(),
@@ -440,9 +429,7 @@ async fn unsupported_version_names_what_is_supported() {
     let server = TestServer::start(server()).await;
     let reply = Call::discover()
         .header("mcp-protocol-version", "v999.0.0")
-        .body(|b| {
-            b["params"]["_meta"]["io.modelcontextprotocol/protocolVersion"] = json!("v999.0.0")
-        })
+        .meta("io.modelcontextprotocol/protocolVersion", json!("v999.0.0"))
         .send(&server)
         .await;
     let body = reply.json();
@@ -469,19 +456,13 @@ async fn accepted_variants_of_valid_requests() {
     let accepted = [
         (
             "no clientInfo",
-            Call::discover().body(|b| {
-                b["params"]["_meta"]
-                    .as_object_mut()
-                    .unwrap()
-                    .remove("io.modelcontextprotocol/clientInfo");
-            }),
+            Call::discover().without_meta("io.modelcontextprotocol/clientInfo"),
         ),
         (
             "unknown _meta keys and a progressToken",
-            Call::discover().body(|b| {
-                b["params"]["_meta"]["com.example/trace"] = json!({"x": 1});
-                b["params"]["_meta"]["progressToken"] = json!("p-1");
-            }),
+            Call::discover()
+                .meta("com.example/trace", json!({"x": 1}))
+                .meta("progressToken", json!("p-1")),
         ),
         (
             "lower-case header names",

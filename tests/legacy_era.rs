@@ -129,9 +129,10 @@ async fn a_modern_request_is_never_taken_for_a_legacy_one() {
     assert_eq!((reply.status, reply.error_code()), (400, Some(-32602)));
     // A legacy claim under a modern header cannot skip the routing-header checks.
     let reply = common::Call::call_tool("echo", json!({ "text": "x" }))
-        .body(|b| {
-            b["params"]["_meta"]["io.modelcontextprotocol/protocolVersion"] = json!("2025-11-25")
-        })
+        .meta(
+            "io.modelcontextprotocol/protocolVersion",
+            json!("2025-11-25"),
+        )
         .header("mcp-name", "something-else")
         .send(&server)
         .await;

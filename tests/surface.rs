@@ -235,19 +235,11 @@ fn fixture() -> Fixture {
     }
 }
 
-fn with_meta(call: Call, key: &str, value: Value) -> Call {
-    call.body(|b| b["params"]["_meta"][key] = value)
-}
-
 #[tokio::test]
 async fn progress_and_log_messages_stream_before_the_result() {
     let server = TestServer::start(fixture().server).await;
-    let call = with_meta(
-        Call::call_tool("steps", json!({})),
-        "progressToken",
-        json!("tok-1"),
-    );
-    let call = with_meta(call, "io.modelcontextprotocol/logLevel", json!("warning"));
+    let call = Call::call_tool("steps", json!({})).meta("progressToken", json!("tok-1"));
+    let call = call.meta("io.modelcontextprotocol/logLevel", json!("warning"));
     let reply = call.send(&server).await;
     assert!(reply.is_stream());
     assert_eq!(reply.headers["x-accel-buffering"], "no");
@@ -288,11 +280,7 @@ async fn closing_the_stream_cancels_the_tool() {
     let fixture = fixture();
     let (dropped, finished) = (fixture.dropped.clone(), fixture.finished.clone());
     let server = TestServer::start(fixture.server).await;
-    let call = with_meta(
-        Call::call_tool("endless", json!({})),
-        "progressToken",
-        json!(5),
-    );
+    let call = Call::call_tool("endless", json!({})).meta("progressToken", json!(5));
     let mut request = common::client().post(server.url());
     for (name, value) in &call.headers {
         request = request.header(name.as_str(), value.as_str());
@@ -461,13 +449,8 @@ async fn subscriptions_follow_their_filter_and_end_with_a_result() {
 #[tokio::test]
 async fn multi_round_input_is_sealed_and_bound_to_its_request() {
     let server = TestServer::start(fixture().server).await;
-    let elicits = |call: Call| {
-        call.body(|b| {
-            b["params"]["_meta"]["io.modelcontextprotocol/clientCapabilities"] =
-                json!({ "elicitation": {} })
-        })
-    };
-    let first = elicits(Call::call_tool("confirm", json!({ "city": "Lisbon" })))
+    let first = Call::call_tool("confirm", json!({ "city": "Lisbon" }))
+        .capabilities(json!({ "elicitation": {} }))
         .send(&server)
         .await
         .json();
@@ -482,11 +465,13 @@ async fn multi_round_input_is_sealed_and_bound_to_its_request() {
     let state = result["requestState"].as_str().unwrap().to_owned();
 
     let retry = |city: &str, state: &str| {
-        elicits(Call::call_tool("confirm", json!({ "city": city }))).body(|b| {
-            b["params"]["inputResponses"] =
-                json!({ "ok": { "action": "accept", "content": { "ok": true } } });
-            b["params"]["requestState"] = json!(state);
-        })
+        Call::call_tool("confirm", json!({ "city": city }))
+            .capabilities(json!({ "elicitation": {} }))
+            .body(|b| {
+                b["params"]["inputResponses"] =
+                    json!({ "ok": { "action": "accept", "content": { "ok": true } } });
+                b["params"]["requestState"] = json!(state);
+            })
     };
     let done = retry("Lisbon", &state).send(&server).await.result();
     assert_eq!(done["content"][0]["text"], "Booked Lisbon (420)");
@@ -512,10 +497,7 @@ async fn multi_round_input_is_sealed_and_bound_to_its_request() {
 
     // Elicitation modes count: a client that declared only URL mode cannot be asked for a form.
     let url_only = Call::call_tool("confirm", json!({ "city": "Lisbon" }))
-        .body(|b| {
-            b["params"]["_meta"]["io.modelcontextprotocol/clientCapabilities"] =
-                json!({ "elicitation": { "url": {} } })
-        })
+        .capabilities(json!({ "elicitation": { "url": {} } }))
         .send(&server)
         .await;
     assert_eq!(
@@ -530,17 +512,13 @@ async fn multi_round_input_is_sealed_and_bound_to_its_request() {
     );
 
     // Absent and empty arguments are the same call: a state sealed for one opens for the other.
-    let sampling = |call: Call| {
-        call.body(|b| {
-            b["params"]["_meta"]["io.modelcontextprotocol/clientCapabilities"] =
-                json!({ "sampling": {} })
-        })
-    };
-    let first = sampling(Call::call_tool("summarize", json!({})))
+    let first = Call::call_tool("summarize", json!({}))
+        .capabilities(json!({ "sampling": {} }))
         .send(&server)
         .await
         .result();
-    let again = sampling(Call::call_tool("summarize", json!({})))
+    let again = Call::call_tool("summarize", json!({}))
+        .capabilities(json!({ "sampling": {} }))
         .body(|b| {
             b["params"].as_object_mut().unwrap().remove("arguments");
             b["params"]["requestState"] = first["requestState"].clone();
@@ -559,10 +537,7 @@ async fn multi_round_input_is_sealed_and_bound_to_its_request() {
     );
     assert_conforms("MissingRequiredClientCapabilityError", &refused.json());
     let declared = Call::call_tool("summarize", json!({}))
-        .body(|b| {
-            b["params"]["_meta"]["io.modelcontextprotocol/clientCapabilities"] =
-                json!({ "sampling": {} })
-        })
+        .capabilities(json!({ "sampling": {} }))
         .send(&server)
         .await
         .result();

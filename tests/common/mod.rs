@@ -126,6 +126,23 @@ impl Call {
         self
     }
 
+    /// Sets a `_meta` key.
+    pub fn meta(self, key: &str, value: Value) -> Call {
+        self.body(|b| b["params"]["_meta"][key] = value)
+    }
+
+    /// Removes a `_meta` key.
+    pub fn without_meta(self, key: &str) -> Call {
+        self.body(|b| {
+            b["params"]["_meta"].as_object_mut().unwrap().remove(key);
+        })
+    }
+
+    /// Declares these client capabilities.
+    pub fn capabilities(self, capabilities: Value) -> Call {
+        self.meta("io.modelcontextprotocol/clientCapabilities", capabilities)
+    }
+
     pub fn body(mut self, edit: impl FnOnce(&mut Value)) -> Call {
         edit(&mut self.body);
         self
