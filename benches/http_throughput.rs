@@ -14,29 +14,13 @@ use axum::routing::post;
 use http_body_util::{BodyExt, Full};
 use hyper::Request;
 use hyper_util::rt::TokioIo;
-use mcp_tools::{Context, McpServer, Tool, ToolInfo, ToolSet};
-use schemars::JsonSchema;
-use serde::Deserialize;
+use mcp_tools::{McpServer, ToolSet};
 use serde_json::{Value, json};
 
-#[derive(Deserialize, JsonSchema)]
-struct EchoArgs {
-    /// Text to return.
-    text: String,
-}
-
-struct Echo;
-
-impl Tool for Echo {
-    type Args = EchoArgs;
-    type Output = String;
-    fn info(&self) -> ToolInfo {
-        ToolInfo::new("echo", "Returns the text unchanged.").read_only()
-    }
-    async fn call(&self, args: EchoArgs, _cx: Context) -> String {
-        args.text
-    }
-}
+/// The same `echo` tool the end-to-end tests serve.
+#[path = "../tests/common/tools.rs"]
+#[allow(dead_code)]
+mod tools;
 
 /// The baseline: parse the body as JSON, pull out the same fields, answer the same shape.
 async fn bare(body: Bytes) -> ([(&'static str, &'static str); 1], Vec<u8>) {
@@ -182,7 +166,7 @@ fn main() {
     let runtime = tokio::runtime::Runtime::new().unwrap();
     runtime.block_on(async {
         let server = McpServer::builder("bench", "1")
-            .tools(ToolSet::new().with(Echo))
+            .tools(ToolSet::new().with(tools::Echo))
             .build()
             .unwrap();
         let runtime_addr = listen(server.router()).await;

@@ -1095,6 +1095,11 @@ impl Fixture {
     fn sqlite(&self, config: StoreConfig) -> SqliteStore {
         SqliteStore::open(self.dir.path().join("state.db"), config).unwrap()
     }
+
+    /// Two stores on the one file, standing for two server processes sharing it.
+    fn two_sqlite(&self, config: impl Fn() -> StoreConfig) -> [SqliteStore; 2] {
+        [self.sqlite(config()), self.sqlite(config())]
+    }
 }
 
 macro_rules! contract {
@@ -1168,27 +1173,21 @@ contract!(sqlite_store, sqlite);
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn sqlite_two_instances_on_one_file_lose_nothing() {
     let fixture = Fixture::new();
-    let stores = [
-        fixture.sqlite(StoreConfig::default()),
-        fixture.sqlite(StoreConfig::default()),
-    ];
+    let stores = fixture.two_sqlite(StoreConfig::default);
     no_lost_update(&stores, "sqlite, two instances on one file").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn sqlite_two_instances_negative_control() {
     let fixture = Fixture::new();
-    let stores = [fixture.sqlite(unchecked()), fixture.sqlite(unchecked())];
+    let stores = fixture.two_sqlite(unchecked);
     lost_updates_without_the_version_check(&stores, "sqlite, two instances on one file").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn sqlite_two_instances_create_storm_mints_one_resource() {
     let fixture = Fixture::new();
-    let stores = [
-        fixture.sqlite(StoreConfig::default()),
-        fixture.sqlite(StoreConfig::default()),
-    ];
+    let stores = fixture.two_sqlite(StoreConfig::default);
     check_create_storm(&stores, "sqlite, two instances on one file").await;
 }
 
