@@ -10,6 +10,14 @@ use crate::protocol::{RequestMeta, headers, meta_keys};
 /// Earlier revisions served in the legacy era, newest first.
 pub(crate) const LEGACY_VERSIONS: &[&str] = &["2025-11-25", "2025-06-18", "2025-03-26"];
 
+/// The `MCP-Protocol-Version` header, trimmed, when present and readable.
+fn version_header(headers: &HeaderMap) -> Option<&str> {
+    headers
+        .get(headers::PROTOCOL_VERSION)
+        .and_then(|v| v.to_str().ok())
+        .map(str::trim)
+}
+
 /// Whether a request belongs to the legacy era.
 ///
 /// A `_meta` protocol-version claim decides; without one, an `initialize`, a request without
@@ -24,12 +32,7 @@ pub(crate) fn is_legacy(
     let claim = params
         .and_then(|p| p.get("_meta"))
         .and_then(|m| m.get(meta_keys::PROTOCOL_VERSION));
-    let header = headers.map(|headers| {
-        headers
-            .get(headers::PROTOCOL_VERSION)
-            .and_then(|v| v.to_str().ok())
-            .map(str::trim)
-    });
+    let header = headers.map(version_header);
     let header_is_legacy =
         |header: Option<&str>| header.is_none_or(|v| LEGACY_VERSIONS.contains(&v));
     if let Some(claim) = claim {
@@ -57,9 +60,7 @@ pub(crate) fn requested_version(
             })
             .and_then(Value::as_str)
     });
-    let from_header = headers
-        .and_then(|h| h.get(headers::PROTOCOL_VERSION))
-        .and_then(|v| v.to_str().ok());
+    let from_header = headers.and_then(version_header);
     from_params.or(from_header).unwrap_or("unknown").to_owned()
 }
 
@@ -72,8 +73,7 @@ pub(crate) fn meta(params: &mut Map<String, Value>, headers: Option<&HeaderMap>)
         _ => Map::new(),
     };
     let protocol_version = headers
-        .and_then(|h| h.get(headers::PROTOCOL_VERSION))
-        .and_then(|v| v.to_str().ok())
+        .and_then(version_header)
         .filter(|v| LEGACY_VERSIONS.contains(v))
         .unwrap_or(LEGACY_VERSIONS[0])
         .to_owned();
