@@ -2,8 +2,10 @@
 //! validation against the official 2026-07-28 schema.
 #![allow(dead_code)]
 
+use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::OnceLock;
+use std::time::Duration;
 
 use mcp_tools::McpServer;
 use serde_json::{Value, json};
@@ -12,6 +14,22 @@ use tokio::sync::oneshot;
 pub mod tools;
 
 pub const VERSION: &str = "2026-07-28";
+
+/// How long any single step of a test may take before the test fails instead of hanging.
+pub const STEP: Duration = Duration::from_secs(30);
+
+/// Awaits `future`, failing the test with `what` if it takes longer than [`STEP`].
+pub async fn within<T>(what: &str, future: impl Future<Output = T>) -> T {
+    within_for(STEP, what, future).await
+}
+
+/// Awaits `future`, failing the test with `what` if it takes longer than `limit`.
+pub async fn within_for<T>(limit: Duration, what: &str, future: impl Future<Output = T>) -> T {
+    match tokio::time::timeout(limit, future).await {
+        Ok(value) => value,
+        Err(_) => panic!("timed out after {limit:?}: {what}"),
+    }
+}
 
 /// A server listening on an ephemeral loopback port, shut down when dropped.
 pub struct TestServer {
@@ -173,8 +191,12 @@ impl Call {
             .raw_body
             .clone()
             .unwrap_or_else(|| serde_json::to_vec(&self.body).unwrap());
-        let response = request.body(body).send().await.unwrap();
-        Reply::from(response).await
+        let method = self.body["method"].as_str().unwrap_or("?").to_owned();
+        within(&format!("{method} to {url}"), async move {
+            let response = request.body(body).send().await.unwrap();
+            Reply::from(response).await
+        })
+        .await
     }
 }
 
