@@ -17,10 +17,12 @@ use crate::context::{Context, Principal, RoundInput};
 use crate::headers::require_equal;
 use crate::input::{Binding, InputRequired, Reply, StateSeal};
 use crate::notify::Notifier;
+use crate::param_headers::check_param_headers;
 use crate::protocol::{
     Envelope, REMOVED_METHODS, RequestId, RequestMeta, SUPPORTED_VERSIONS, headers, meta_keys,
 };
 use crate::server::{Listing, McpServer, Snapshot};
+use crate::tool_set::CompiledTool;
 
 /// Where a message came from: HTTP carries routing headers that must agree with the body.
 #[derive(Clone, Copy)]
@@ -113,6 +115,8 @@ impl Route {
 struct Prepared {
     legacy: bool,
     route: Route,
+    /// The called tool's position in the snapshot's catalog, for `tools/call`.
+    tool: Option<usize>,
     params: Map<String, Value>,
     cx: Context,
     snapshot: Arc<Snapshot>,
@@ -226,8 +230,11 @@ impl McpServer {
             }
             None => return Err(RpcError::method_not_found(&method)),
         };
-        if let (Route::CallTool, Transport::Http(headers), false) = (route, transport, legacy) {
-            self.check_param_headers(&snapshot, &params, headers)?;
+        // What the request names is resolved before any request state is opened: an unknown
+        // tool or prompt is answered as such, whatever else a retry carries.
+        let tool = resolve_target(route, &snapshot, &params)?;
+        if let (Some(tool), Transport::Http(headers), false) = (tool, transport, legacy) {
+            check_param_headers(&snapshot.catalog.tools[tool], &params, headers)?;
         }
         let input = self.round_input(route, &mut params, &principal)?;
         tracing::Span::current().record("id", tracing::field::display(id));
@@ -270,6 +277,7 @@ impl McpServer {
             Prepared {
                 legacy,
                 route,
+                tool,
                 params,
                 cx,
                 snapshot,
@@ -282,6 +290,7 @@ impl McpServer {
         let Prepared {
             legacy,
             route,
+            tool,
             mut params,
             cx,
             snapshot,
@@ -302,7 +311,10 @@ impl McpServer {
             Route::ListResources => self.page(&snapshot.resources, &params),
             Route::ListTemplates => self.page(&snapshot.templates, &params),
             Route::ListPrompts => self.page(&snapshot.prompts, &params),
-            Route::CallTool => self.call_tool(&snapshot, &mut params, cx, legacy).await,
+            Route::CallTool => {
+                let tool = &snapshot.catalog.tools[tool.expect("tools/call resolves its tool")];
+                self.call_tool(tool, &mut params, cx, legacy).await
+            }
             Route::ReadResource => self.read_resource(&snapshot, &params, cx).await,
             Route::GetPrompt => self.get_prompt(&snapshot, &mut params, cx).await,
             Route::Complete => self.complete(&snapshot, &params, &cx),
@@ -408,27 +420,17 @@ impl McpServer {
     /// tool that asks for input gets an error result saying so.
     async fn call_tool(
         &self,
-        snapshot: &Snapshot,
+        tool: &CompiledTool,
         params: &mut Map<String, Value>,
         cx: Context,
         legacy: bool,
     ) -> Result<Bytes, RpcError> {
-        let Some(Value::String(name)) = params.get("name") else {
-            return Err(RpcError::invalid_params("`params.name` must be a string"));
-        };
-        let Some(tool) = snapshot.catalog.get(name) else {
-            return Err(RpcError::invalid_params(format!("Unknown tool: {name}")));
-        };
-        tracing::Span::current().record("tool", name.as_str());
+        tracing::Span::current().record("tool", &*tool.definition.name);
         let empty = Value::Object(Map::new());
         let arguments = match params.get("arguments") {
-            None | Some(Value::Null) => &empty,
             Some(arguments @ Value::Object(_)) => arguments,
-            Some(_) => {
-                return Err(RpcError::invalid_params(
-                    "`params.arguments` must be an object",
-                ));
-            }
+            // `resolve_target` admitted only an object, `null` or nothing.
+            _ => &empty,
         };
         let result = match tool.call(arguments, cx.clone()).await {
             Reply::Complete(result) => result,
@@ -480,20 +482,15 @@ impl McpServer {
         params: &mut Map<String, Value>,
         cx: Context,
     ) -> Result<Bytes, RpcError> {
-        let Some(Value::String(name)) = params.get("name") else {
-            return Err(RpcError::invalid_params("`params.name` must be a string"));
-        };
-        let Some(prompt) = snapshot.offer.prompts.get(name) else {
-            return Err(RpcError::invalid_params(format!("Unknown prompt: {name}")));
-        };
+        // `resolve_target` checked the name and the arguments against this snapshot.
+        let prompt = params
+            .get("name")
+            .and_then(Value::as_str)
+            .and_then(|name| snapshot.offer.prompts.get(name))
+            .expect("prompts/get resolves its prompt");
         let arguments = match params.get("arguments") {
-            None | Some(Value::Null) => Map::new(),
             Some(Value::Object(arguments)) => arguments.clone(),
-            Some(_) => {
-                return Err(RpcError::invalid_params(
-                    "`params.arguments` must be an object",
-                ));
-            }
+            _ => Map::new(),
         };
         let rendered = match prompt.get(arguments, cx.clone()).await? {
             crate::ToolReply::Complete(rendered) => rendered,
@@ -596,6 +593,47 @@ impl McpServer {
             meta,
         };
         Bytes::from(serde_json::to_vec(&wire).expect("tool results serialize"))
+    }
+}
+
+/// Checks the params that name what a request acts on, and finds the tool of a `tools/call`.
+fn resolve_target(
+    route: Route,
+    snapshot: &Snapshot,
+    params: &Map<String, Value>,
+) -> Result<Option<usize>, RpcError> {
+    let arguments_are_an_object = || match params.get("arguments") {
+        None | Some(Value::Null | Value::Object(_)) => Ok(()),
+        Some(_) => Err(RpcError::invalid_params(
+            "`params.arguments` must be an object",
+        )),
+    };
+    match route {
+        Route::CallTool => {
+            let Some(Value::String(name)) = params.get("name") else {
+                return Err(RpcError::invalid_params("`params.name` must be a string"));
+            };
+            let Some(tool) = snapshot.catalog.position(name) else {
+                return Err(RpcError::invalid_params(format!("Unknown tool: {name}")));
+            };
+            arguments_are_an_object()?;
+            Ok(Some(tool))
+        }
+        Route::GetPrompt => {
+            let Some(Value::String(name)) = params.get("name") else {
+                return Err(RpcError::invalid_params("`params.name` must be a string"));
+            };
+            if snapshot.offer.prompts.get(name).is_none() {
+                return Err(RpcError::invalid_params(format!("Unknown prompt: {name}")));
+            }
+            arguments_are_an_object()?;
+            Ok(None)
+        }
+        Route::ReadResource => match params.get("uri") {
+            Some(Value::String(_)) => Ok(None),
+            _ => Err(RpcError::invalid_params("`params.uri` must be a string")),
+        },
+        _ => Ok(None),
     }
 }
 

@@ -6,7 +6,7 @@ use serde_json::{Map, Value};
 
 use crate::RpcError;
 use crate::headers::header_text;
-use crate::server::{McpServer, Snapshot};
+use crate::tool_set::CompiledTool;
 
 /// One argument mirrored in a header.
 #[derive(Debug, Clone)]
@@ -60,49 +60,40 @@ fn agrees(header: &str, value: &Value) -> bool {
     }
 }
 
-impl McpServer {
-    pub(crate) fn check_param_headers(
-        &self,
-        snapshot: &Snapshot,
-        params: &Map<String, Value>,
-        headers: &HeaderMap,
-    ) -> Result<(), RpcError> {
-        let Some(tool) = params
-            .get("name")
-            .and_then(Value::as_str)
-            .and_then(|name| snapshot.catalog.get(name))
-        else {
-            return Ok(());
-        };
-        let empty = Map::new();
-        let arguments = params
-            .get("arguments")
-            .and_then(Value::as_object)
-            .unwrap_or(&empty);
-        for declaration in &tool.param_headers {
-            let header_name = format!("mcp-param-{}", declaration.name.to_ascii_lowercase());
-            let display = format!("Mcp-Param-{}", declaration.name);
-            let header = header_text(headers, &header_name)?;
-            match (lookup(arguments, &declaration.path), header) {
-                (None | Some(Value::Null), None) => {}
-                (Some(value), Some(header)) if agrees(&header, value) => {}
-                (Some(value), None) if !value.is_null() => {
-                    return Err(RpcError::header_mismatch(format!(
-                        "Missing required header {display}: it must mirror the argument {}",
-                        declaration.path.join(".")
-                    )));
-                }
-                (value, header) => {
-                    return Err(RpcError::header_mismatch(format!(
-                        "Header mismatch: {display} header value {:?} does not match body value {}",
-                        header.unwrap_or_default(),
-                        value.unwrap_or(&Value::Null)
-                    )));
-                }
+/// Checks every `Mcp-Param-*` header `tool` declares against the call's arguments.
+pub(crate) fn check_param_headers(
+    tool: &CompiledTool,
+    params: &Map<String, Value>,
+    headers: &HeaderMap,
+) -> Result<(), RpcError> {
+    let empty = Map::new();
+    let arguments = params
+        .get("arguments")
+        .and_then(Value::as_object)
+        .unwrap_or(&empty);
+    for declaration in &tool.param_headers {
+        let header_name = format!("mcp-param-{}", declaration.name.to_ascii_lowercase());
+        let display = format!("Mcp-Param-{}", declaration.name);
+        let header = header_text(headers, &header_name)?;
+        match (lookup(arguments, &declaration.path), header) {
+            (None | Some(Value::Null), None) => {}
+            (Some(value), Some(header)) if agrees(&header, value) => {}
+            (Some(value), None) if !value.is_null() => {
+                return Err(RpcError::header_mismatch(format!(
+                    "Missing required header {display}: it must mirror the argument {}",
+                    declaration.path.join(".")
+                )));
+            }
+            (value, header) => {
+                return Err(RpcError::header_mismatch(format!(
+                    "Header mismatch: {display} header value {:?} does not match body value {}",
+                    header.unwrap_or_default(),
+                    value.unwrap_or(&Value::Null)
+                )));
             }
         }
-        Ok(())
     }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -133,5 +124,74 @@ mod tests {
             agrees("42", &json!(42)) && agrees("42.0", &json!(42)) && !agrees("43", &json!(42))
         );
         assert!(agrees("true", &json!(true)) && !agrees("True", &json!(true)));
+    }
+
+    #[derive(serde::Deserialize, schemars::JsonSchema)]
+    struct RoutedArgs {
+        #[schemars(extend("x-mcp-header" = "Region"))]
+        region: Option<String>,
+    }
+
+    struct Routed;
+
+    impl crate::Tool for Routed {
+        type Args = RoutedArgs;
+        type Output = String;
+        fn info(&self) -> crate::ToolInfo {
+            crate::ToolInfo::new("routed", "Routed on its region.")
+        }
+        async fn call(&self, args: RoutedArgs, _: crate::Context) -> String {
+            args.region.unwrap_or_default()
+        }
+    }
+
+    fn call(arguments: Value) -> Map<String, Value> {
+        json!({ "name": "routed", "arguments": arguments })
+            .as_object()
+            .unwrap()
+            .clone()
+    }
+
+    #[test]
+    fn a_missing_header_is_named_missing_and_a_wrong_one_a_mismatch() {
+        let catalog = crate::ToolSet::new().with(Routed).compile().unwrap();
+        let tool = &catalog.tools[0];
+        let none = HeaderMap::new();
+        let mut eu = HeaderMap::new();
+        eu.insert("mcp-param-region", "eu".parse().unwrap());
+        let mut us = HeaderMap::new();
+        us.insert("mcp-param-region", "us".parse().unwrap());
+
+        let region = call(json!({ "region": "eu" }));
+        assert!(check_param_headers(tool, &region, &eu).is_ok());
+        // The client is told to add the header rather than that some value disagreed.
+        let missing = check_param_headers(tool, &region, &none).unwrap_err();
+        assert_eq!(missing.code(), -32020);
+        assert!(
+            missing
+                .message()
+                .starts_with("Missing required header Mcp-Param-Region"),
+            "{}",
+            missing.message()
+        );
+        let wrong = check_param_headers(tool, &region, &us).unwrap_err();
+        assert_eq!(wrong.code(), -32020);
+        assert!(
+            wrong
+                .message()
+                .starts_with("Header mismatch: Mcp-Param-Region"),
+            "{}",
+            wrong.message()
+        );
+        // An absent or null argument needs no header, and must not get one.
+        for absent in [json!({}), json!({ "region": null })] {
+            assert!(check_param_headers(tool, &call(absent.clone()), &none).is_ok());
+            let extra = check_param_headers(tool, &call(absent.clone()), &eu).unwrap_err();
+            assert!(
+                extra.message().starts_with("Header mismatch"),
+                "{absent}: {}",
+                extra.message()
+            );
+        }
     }
 }

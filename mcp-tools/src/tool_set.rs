@@ -209,8 +209,9 @@ pub(crate) struct CompiledTool {
 }
 
 impl Catalog {
-    pub(crate) fn get(&self, name: &str) -> Option<&CompiledTool> {
-        self.index.get(name).map(|&i| &self.tools[i])
+    /// Where the tool called `name` sits in [`Catalog::tools`].
+    pub(crate) fn position(&self, name: &str) -> Option<usize> {
+        self.index.get(name).copied()
     }
 }
 
