@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use common::{Call, TestServer, assert_conforms};
+use common::{Call, TestServer, assert_conforms, within};
 use mcp_tools::{
     CompletionTarget, Completions, Content, Context, InputRequired, LogLevel, McpServer, NoArgs,
     Prompt, PromptMessage, PromptSet, Resource, ResourceContents, ResourceSet, ResourceTemplate,
@@ -17,6 +17,7 @@ use mcp_tools::{
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Value, json};
+use tokio::sync::Notify;
 
 /// Reports progress three times, logging at two levels.
 struct Steps;
@@ -33,24 +34,25 @@ impl Tool for Steps {
             // Progress must strictly increase: a repeated value is dropped.
             cx.progress(step as f64, Some(3.0), None);
             cx.log(LogLevel::Info, format!("step {step}"));
-            tokio::time::sleep(Duration::from_millis(10)).await;
+            tokio::task::yield_now().await;
         }
         cx.log(LogLevel::Error, "finished with a complaint");
         "done".into()
     }
 }
 
-/// Runs until cancelled, recording whether it was dropped or finished.
+/// Reports progress once, then waits for a release that never comes: only cancellation ends it.
 struct Endless {
-    dropped: Arc<AtomicBool>,
+    dropped: Arc<Notify>,
     finished: Arc<AtomicBool>,
 }
 
-struct SetOnDrop(Arc<AtomicBool>);
+/// Signals when the tool's future is dropped, whether it finished or was cancelled.
+struct NotifyOnDrop(Arc<Notify>);
 
-impl Drop for SetOnDrop {
+impl Drop for NotifyOnDrop {
     fn drop(&mut self) {
-        self.0.store(true, Ordering::SeqCst);
+        self.0.notify_one();
     }
 }
 
@@ -58,14 +60,12 @@ impl Tool for Endless {
     type Args = NoArgs;
     type Output = String;
     fn info(&self) -> ToolInfo {
-        ToolInfo::new("endless", "Reports progress for ten seconds.")
+        ToolInfo::new("endless", "Reports progress, then runs until cancelled.")
     }
     async fn call(&self, _: NoArgs, cx: Context) -> String {
-        let _guard = SetOnDrop(self.dropped.clone());
-        for step in 0..100 {
-            cx.progress(step as f64, None, None);
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        let _guard = NotifyOnDrop(self.dropped.clone());
+        cx.progress(0.0, None, None);
+        std::future::pending::<()>().await;
         self.finished.store(true, Ordering::SeqCst);
         "finished".into()
     }
@@ -157,12 +157,12 @@ impl Tool for Extra {
 
 struct Fixture {
     server: McpServer,
-    dropped: Arc<AtomicBool>,
+    dropped: Arc<Notify>,
     finished: Arc<AtomicBool>,
 }
 
 fn fixture() -> Fixture {
-    let dropped = Arc::new(AtomicBool::new(false));
+    let dropped = Arc::new(Notify::new());
     let finished = Arc::new(AtomicBool::new(false));
     let tools = ToolSet::new()
         .with(Steps)
@@ -281,24 +281,17 @@ async fn closing_the_stream_cancels_the_tool() {
     let (dropped, finished) = (fixture.dropped.clone(), fixture.finished.clone());
     let server = TestServer::start(fixture.server).await;
     let call = Call::call_tool("endless", json!({})).meta("progressToken", json!(5));
-    let mut request = common::client().post(server.url());
-    for (name, value) in &call.headers {
-        request = request.header(name.as_str(), value.as_str());
-    }
-    let mut response = request.json(&call.body).send().await.unwrap();
-    let first = response.chunk().await.unwrap().unwrap();
-    assert!(String::from_utf8_lossy(&first).contains("notifications/progress"));
-    drop(response);
-    for _ in 0..50 {
-        if dropped.load(Ordering::SeqCst) {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    assert!(
-        dropped.load(Ordering::SeqCst),
-        "the tool was not dropped when the client left"
-    );
+    let mut events = Events::open(&server.url(), &call).await;
+    let progress = events.next().await;
+    assert_conforms("ProgressNotification", &progress);
+    drop(events);
+    // The tool can only end by being dropped: it waits for a release nobody sends. So its drop
+    // guard firing proves the call was cancelled, and a server that kept running it times out.
+    within(
+        "the tool's future to be dropped after the client closed the stream",
+        dropped.notified(),
+    )
+    .await;
     assert!(!finished.load(Ordering::SeqCst));
 }
 
@@ -309,12 +302,17 @@ struct Events {
 }
 
 impl Events {
-    async fn open(server: &TestServer, call: &Call) -> Events {
-        let mut request = common::client().post(server.url());
+    async fn open(url: &str, call: &Call) -> Events {
+        let mut request = common::client().post(url);
         for (name, value) in &call.headers {
             request = request.header(name.as_str(), value.as_str());
         }
-        let response = request.json(&call.body).send().await.unwrap();
+        let response = within(
+            "the stream's response headers",
+            request.json(&call.body).send(),
+        )
+        .await
+        .unwrap();
         assert_eq!(response.status(), 200);
         assert!(
             response.headers()["content-type"]
@@ -328,21 +326,64 @@ impl Events {
         }
     }
 
-    /// The next message, or `None` when the stream ends or nothing comes within `wait`.
-    async fn next(&mut self, wait: Duration) -> Option<Value> {
-        loop {
-            if let Some(end) = self.buffer.find("\n\n") {
-                let event: String = self.buffer.drain(..end + 2).collect();
-                if let Some(data) = event.lines().find_map(|l| l.strip_prefix("data:")) {
-                    return Some(serde_json::from_str(data.trim()).unwrap());
-                }
-                continue;
-            }
-            match tokio::time::timeout(wait, self.response.chunk()).await {
-                Ok(Ok(Some(chunk))) => self.buffer.push_str(&String::from_utf8_lossy(&chunk)),
-                _ => return None,
+    /// The next complete event in the buffer, skipping comment-only events (keep-alives).
+    fn buffered(&mut self) -> Option<Value> {
+        while let Some(end) = self.buffer.find("\n\n") {
+            let event: String = self.buffer.drain(..end + 2).collect();
+            if let Some(data) = event.lines().find_map(|l| l.strip_prefix("data:")) {
+                return Some(serde_json::from_str(data.trim()).unwrap());
             }
         }
+        None
+    }
+
+    /// Reads one more chunk: `false` when the stream ended cleanly. A transport error fails the
+    /// test.
+    async fn read_chunk(&mut self) -> bool {
+        match self.response.chunk().await {
+            Ok(Some(chunk)) => {
+                self.buffer.push_str(&String::from_utf8_lossy(&chunk));
+                true
+            }
+            Ok(None) => false,
+            Err(error) => panic!("the stream failed: {error}"),
+        }
+    }
+
+    /// The next message. The stream ending first, failing, or staying without a message for a
+    /// whole test step (keep-alive comments do not count) fails the test.
+    async fn next(&mut self) -> Value {
+        within("the next event of the stream", async {
+            loop {
+                if let Some(message) = self.buffered() {
+                    return message;
+                }
+                if !self.read_chunk().await {
+                    panic!("the stream ended while a message was expected");
+                }
+            }
+        })
+        .await
+    }
+
+    /// Asserts the stream ends cleanly, within a test step, with no further message.
+    async fn end(&mut self) {
+        within("the end of the stream", async {
+            loop {
+                if let Some(message) = self.buffered() {
+                    panic!("expected the stream to end, got {message}");
+                }
+                if !self.read_chunk().await {
+                    assert!(
+                        self.buffer.trim().is_empty(),
+                        "the stream ended inside an event: {:?}",
+                        self.buffer
+                    );
+                    return;
+                }
+            }
+        })
+        .await
     }
 }
 
@@ -359,17 +400,16 @@ async fn subscriptions_follow_their_filter_and_end_with_a_result() {
     let server = fixture().server;
     let handle = server.clone();
     let live = TestServer::start(server).await;
-    let wait = Duration::from_secs(2);
 
     let mut tools = Events::open(
-        &live,
+        &live.url(),
         &listen(
             41,
             json!({ "toolsListChanged": true, "resourceSubscriptions": ["docs://readme"] }),
         ),
     )
     .await;
-    let ack = tools.next(wait).await.unwrap();
+    let ack = tools.next().await;
     assert_conforms("SubscriptionsAcknowledgedNotification", &ack);
     assert_eq!(
         ack["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"],
@@ -381,11 +421,11 @@ async fn subscriptions_follow_their_filter_and_end_with_a_result() {
     );
 
     let mut prompts = Events::open(
-        &live,
+        &live.url(),
         &listen(42, json!({ "promptsListChanged": true, "taskIds": ["x"] })),
     )
     .await;
-    let ack = prompts.next(wait).await.unwrap();
+    let ack = prompts.next().await;
     // Unsupported kinds are left out of the acknowledgement.
     assert_eq!(
         ack["params"]["notifications"],
@@ -393,7 +433,7 @@ async fn subscriptions_follow_their_filter_and_end_with_a_result() {
     );
 
     handle.add_tool(Extra).unwrap();
-    let changed = tools.next(wait).await.unwrap();
+    let changed = tools.next().await;
     assert_conforms("ToolListChangedNotification", &changed);
     assert_eq!(
         changed["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"],
@@ -412,14 +452,14 @@ async fn subscriptions_follow_their_filter_and_end_with_a_result() {
     );
 
     handle.notify_resource_updated("docs://readme/section");
-    let updated = tools.next(wait).await.unwrap();
+    let updated = tools.next().await;
     assert_eq!(updated["method"], "notifications/resources/updated");
     assert_eq!(updated["params"]["uri"], "docs://readme/section");
 
     handle.add_prompt(Prompt::new("more", "Another prompt.", |_, _| async {
         Ok::<_, RpcError>(Vec::<PromptMessage>::new())
     }));
-    let changed = prompts.next(wait).await.unwrap();
+    let changed = prompts.next().await;
     assert_eq!(changed["method"], "notifications/prompts/list_changed");
     assert_eq!(
         changed["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"],
@@ -428,22 +468,165 @@ async fn subscriptions_follow_their_filter_and_end_with_a_result() {
     // The tool change never reached the prompts-only subscription.
     assert!(handle.remove_tool("extra"));
     assert_eq!(
-        tools.next(wait).await.unwrap()["method"],
+        tools.next().await["method"],
         "notifications/tools/list_changed"
     );
 
     handle.close_subscriptions();
-    let last = prompts.next(wait).await.unwrap();
+    let last = prompts.next().await;
     assert_conforms("SubscriptionsListenResultResponse", &last);
     assert_eq!(last["id"], 42);
     assert_eq!(
         last["result"]["_meta"]["io.modelcontextprotocol/subscriptionId"],
         42
     );
-    assert!(
-        prompts.next(Duration::from_millis(500)).await.is_none(),
-        "the stream ends after the result"
+    // The stream ends after the result.
+    prompts.end().await;
+}
+
+#[tokio::test]
+async fn shutting_down_a_served_server_ends_open_subscriptions_and_returns() {
+    let server = fixture().server;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/mcp", listener.local_addr().unwrap());
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let serving = tokio::spawn(server.serve_listener(listener, async {
+        let _ = stopped.await;
+    }));
+    let mut events = Events::open(&url, &listen(9, json!({ "toolsListChanged": true }))).await;
+    let ack = events.next().await;
+    assert_eq!(ack["method"], "notifications/subscriptions/acknowledged");
+
+    stop.send(()).unwrap();
+    // A subscription never ends by itself, so the server drains only if shutdown closes it.
+    let last = events.next().await;
+    assert_conforms("SubscriptionsListenResultResponse", &last);
+    assert_eq!(last["id"], 9);
+    events.end().await;
+    within("serve_listener to return once draining is done", serving)
+        .await
+        .unwrap()
+        .unwrap();
+}
+
+#[tokio::test]
+async fn a_subscription_that_fell_behind_is_resent_everything_it_follows() {
+    let server = fixture().server;
+    let handle = server.clone();
+    let live = TestServer::start(server).await;
+    // More resources than a stream buffers, so the catch-up cannot fit in the buffer at once.
+    let uris: Vec<String> = (0..300).map(|i| format!("docs://many/{i}")).collect();
+    let mut events = Events::open(
+        &live.url(),
+        &listen(
+            5,
+            json!({ "toolsListChanged": true, "resourceSubscriptions": uris }),
+        ),
+    )
+    .await;
+    assert_eq!(
+        events.next().await["method"],
+        "notifications/subscriptions/acknowledged"
     );
+
+    // This test runs on one thread: nothing else runs until the next await, so the tool change
+    // is pushed out of the change feed by the flood of unrelated updates before the
+    // subscription sees any of it. Only the catch-up after falling behind can deliver it.
+    handle.add_tool(Extra).unwrap();
+    for _ in 0..1_000 {
+        handle.notify_resource_updated("docs://unrelated");
+    }
+
+    let mut tools_changed = false;
+    let mut updated = std::collections::BTreeSet::new();
+    while !(tools_changed && updated.len() == uris.len()) {
+        let message = events.next().await;
+        assert_eq!(
+            message["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"],
+            5
+        );
+        match message["method"].as_str().unwrap() {
+            "notifications/tools/list_changed" => {
+                assert_conforms("ToolListChangedNotification", &message);
+                tools_changed = true;
+            }
+            "notifications/resources/updated" => {
+                assert_conforms("ResourceUpdatedNotification", &message);
+                let uri = message["params"]["uri"].as_str().unwrap().to_owned();
+                assert!(uris.contains(&uri), "not subscribed: {uri}");
+                updated.insert(uri);
+            }
+            other => panic!("unexpected notification {other}: {message}"),
+        }
+    }
+    handle.close_subscriptions();
+    assert_conforms("SubscriptionsListenResultResponse", &events.next().await);
+    events.end().await;
+}
+
+#[tokio::test]
+async fn resources_added_and_removed_while_serving_notify_their_listeners() {
+    let server = fixture().server;
+    let handle = server.clone();
+    let live = TestServer::start(server).await;
+    let mut events = Events::open(
+        &live.url(),
+        &listen(6, json!({ "resourcesListChanged": true })),
+    )
+    .await;
+    let ack = events.next().await;
+    assert_eq!(
+        ack["params"]["notifications"],
+        json!({ "resourcesListChanged": true })
+    );
+    let listed_uris = || async {
+        let listed = Call::new("resources/list", json!(1), json!({}))
+            .send(&live)
+            .await
+            .json();
+        assert_conforms("ListResourcesResultResponse", &listed);
+        listed["result"]["resources"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["uri"].as_str().unwrap().to_owned())
+            .collect::<Vec<_>>()
+    };
+
+    handle.add_resource(Resource::text(
+        "docs://changelog",
+        "Changelog",
+        "text/markdown",
+        "# Changes",
+    ));
+    let changed = events.next().await;
+    assert_conforms("ResourceListChangedNotification", &changed);
+    assert_eq!(
+        changed["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"],
+        6
+    );
+    assert!(listed_uris().await.contains(&"docs://changelog".to_owned()));
+    let read = Call::new(
+        "resources/read",
+        json!(2),
+        json!({ "uri": "docs://changelog" }),
+    )
+    .header("mcp-name", "docs://changelog")
+    .send(&live)
+    .await
+    .json();
+    assert_conforms("ReadResourceResultResponse", &read);
+    assert_eq!(read["result"]["contents"][0]["text"], "# Changes");
+
+    assert!(handle.remove_resource("docs://changelog"));
+    assert!(!handle.remove_resource("docs://changelog"), "already gone");
+    let changed = events.next().await;
+    assert_eq!(changed["method"], "notifications/resources/list_changed");
+    assert!(!listed_uris().await.contains(&"docs://changelog".to_owned()));
+
+    handle.close_subscriptions();
+    assert_conforms("SubscriptionsListenResultResponse", &events.next().await);
+    events.end().await;
 }
 
 #[tokio::test]

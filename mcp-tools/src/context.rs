@@ -121,9 +121,10 @@ impl Context {
         }
     }
 
-    pub(crate) fn send_notification(&self, message: Value) {
+    /// Queues a notification that must not be lost, waiting while the reader is behind.
+    pub(crate) async fn send_notification(&self, message: Value) {
         if let Some(notifier) = &self.inner.notifier {
-            notifier.send(message);
+            notifier.deliver(message).await;
         }
     }
 

@@ -128,13 +128,12 @@ impl McpServer {
                 "_meta": { "io.modelcontextprotocol/subscriptionId": subscription_id },
                 "notifications": filter.to_json(),
             }
-        }));
+        }))
+        .await;
         loop {
             tokio::select! {
-                changed = shutdown.wait_for(|closing| *closing) => {
-                    let _ = changed;
-                    break;
-                }
+                // The guard `wait_for` returns must not live across the awaits below.
+                () = async { drop(shutdown.wait_for(|closing| *closing).await) } => break,
                 change = changes.recv() => match change {
                     Ok((change, uri)) => {
                         if let Some((method, uri)) = filter.notification(change, uri.as_deref()) {
@@ -142,7 +141,7 @@ impl McpServer {
                             if let Some(uri) = uri {
                                 params["uri"] = json!(uri);
                             }
-                            cx.send_notification(json!({ "jsonrpc": "2.0", "method": method, "params": params }));
+                            cx.send_notification(json!({ "jsonrpc": "2.0", "method": method, "params": params })).await;
                         }
                     }
                     // A slow listener missed some changes: tell it every list it follows changed.
@@ -150,13 +149,13 @@ impl McpServer {
                         for change in [Change::Tools, Change::Prompts, Change::Resources] {
                             if let Some((method, _)) = filter.notification(change, None) {
                                 cx.send_notification(json!({ "jsonrpc": "2.0", "method": method, "params": {
-                                    "_meta": { "io.modelcontextprotocol/subscriptionId": subscription_id } } }));
+                                    "_meta": { "io.modelcontextprotocol/subscriptionId": subscription_id } } })).await;
                             }
                         }
                         // Updates may have been missed too: every subscribed resource may have changed.
                         for uri in &filter.uris {
                             cx.send_notification(json!({ "jsonrpc": "2.0", "method": "notifications/resources/updated",
-                                "params": { "_meta": { "io.modelcontextprotocol/subscriptionId": subscription_id }, "uri": uri } }));
+                                "params": { "_meta": { "io.modelcontextprotocol/subscriptionId": subscription_id }, "uri": uri } })).await;
                         }
                     }
                     Err(RecvError::Closed) => break,

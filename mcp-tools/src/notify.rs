@@ -62,9 +62,10 @@ impl LogLevel {
     }
 }
 
-/// How many notifications may wait for a slow reader. Past that, new ones are dropped rather than
-/// buffered without bound: progress and log messages are advisory, and a subscription re-sends
-/// what a lagging reader missed.
+/// How many notifications may wait for a slow reader. Past that, progress and log messages are
+/// dropped rather than buffered without bound (they are advisory), while a subscription waits for
+/// the reader: its sender then falls behind the change feed, and a subscription that lagged
+/// re-sends every list and resource it follows.
 pub(crate) const BUFFER: usize = 256;
 
 /// The sending half of a request's notification stream.
@@ -89,9 +90,11 @@ impl Notifier {
         }
     }
 
-    /// Sends a notification as is.
-    pub(crate) fn send(&self, message: Value) {
-        let _ = self.sender.try_send(message);
+    /// Sends a notification as is, waiting for room in the buffer. The stream that reads the
+    /// buffer polls the sender's future too, so waiting here cannot deadlock it; a reader that has
+    /// gone away ends the wait.
+    pub(crate) async fn deliver(&self, message: Value) {
+        let _ = self.sender.send(message).await;
     }
 
     pub(crate) fn progress(&self, progress: f64, total: Option<f64>, message: Option<&str>) {

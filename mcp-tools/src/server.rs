@@ -530,14 +530,22 @@ impl McpServer {
         McpServerBuilder::new(name.into(), version.into())
     }
 
-    fn edit(&self, change: Change, apply: impl FnOnce(&mut Offer)) -> Result<(), BuildError> {
+    /// Applies `apply` to a copy of the offer; when it reports a change, publishes the new
+    /// snapshot and tells listeners. An edit that changed nothing notifies nobody.
+    fn edit(
+        &self,
+        change: Change,
+        apply: impl FnOnce(&mut Offer) -> bool,
+    ) -> Result<bool, BuildError> {
         let _guard = self.shared.edit.lock().unwrap_or_else(|e| e.into_inner());
         let mut offer = self.shared.snapshot.load().offer.clone();
-        apply(&mut offer);
+        if !apply(&mut offer) {
+            return Ok(false);
+        }
         let snapshot = self.shared.base.snapshot(offer)?;
         self.shared.snapshot.store(Arc::new(snapshot));
         let _ = self.shared.changes.send((change, None));
-        Ok(())
+        Ok(true)
     }
 
     /// Adds (or replaces) a tool while serving; open `subscriptions/listen` streams that asked
@@ -549,7 +557,9 @@ impl McpServer {
                 offer.tools.remove(&name);
             }
             offer.tools = std::mem::take(&mut offer.tools).merge(addition);
+            true
         })
+        .map(drop)
     }
 
     /// Removes a tool while serving; whether it existed.
@@ -559,16 +569,15 @@ impl McpServer {
 
     /// Applies a removal; whether it removed anything.
     fn remove(&self, change: Change, removal: impl FnOnce(&mut Offer) -> bool) -> bool {
-        let mut removed = false;
         // Removing never makes the offer invalid, so the edit cannot fail.
-        let _ = self.edit(change, |offer| removed = removal(offer));
-        removed
+        self.edit(change, removal).unwrap_or(false)
     }
 
     /// Adds (or replaces) a prompt while serving.
     pub fn add_prompt(&self, prompt: Prompt) {
         let _ = self.edit(Change::Prompts, |offer| {
-            offer.prompts = std::mem::take(&mut offer.prompts).with(prompt)
+            offer.prompts = std::mem::take(&mut offer.prompts).with(prompt);
+            true
         });
     }
 
@@ -584,7 +593,8 @@ impl McpServer {
     /// Adds (or replaces) a resource while serving.
     pub fn add_resource(&self, resource: Resource) {
         let _ = self.edit(Change::Resources, |offer| {
-            offer.resources = std::mem::take(&mut offer.resources).with(resource)
+            offer.resources = std::mem::take(&mut offer.resources).with(resource);
+            true
         });
     }
 
