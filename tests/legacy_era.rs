@@ -2,14 +2,28 @@
 
 mod common;
 
-use common::{TestServer, tools::tool_set};
-use mcp_tools::McpServer;
+use common::{TestServer, assert_conforms, tools::tool_set};
+use mcp_tools::{Context, McpServer, NoArgs, Tool, ToolInfo};
 use serde_json::{Value, json};
+
+/// Answers with the protocol version the request was served in.
+struct Version;
+
+impl Tool for Version {
+    type Args = NoArgs;
+    type Output = String;
+    fn info(&self) -> ToolInfo {
+        ToolInfo::new("version", "Names the protocol version of the request.")
+    }
+    async fn call(&self, _: NoArgs, cx: Context) -> String {
+        cx.protocol_version().to_owned()
+    }
+}
 
 fn server(legacy: bool) -> McpServer {
     McpServer::builder("e2e", "1")
         .instructions("Legacy-era test.")
-        .tools(tool_set(0))
+        .tools(tool_set(0).with(Version))
         .logging()
         .legacy_era(legacy)
         .build()
@@ -28,6 +42,48 @@ async fn post(server: &TestServer, headers: &[(&str, &str)], body: Value) -> com
         .await
 }
 
+/// Asserts `body` is a JSON-RPC result response. Legacy results follow the earlier revisions'
+/// schemas (no `resultType` on `initialize` or `ping`), which are not vendored, so only the
+/// envelope is checked against the official definitions.
+fn assert_legacy_result(body: &Value) {
+    let envelope = common::compile(&json!({
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "$defs": common::official_schema()["$defs"],
+        "type": "object",
+        "required": ["jsonrpc", "id", "result"],
+        "properties": {
+            "jsonrpc": { "const": "2.0" },
+            "id": { "$ref": "#/$defs/RequestId" },
+            "result": { "type": "object" }
+        },
+        "not": { "required": ["error"] }
+    }));
+    common::check(&envelope, "a JSON-RPC result response", body);
+}
+
+/// Asserts `reply` is a 400 `-32022` naming `requested` and only the 2026-07-28 revision.
+fn assert_unsupported(label: &str, reply: &common::Reply, requested: &str) {
+    assert_eq!(
+        (reply.status, reply.error_code()),
+        (400, Some(-32022)),
+        "{label}: {}",
+        reply.text
+    );
+    let body = reply.json();
+    assert_conforms("JSONRPCErrorResponse", &body);
+    assert_conforms("UnsupportedProtocolVersionError", &body);
+    assert_eq!(
+        body["error"]["data"],
+        json!({ "supported": ["2026-07-28"], "requested": requested }),
+        "{label}"
+    );
+}
+
+fn call(id: i64, name: &str) -> Value {
+    json!({ "jsonrpc": "2.0", "id": id, "method": "tools/call",
+        "params": { "name": name, "arguments": {} } })
+}
+
 #[tokio::test]
 async fn an_initialize_handshake_is_served_without_a_session() {
     let server = TestServer::start(server(true)).await;
@@ -36,6 +92,7 @@ async fn an_initialize_handshake_is_served_without_a_session() {
     assert_eq!(reply.status, 200, "{}", reply.text);
     assert!(reply.headers.get("mcp-session-id").is_none());
     let body = reply.json();
+    assert_legacy_result(&body);
     assert_eq!(body["id"], 0);
     let result = &body["result"];
     assert_eq!(result["protocolVersion"], "2025-11-25");
@@ -49,6 +106,7 @@ async fn an_initialize_handshake_is_served_without_a_session() {
     // An unknown earlier version is answered with the newest one served.
     let older = post(&server, &[], json!({ "jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
         "protocolVersion": "2024-11-05", "capabilities": {}, "clientInfo": { "name": "old", "version": "1" } } })).await;
+    assert_legacy_result(&older.json());
     assert_eq!(older.result()["protocolVersion"], "2025-11-25");
 
     let initialized = post(
@@ -72,6 +130,7 @@ async fn an_initialize_handshake_is_served_without_a_session() {
             json!({ "jsonrpc": "2.0", "id": 2, "method": method, "params": params }),
         )
         .await;
+        assert_legacy_result(&reply.json());
         assert_eq!(reply.result(), json!({}), "{method}");
     }
     let listed = post(
@@ -80,8 +139,9 @@ async fn an_initialize_handshake_is_served_without_a_session() {
         json!({ "jsonrpc": "2.0", "id": 3, "method": "tools/list" }),
     )
     .await
-    .result();
-    assert_eq!(listed["tools"][0]["name"], "echo");
+    .json();
+    assert_legacy_result(&listed);
+    assert_eq!(listed["result"]["tools"][0]["name"], "echo");
     let called = post(
         &server,
         &v,
@@ -89,8 +149,9 @@ async fn an_initialize_handshake_is_served_without_a_session() {
         "params": { "name": "echo", "arguments": { "text": "still here" } } }),
     )
     .await
-    .result();
-    assert_eq!(called["content"][0]["text"], "still here");
+    .json();
+    assert_legacy_result(&called);
+    assert_eq!(called["result"]["content"][0]["text"], "still here");
     // server/discover belongs to the new era only.
     let discover = post(
         &server,
@@ -102,6 +163,7 @@ async fn an_initialize_handshake_is_served_without_a_session() {
         (discover.status, discover.error_code()),
         (404, Some(-32601))
     );
+    assert_conforms("JSONRPCErrorResponse", &discover.json());
 }
 
 #[tokio::test]
@@ -109,11 +171,7 @@ async fn a_modern_only_server_names_its_versions_to_legacy_clients() {
     let server = TestServer::start(server(false)).await;
     let reply = post(&server, &[], json!({ "jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
         "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": { "name": "old", "version": "1" } } })).await;
-    assert_eq!((reply.status, reply.error_code()), (400, Some(-32022)));
-    assert_eq!(
-        reply.json()["error"]["data"],
-        json!({ "supported": ["2026-07-28"], "requested": "2025-11-25" })
-    );
+    assert_unsupported("initialize", &reply, "2025-11-25");
     let discover = common::Call::discover().send(&server).await.result();
     assert_eq!(discover["supportedVersions"], json!(["2026-07-28"]));
 }
@@ -127,6 +185,7 @@ async fn a_modern_request_is_never_taken_for_a_legacy_one() {
         .send(&server)
         .await;
     assert_eq!((reply.status, reply.error_code()), (400, Some(-32602)));
+    assert_conforms("JSONRPCErrorResponse", &reply.json());
     // A legacy claim under a modern header cannot skip the routing-header checks.
     let reply = common::Call::call_tool("echo", json!({ "text": "x" }))
         .meta(
@@ -142,9 +201,166 @@ async fn a_modern_request_is_never_taken_for_a_legacy_one() {
         "{}",
         reply.text
     );
+    assert_conforms("HeaderMismatchError", &reply.json());
     // A modern `initialize` is a removed method.
     let reply = common::Call::new("initialize", json!(9), json!({}))
         .send(&server)
         .await;
     assert_eq!((reply.status, reply.error_code()), (404, Some(-32601)));
+    let body = reply.json();
+    assert_conforms("JSONRPCErrorResponse", &body);
+    assert_conforms("MethodNotFoundError", &body["error"]);
+}
+
+#[tokio::test]
+async fn a_request_with_neither_a_version_header_nor_meta_is_served_as_legacy() {
+    let server = TestServer::start(server(true)).await;
+    let listed = post(
+        &server,
+        &[],
+        json!({ "jsonrpc": "2.0", "id": 1, "method": "tools/list" }),
+    )
+    .await;
+    assert_eq!(listed.status, 200, "{}", listed.text);
+    let body = listed.json();
+    assert_legacy_result(&body);
+    assert_eq!(body["result"]["tools"][0]["name"], "echo");
+    // Served in the newest earlier revision, since the request names none.
+    let called = post(&server, &[], call(2, "version")).await.json();
+    assert_legacy_result(&called);
+    assert_eq!(called["result"]["content"][0]["text"], "2025-11-25");
+}
+
+#[tokio::test]
+async fn a_2025_06_18_client_is_answered_in_its_own_version() {
+    let server = TestServer::start(server(true)).await;
+    let initialized = post(&server, &[], json!({ "jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": { "name": "old", "version": "1" } } }))
+    .await
+    .json();
+    assert_legacy_result(&initialized);
+    assert_eq!(initialized["result"]["protocolVersion"], "2025-06-18");
+    for version in ["2025-06-18", "2025-03-26"] {
+        let reply = post(
+            &server,
+            &[("mcp-protocol-version", version)],
+            call(1, "version"),
+        )
+        .await;
+        assert_eq!(reply.status, 200, "{version}: {}", reply.text);
+        let body = reply.json();
+        assert_legacy_result(&body);
+        assert_eq!(body["result"]["content"][0]["text"], version);
+    }
+}
+
+#[tokio::test]
+async fn a_modern_only_server_refuses_every_legacy_request_with_the_versions_it_serves() {
+    let server = TestServer::start(server(false)).await;
+    let list = json!({ "jsonrpc": "2.0", "id": 1, "method": "tools/list" });
+    let reply = post(
+        &server,
+        &[("mcp-protocol-version", "2025-11-25")],
+        list.clone(),
+    )
+    .await;
+    assert_unsupported("tools/list under a 2025-11-25 header", &reply, "2025-11-25");
+    assert_eq!(reply.json()["id"], 1);
+    let reply = post(&server, &[], list).await;
+    assert_unsupported("tools/list naming no version", &reply, "unknown");
+    let claimed = post(
+        &server,
+        &[],
+        json!({ "jsonrpc": "2.0", "id": 2, "method": "tools/list", "params": {
+            "_meta": { "io.modelcontextprotocol/protocolVersion": "2025-06-18" } } }),
+    )
+    .await;
+    assert_unsupported("a 2025-06-18 _meta claim", &claimed, "2025-06-18");
+    // `initialize` names its version in its params, over any header.
+    let init = post(&server, &[("mcp-protocol-version", "2025-11-25")], json!({ "jsonrpc": "2.0", "id": 3, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": { "name": "old", "version": "1" } } })).await;
+    assert_unsupported("initialize for 2025-06-18", &init, "2025-06-18");
+    // The modern era is still served.
+    let served = common::Call::new("tools/list", json!(4), json!({}))
+        .send(&server)
+        .await
+        .json();
+    assert_conforms("ListToolsResultResponse", &served);
+}
+
+#[tokio::test]
+async fn the_era_is_decided_by_the_meta_claim_then_by_the_header() {
+    let server = TestServer::start(server(true)).await;
+    let claim = |version: Value| {
+        json!({ "jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
+            "name": "version", "arguments": {},
+            "_meta": { "io.modelcontextprotocol/protocolVersion": version,
+                "io.modelcontextprotocol/clientCapabilities": {} } } })
+    };
+    // A legacy claim, alone or under a legacy header, is legacy.
+    for headers in [vec![], vec![("mcp-protocol-version", "2025-06-18")]] {
+        let reply = post(&server, &headers, claim(json!("2025-06-18"))).await;
+        assert_eq!(reply.status, 200, "{headers:?}: {}", reply.text);
+        assert_legacy_result(&reply.json());
+    }
+    // A modern claim under a legacy header stays modern, where the two disagree.
+    let reply = post(
+        &server,
+        &[("mcp-protocol-version", "2025-11-25")],
+        claim(json!("2026-07-28")),
+    )
+    .await;
+    assert_eq!(
+        (reply.status, reply.error_code()),
+        (400, Some(-32020)),
+        "{}",
+        reply.text
+    );
+    assert_conforms("HeaderMismatchError", &reply.json());
+    // A claim that is not a version string is a malformed modern request.
+    let reply = post(&server, &[], claim(json!(5))).await;
+    assert_eq!(
+        (reply.status, reply.error_code()),
+        (400, Some(-32602)),
+        "{}",
+        reply.text
+    );
+    let body = reply.json();
+    assert_conforms("JSONRPCErrorResponse", &body);
+    assert_conforms("InvalidParamsError", &body["error"]);
+    // Without a claim, `initialize` is legacy whatever the header says.
+    let reply = post(&server, &[("mcp-protocol-version", "2026-07-28")], json!({ "jsonrpc": "2.0", "id": 2, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": { "name": "old", "version": "1" } } })).await;
+    assert_eq!(reply.status, 200, "{}", reply.text);
+    let body = reply.json();
+    assert_legacy_result(&body);
+    assert_eq!(body["result"]["protocolVersion"], "2025-06-18");
+    // Without a claim, a header naming no served revision is a malformed modern request.
+    let reply = post(
+        &server,
+        &[("mcp-protocol-version", "2024-11-05")],
+        json!({ "jsonrpc": "2.0", "id": 3, "method": "tools/list" }),
+    )
+    .await;
+    assert_eq!(
+        (reply.status, reply.error_code()),
+        (400, Some(-32602)),
+        "{}",
+        reply.text
+    );
+    let body = reply.json();
+    assert_conforms("JSONRPCErrorResponse", &body);
+    assert_conforms("InvalidParamsError", &body["error"]);
+    // The legacy era has no routing headers: a stale `Mcp-Name` is not checked there.
+    let reply = post(
+        &server,
+        &[
+            ("mcp-protocol-version", "2025-11-25"),
+            ("mcp-name", "something-else"),
+        ],
+        call(4, "version"),
+    )
+    .await;
+    assert_eq!(reply.status, 200, "{}", reply.text);
+    assert_legacy_result(&reply.json());
 }
