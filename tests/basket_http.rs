@@ -11,7 +11,7 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use mcp_tools::state::{ManualClock, MemoryStore, Store, StoreConfig};
+use mcp_tools::state::{ManualClock, MemoryStore, SqliteStore, Store, StoreConfig};
 use serde_json::{Value, json};
 
 use basket_client::{Agent, authenticated_server, operation_id, outcome, server, show};
@@ -528,4 +528,315 @@ async fn a_domain_error_is_a_rejection_with_its_code() {
     assert_eq!(outcome(&down), "rejected", "{down}");
     assert_eq!(down["structuredContent"]["code"], "NOT_AN_UPGRADE");
     assert_eq!(agent.get(&handle).await.0, 1);
+}
+
+/// A basket server over `store` keeping enough history that every concurrent change planned
+/// from an older version gets its delta.
+async fn long_history_server(store: impl FnOnce(StoreConfig) -> Store) -> (TestServer, Agent) {
+    let server = TestServer::start(server(store(StoreConfig {
+        history_limit: 10_000,
+        ..StoreConfig::default()
+    })))
+    .await;
+    let agent = Agent::connect(&server.url(), None).await;
+    (server, agent)
+}
+
+/// What one agent of the rebase workload got acknowledged.
+#[derive(Default)]
+struct Acknowledged {
+    storage: u64,
+    memory: u64,
+    notes: Vec<String>,
+    versions: Vec<u64>,
+}
+
+const STORAGE_AGENTS: usize = 4;
+const MEMORY_AGENTS: usize = 3;
+const NOTE_AGENTS: usize = 2;
+/// Changes each storage and memory agent must get applied; notes each note agent adds.
+const CHANGES: u64 = 3;
+const RACE_ATTEMPTS: u64 = 2_000;
+
+/// A storage agent: reads, adds a note of its own (so the basket always moved on), then upgrades
+/// the storage from the version it read. Nothing but another storage change may refuse it.
+async fn storage_agent(agent: Agent, handle: String, index: usize) -> Acknowledged {
+    let mut acknowledged = Acknowledged::default();
+    let mut attempts = 0;
+    while acknowledged.storage < CHANGES {
+        attempts += 1;
+        assert!(attempts <= RACE_ATTEMPTS, "storage agent {index} starved");
+        let (version, state) = agent.get(&handle).await;
+        let text = format!("storage agent {index}, attempt {attempts}");
+        let note = agent
+            .call(
+                "basket_add_note",
+                json!({"basket_id": handle, "operation_id": operation_id("s-note"), "text": text}),
+            )
+            .await;
+        assert_eq!(outcome(&note), "applied", "{note}");
+        acknowledged.notes.push(text);
+        acknowledged
+            .versions
+            .push(note["structuredContent"]["version"].as_u64().unwrap());
+        let storage = state["storage_gib"].as_u64().unwrap() + 1;
+        let result = agent
+            .call(
+                "basket_upgrade_storage",
+                json!({"basket_id": handle, "expected_version": version,
+                       "operation_id": operation_id("storage"), "storage_gib": storage}),
+            )
+            .await;
+        let answer = &result["structuredContent"];
+        match outcome(&result) {
+            "applied" => {
+                assert_eq!(answer["rebased_from"], version, "{result}");
+                assert_eq!(answer["result"], storage);
+                assert_eq!(answer["state"]["storage_gib"], storage);
+                acknowledged.storage += 1;
+                acknowledged
+                    .versions
+                    .push(answer["version"].as_u64().unwrap());
+            }
+            "stale_view" => {
+                let touched: Vec<&Value> = answer["delta"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|change| &change["path"])
+                    .collect();
+                assert!(
+                    touched.contains(&&json!("/storage_gib")),
+                    "refused without a storage change in between: {result}"
+                );
+            }
+            other => panic!("unexpected outcome {other}: {result}"),
+        }
+    }
+    acknowledged
+}
+
+/// A memory agent: read-modify-write of the memory, retried on `stale_view`.
+async fn memory_agent(agent: Agent, handle: String, index: usize) -> Acknowledged {
+    let mut acknowledged = Acknowledged::default();
+    let mut attempts = 0;
+    while acknowledged.memory < CHANGES {
+        attempts += 1;
+        assert!(attempts <= RACE_ATTEMPTS, "memory agent {index} starved");
+        let (version, state) = agent.get(&handle).await;
+        let memory = state["memory_gib"].as_u64().unwrap() + 1;
+        let result = agent
+            .call(
+                "basket_upgrade_memory",
+                json!({"basket_id": handle, "expected_version": version,
+                       "operation_id": operation_id("memory"), "memory_gib": memory}),
+            )
+            .await;
+        match outcome(&result) {
+            "applied" => {
+                acknowledged.memory += 1;
+                acknowledged
+                    .versions
+                    .push(result["structuredContent"]["version"].as_u64().unwrap());
+            }
+            "stale_view" => {}
+            other => panic!("unexpected outcome {other}: {result}"),
+        }
+    }
+    acknowledged
+}
+
+/// A note agent: appends notes, which need no version.
+async fn note_agent(agent: Agent, handle: String, index: usize) -> Acknowledged {
+    let mut acknowledged = Acknowledged::default();
+    for n in 0..CHANGES * 2 {
+        let text = format!("note agent {index}, note {n}");
+        let note = agent
+            .call(
+                "basket_add_note",
+                json!({"basket_id": handle, "operation_id": operation_id("n-note"), "text": text}),
+            )
+            .await;
+        assert_eq!(outcome(&note), "applied", "{note}");
+        acknowledged.notes.push(text);
+        acknowledged
+            .versions
+            .push(note["structuredContent"]["version"].as_u64().unwrap());
+    }
+    acknowledged
+}
+
+async fn concurrent_rebases_keep_every_acknowledged_change(
+    store: impl FnOnce(StoreConfig) -> Store,
+) {
+    let (_server, agent) = long_history_server(store).await;
+    let handle = agent.create().await;
+    let mut tasks = Vec::new();
+    for index in 0..STORAGE_AGENTS {
+        tasks.push(tokio::spawn(storage_agent(
+            agent.clone(),
+            handle.clone(),
+            index,
+        )));
+    }
+    for index in 0..MEMORY_AGENTS {
+        tasks.push(tokio::spawn(memory_agent(
+            agent.clone(),
+            handle.clone(),
+            index,
+        )));
+    }
+    for index in 0..NOTE_AGENTS {
+        tasks.push(tokio::spawn(note_agent(
+            agent.clone(),
+            handle.clone(),
+            index,
+        )));
+    }
+    let mut total = Acknowledged::default();
+    for task in tasks {
+        let acknowledged = common::within("a rebase workload agent", task)
+            .await
+            .unwrap();
+        total.storage += acknowledged.storage;
+        total.memory += acknowledged.memory;
+        total.notes.extend(acknowledged.notes);
+        total.versions.extend(acknowledged.versions);
+    }
+    let (version, state) = agent.get(&handle).await;
+    println!(
+        "concurrent rebases: {} storage upgrades (each rebased), {} memory upgrades, {} notes, final version {version}",
+        total.storage,
+        total.memory,
+        total.notes.len()
+    );
+    assert_eq!(total.storage, STORAGE_AGENTS as u64 * CHANGES);
+    assert_eq!(
+        state["storage_gib"],
+        512 + total.storage,
+        "a storage upgrade was lost"
+    );
+    assert_eq!(
+        state["memory_gib"],
+        16 + total.memory,
+        "a memory upgrade was lost"
+    );
+    let mut kept: Vec<String> = serde_json::from_value(state["notes"].clone()).unwrap();
+    kept.sort();
+    total.notes.sort();
+    assert_eq!(
+        kept, total.notes,
+        "an acknowledged note was lost or doubled"
+    );
+    total.versions.sort_unstable();
+    let expected: Vec<u64> = (2..=version).collect();
+    assert_eq!(
+        total.versions, expected,
+        "each applied change has its own version"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_rebases_keep_every_acknowledged_change_in_memory() {
+    concurrent_rebases_keep_every_acknowledged_change(|config| {
+        Store::new(MemoryStore::new(config))
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_rebases_keep_every_acknowledged_change_in_sqlite() {
+    let path = basket_client::temp_db("rebase-race");
+    concurrent_rebases_keep_every_acknowledged_change(|config| {
+        Store::new(SqliteStore::open(&path, config).unwrap())
+    })
+    .await;
+    basket_client::remove_db(&path);
+}
+
+/// One round of the race: ten requests with one operation id spawned at once on a new basket,
+/// half of them with one payload (memory 32), half with another (memory 64), so that several
+/// reach the store's boundary together. Returns the memory of the winner.
+async fn one_operation_id_two_payloads(agent: &Agent, round: usize) -> u64 {
+    let handle = agent.create().await;
+    let id = format!("race-{round}");
+    let payloads = [32, 64, 32, 64, 32, 64, 32, 64, 32, 64];
+    let barrier = Arc::new(tokio::sync::Barrier::new(payloads.len()));
+    let calls: Vec<_> = payloads
+        .iter()
+        .map(|&memory| {
+            let agent = agent.clone();
+            let barrier = Arc::clone(&barrier);
+            let arguments = json!({"basket_id": handle, "expected_version": 1,
+                                   "operation_id": id, "memory_gib": memory});
+            tokio::spawn(async move {
+                barrier.wait().await;
+                (memory, agent.call("basket_upgrade_memory", arguments).await)
+            })
+        })
+        .collect();
+    let mut results = Vec::new();
+    for call in calls {
+        results.push(common::within("a racing request", call).await.unwrap());
+    }
+    let winners: Vec<&(u64, Value)> = results
+        .iter()
+        .filter(|(_, result)| outcome(result) == "applied")
+        .collect();
+    assert_eq!(winners.len(), 1, "round {round}: {results:#?}");
+    let (winner, applied) = winners[0];
+    let mut original = applied["structuredContent"].clone();
+    assert_eq!(original["version"], 2);
+    original["outcome"] = json!("applied");
+    for (memory, result) in &results {
+        if std::ptr::eq(result, applied) {
+            continue;
+        }
+        let answer = &result["structuredContent"];
+        if memory == winner {
+            assert_eq!(outcome(result), "replayed", "round {round}: {result}");
+            assert_eq!(answer["original"], original, "round {round}");
+        } else {
+            assert_eq!(outcome(result), "rejected", "round {round}: {result}");
+            assert_eq!(answer["code"], "OPERATION_ID_REUSED", "round {round}");
+        }
+    }
+    let (version, state) = agent.get(&handle).await;
+    assert_eq!(version, 2, "round {round}: exactly one change applied");
+    assert_eq!(
+        state["memory_gib"], *winner,
+        "round {round}: the winner's change"
+    );
+    *winner
+}
+
+async fn one_operation_id_raced_with_two_payloads(agent: &Agent, rounds: usize, label: &str) {
+    let mut won = [0, 0];
+    for round in 0..rounds {
+        match one_operation_id_two_payloads(agent, round).await {
+            32 => won[0] += 1,
+            _ => won[1] += 1,
+        }
+    }
+    println!(
+        "{label}: {rounds} rounds of one operation id with two payloads: memory 32 won {}, memory 64 won {}",
+        won[0], won[1]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn one_operation_id_raced_with_two_payloads_applies_exactly_the_winner_in_memory() {
+    let (_server, agent) = memory_server().await;
+    one_operation_id_raced_with_two_payloads(&agent, 40, "memory").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn one_operation_id_raced_with_two_payloads_applies_exactly_the_winner_in_sqlite() {
+    let path = basket_client::temp_db("payload-race");
+    let store = SqliteStore::open(&path, StoreConfig::default()).unwrap();
+    let server = TestServer::start(server(Store::new(store))).await;
+    let agent = Agent::connect(&server.url(), None).await;
+    one_operation_id_raced_with_two_payloads(&agent, 20, "sqlite").await;
+    drop(server);
+    basket_client::remove_db(&path);
 }

@@ -192,13 +192,118 @@ impl<T: Tool> ErasedTool for Erased<T> {
         match T::Args::deserialize(arguments) {
             Ok(args) => Box::pin(async move { self.0.call(args, cx).await.into_reply() }),
             Err(error) => {
+                let path = failing_argument::<T::Args>(arguments).unwrap_or_else(|| "/".into());
                 let result = ToolError::new(
                     ToolError::INVALID_ARGUMENTS,
-                    format!("Invalid arguments: {error}"),
+                    format!("Invalid arguments: at {path}: {error}"),
                 )
+                .with_details(serde_json::json!({
+                    "violations": [{ "path": path, "message": error.to_string() }]
+                }))
                 .into_result();
                 Box::pin(std::future::ready(Reply::Complete(result)))
             }
         }
+    }
+}
+
+/// The JSON pointer of the top-level argument whose value `T` fails to decode, if the failure is
+/// in one: serde's errors from a `Value` name no field, so the failing decode is run again through
+/// a map that remembers which entry it was handing out.
+fn failing_argument<T: DeserializeOwned>(arguments: &Value) -> Option<String> {
+    let Value::Object(map) = arguments else {
+        return None;
+    };
+    let at = std::cell::Cell::new(None);
+    let decoded = T::deserialize(Arguments { map, at: &at });
+    let key = decoded.err().and_then(|_| at.get())?;
+    Some(format!("/{}", key.replace('~', "~0").replace('/', "~1")))
+}
+
+/// The arguments object as a deserializer that records, in `at`, the key of the entry being
+/// decoded (`None` once every entry was handed out). An enum is decoded from the object as it is,
+/// without recording.
+struct Arguments<'de, 'a> {
+    map: &'de Map<String, Value>,
+    at: &'a std::cell::Cell<Option<&'de str>>,
+}
+
+impl<'de> serde::Deserializer<'de> for Arguments<'de, '_> {
+    type Error = serde_json::Error;
+
+    fn deserialize_any<V: serde::de::Visitor<'de>>(
+        self,
+        visitor: V,
+    ) -> Result<V::Value, Self::Error> {
+        visitor.visit_map(Entries {
+            entries: self.map.iter(),
+            value: None,
+            at: self.at,
+        })
+    }
+
+    fn deserialize_enum<V: serde::de::Visitor<'de>>(
+        self,
+        name: &'static str,
+        variants: &'static [&'static str],
+        visitor: V,
+    ) -> Result<V::Value, Self::Error> {
+        serde::de::IntoDeserializer::into_deserializer(self.map)
+            .deserialize_enum(name, variants, visitor)
+    }
+
+    fn deserialize_option<V: serde::de::Visitor<'de>>(
+        self,
+        visitor: V,
+    ) -> Result<V::Value, Self::Error> {
+        visitor.visit_some(self)
+    }
+
+    fn deserialize_newtype_struct<V: serde::de::Visitor<'de>>(
+        self,
+        _name: &'static str,
+        visitor: V,
+    ) -> Result<V::Value, Self::Error> {
+        visitor.visit_newtype_struct(self)
+    }
+
+    serde::forward_to_deserialize_any! {
+        bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string bytes byte_buf
+        unit unit_struct seq tuple tuple_struct map struct identifier ignored_any
+    }
+}
+
+struct Entries<'de, 'a> {
+    entries: serde_json::map::Iter<'de>,
+    value: Option<&'de Value>,
+    at: &'a std::cell::Cell<Option<&'de str>>,
+}
+
+impl<'de> serde::de::MapAccess<'de> for Entries<'de, '_> {
+    type Error = serde_json::Error;
+
+    fn next_key_seed<K: serde::de::DeserializeSeed<'de>>(
+        &mut self,
+        seed: K,
+    ) -> Result<Option<K::Value>, Self::Error> {
+        let Some((key, value)) = self.entries.next() else {
+            self.at.set(None);
+            return Ok(None);
+        };
+        self.at.set(Some(key));
+        self.value = Some(value);
+        seed.deserialize(serde::de::value::BorrowedStrDeserializer::new(key))
+            .map(Some)
+    }
+
+    fn next_value_seed<V: serde::de::DeserializeSeed<'de>>(
+        &mut self,
+        seed: V,
+    ) -> Result<V::Value, Self::Error> {
+        let value = self
+            .value
+            .take()
+            .ok_or_else(|| serde::de::Error::custom("a value was asked for before its key"))?;
+        seed.deserialize(value)
     }
 }

@@ -1343,3 +1343,149 @@ async fn sqlite_history_rows_stay_bounded() {
         })
     );
 }
+
+/// How long a request that must not wait for a held transition may take.
+const UNBLOCKED: Duration = Duration::from_secs(5);
+
+/// Runs `work` on a thread of its own with its own runtime: a store call that blocks its thread
+/// (the memory store runs the transition inline) then blocks only that thread, and the answer
+/// comes back on a channel the test awaits with a timeout.
+fn on_own_thread<T: Send + 'static>(
+    work: impl std::future::Future<Output = T> + Send + 'static,
+) -> tokio::sync::oneshot::Receiver<T> {
+    let (answer, answered) = tokio::sync::oneshot::channel();
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let _ = answer.send(runtime.block_on(work));
+    });
+    answered
+}
+
+async fn answered<T>(what: &str, answer: tokio::sync::oneshot::Receiver<T>) -> T {
+    match tokio::time::timeout(UNBLOCKED, answer).await {
+        Ok(answer) => answer.expect("the worker thread panicked"),
+        Err(_) => panic!("timed out after {UNBLOCKED:?}: {what}"),
+    }
+}
+
+/// Lets a held transition go when dropped, so a failing test does not leave it, and whatever
+/// waits behind it, blocked.
+struct Release(Option<std::sync::mpsc::Sender<()>>);
+
+impl Drop for Release {
+    fn drop(&mut self) {
+        if let Some(release) = self.0.take() {
+            let _ = release.send(());
+        }
+    }
+}
+
+/// A transition that says it started, then waits until the test releases it (bounded, in case
+/// the test is gone), then sets the memory to 64.
+fn held(started: tokio::sync::oneshot::Sender<()>) -> (Transition, Release) {
+    let (release, released) = std::sync::mpsc::channel::<()>();
+    let mut started = Some(started);
+    let transition = Transition::typed(move |basket: &mut Basket| {
+        if let Some(started) = started.take() {
+            let _ = started.send(());
+        }
+        let _ = released.recv_timeout(Duration::from_secs(60));
+        basket.memory_gib = 64;
+        Ok::<_, ToolError>(64)
+    });
+    (transition, Release(Some(release)))
+}
+
+/// Starts a held mutation of `handle` at version 1 on its own thread; returns once the
+/// transition runs, holding whatever the store holds for it.
+async fn hold<S: StateStore + Clone>(
+    store: &S,
+    handle: &str,
+) -> (tokio::sync::oneshot::Receiver<MutationOutcome>, Release) {
+    let (started, running) = tokio::sync::oneshot::channel();
+    let (transition, release) = held(started);
+    let send = request(alice(), handle, "m", Some(1), Some("held"), json!(64));
+    let store = store.clone();
+    let outcome = on_own_thread(async move { store.mutate(send, transition).await.unwrap() });
+    answered("the held transition to start", running).await;
+    (outcome, release)
+}
+
+/// The memory store locks per handle: while a transition on A is held inside its boundary, a
+/// mutation, a read and a create elsewhere all complete, and A applies once released.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_a_held_transition_on_one_handle_blocks_no_other_handle() {
+    let store = MemoryStore::default();
+    let a = create(&store, alice(), &laptop()).await;
+    let b = create(&store, alice(), &laptop()).await;
+    let (mut held_a, release) = hold(&store, &a).await;
+
+    let write_b = on_own_thread({
+        let (store, b) = (store.clone(), b.clone());
+        async move {
+            let calls = Arc::new(AtomicUsize::new(0));
+            let send = request(alice(), &b, "m", Some(1), Some("b-1"), json!(32));
+            store.mutate(send, set_memory(32, &calls)).await.unwrap()
+        }
+    });
+    let written = answered("a mutation of B while A is held", write_b).await;
+    assert_eq!(expect_applied(&written).version, 2);
+    let read_b = on_own_thread({
+        let (store, b) = (store.clone(), b.clone());
+        async move { state(&store, &b).await }
+    });
+    let (version, basket) = answered("a read of B while A is held", read_b).await;
+    assert_eq!((version, basket.memory_gib), (2, 32));
+    let create_c = on_own_thread({
+        let store = store.clone();
+        async move { create(&store, alice(), &laptop()).await }
+    });
+    answered("a create while A is held", create_c).await;
+    assert!(
+        held_a.try_recv().is_err(),
+        "A's transition finished before it was released"
+    );
+
+    drop(release);
+    let outcome = answered("A's transition once released", held_a).await;
+    assert_eq!(expect_applied(&outcome).version, 2);
+    let (version, basket) = state(&store, &a).await;
+    assert_eq!((version, basket.memory_gib), (2, 64));
+}
+
+/// SQLite writers queue on one connection, but readers have their own: while a transition is
+/// held inside its write transaction, reads of that resource (at its committed version) and of
+/// another complete.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_a_held_transition_blocks_no_reader() {
+    let fixture = Fixture::new();
+    let store = fixture.sqlite(StoreConfig::default());
+    let a = create(&store, alice(), &laptop()).await;
+    let b = create(&store, alice(), &laptop()).await;
+    let (mut held_a, release) = hold(&store, &a).await;
+
+    for (handle, what) in [
+        (&a, "a read of A while A is held"),
+        (&b, "a read of B while A is held"),
+    ] {
+        let read = on_own_thread({
+            let (store, handle) = (store.clone(), handle.clone());
+            async move { state(&store, &handle).await }
+        });
+        let (version, basket) = answered(what, read).await;
+        assert_eq!((version, basket.memory_gib), (1, 16), "{what}");
+    }
+    assert!(
+        held_a.try_recv().is_err(),
+        "A's transition finished before it was released"
+    );
+
+    drop(release);
+    let outcome = answered("A's transition once released", held_a).await;
+    assert_eq!(expect_applied(&outcome).version, 2);
+    let (version, basket) = state(&store, &a).await;
+    assert_eq!((version, basket.memory_gib), (2, 64));
+}

@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 use std::collections::HashMap;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -152,7 +153,9 @@ impl Agent {
 
 /// The outcome of a result (`applied`, `stale_view`, `rejected`, `replayed`, `current`).
 pub fn outcome(result: &Value) -> &str {
-    result["structuredContent"]["outcome"].as_str().unwrap()
+    result["structuredContent"]["outcome"]
+        .as_str()
+        .unwrap_or_else(|| panic!("a result without an outcome: {result}"))
 }
 
 /// Prints a call and its outcome, for the test log.
@@ -162,5 +165,147 @@ pub fn show(who: &str, tool: &str, arguments: &Value, result: &Value) {
         outcome(result),
         result["isError"],
         result["content"][0]["text"].as_str().unwrap_or("")
+    );
+}
+
+/// A fresh SQLite file name in the temporary directory (remove it with [`remove_db`]).
+pub fn temp_db(name: &str) -> PathBuf {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    std::env::temp_dir().join(format!(
+        "mcp-tools-{name}-{}-{nanos}.db",
+        std::process::id()
+    ))
+}
+
+/// Removes a SQLite file with its WAL and shared-memory files.
+pub fn remove_db(path: &Path) {
+    for suffix in ["", "-wal", "-shm"] {
+        let mut file = path.as_os_str().to_owned();
+        file.push(suffix);
+        let _ = std::fs::remove_file(file);
+    }
+}
+
+/// What a read-modify-write workload got applied.
+#[derive(Debug, Default)]
+pub struct Counts {
+    /// The basket the workload changed.
+    pub handle: String,
+    pub applied: u64,
+    pub stale_retries: u64,
+    pub applied_versions: Vec<u64>,
+}
+
+/// Attempts an agent of [`workload`] may make before the test gives up on it.
+const MAX_ATTEMPTS: u64 = 10_000;
+
+/// `agents` read-modify-write loops on one new basket, spread over `urls`: each reads the basket,
+/// sends a full configuration with one more GiB of memory planned from the version it read, and
+/// retries on `stale_view` until `increments` of its changes are applied. Returns the counts, the
+/// final memory and the final version.
+pub async fn workload(
+    label: &str,
+    urls: &[String],
+    agents: usize,
+    increments: u64,
+) -> (Counts, u64, u64) {
+    let connected: Vec<Agent> = {
+        let mut connected = Vec::new();
+        for url in urls {
+            connected.push(Agent::connect(url, None).await);
+        }
+        connected
+    };
+    let handle = connected[0].create().await;
+    let barrier = Arc::new(tokio::sync::Barrier::new(agents));
+    let tasks: Vec<_> = (0..agents)
+        .map(|index| {
+            let agent = connected[index % connected.len()].clone();
+            let handle = handle.clone();
+            let barrier = Arc::clone(&barrier);
+            tokio::spawn(async move {
+                barrier.wait().await;
+                let mut counts = Counts::default();
+                let mut attempts = 0;
+                while counts.applied < increments {
+                    attempts += 1;
+                    assert!(attempts <= MAX_ATTEMPTS, "agent {index} starved");
+                    let (version, state) = agent.get(&handle).await;
+                    let memory = state["memory_gib"].as_u64().unwrap();
+                    let result = agent
+                        .call(
+                            "basket_replace_configuration",
+                            json!({
+                                "basket_id": handle,
+                                "expected_version": version,
+                                "operation_id": operation_id(&format!("agent{index}")),
+                                "memory_gib": memory + 1,
+                                "storage_gib": state["storage_gib"],
+                            }),
+                        )
+                        .await;
+                    match outcome(&result) {
+                        "applied" => {
+                            let applied = &result["structuredContent"];
+                            assert_eq!(applied["state"]["memory_gib"], memory + 1);
+                            counts.applied += 1;
+                            counts
+                                .applied_versions
+                                .push(applied["version"].as_u64().unwrap());
+                        }
+                        "stale_view" => {
+                            let stale = &result["structuredContent"];
+                            assert_eq!(stale["expected_version"], version);
+                            assert!(stale["current_version"].as_u64().unwrap() > version);
+                            counts.stale_retries += 1;
+                        }
+                        other => panic!("unexpected outcome {other}: {result}"),
+                    }
+                }
+                counts
+            })
+        })
+        .collect();
+    let mut total = Counts {
+        handle: handle.clone(),
+        ..Counts::default()
+    };
+    for task in tasks {
+        let counts = crate::common::within("a workload agent", task)
+            .await
+            .unwrap();
+        total.applied += counts.applied;
+        total.stale_retries += counts.stale_retries;
+        total.applied_versions.extend(counts.applied_versions);
+    }
+    let (version, state) = connected[0].get(&handle).await;
+    let memory = state["memory_gib"].as_u64().unwrap();
+    println!(
+        "{label}: {agents} agents, {} applied, {} stale retries, final memory_gib {memory} (started at 16), final version {version}",
+        total.applied, total.stale_retries
+    );
+    (total, memory, version)
+}
+
+/// Asserts a [`workload`] of `agents` agents with `increments` each lost nothing: the final memory
+/// counts every applied change, and the applied versions are exactly 2, 3, ... with no gap and
+/// no version given twice.
+pub fn assert_no_lost_update(
+    (counts, memory, version): (Counts, u64, u64),
+    agents: usize,
+    increments: u64,
+) {
+    assert_eq!(counts.applied, agents as u64 * increments);
+    assert_eq!(memory, 16 + counts.applied, "an update was lost");
+    assert_eq!(version, 1 + counts.applied);
+    let mut versions = counts.applied_versions;
+    versions.sort_unstable();
+    let expected: Vec<u64> = (2..=1 + counts.applied).collect();
+    assert_eq!(
+        versions, expected,
+        "each applied outcome has its own version"
     );
 }

@@ -2,10 +2,12 @@
 //! reached by generated code through `::mcp_tools::__private`. Not public API.
 
 use std::borrow::Cow;
+use std::fmt;
 use std::marker::PhantomData;
 
 use schemars::{JsonSchema, Schema, SchemaGenerator};
-use serde::de::{DeserializeOwned, Error as _};
+use serde::de::value::{MapAccessDeserializer, StringDeserializer};
+use serde::de::{DeserializeOwned, DeserializeSeed, Error as _, MapAccess, Visitor};
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::{Map, Value};
 
@@ -29,9 +31,67 @@ pub struct WithRaw<T> {
 
 impl<'de, T: DeserializeOwned> Deserialize<'de> for WithRaw<T> {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let raw = Value::deserialize(deserializer)?;
-        let args = T::deserialize(&raw).map_err(D::Error::custom)?;
-        Ok(WithRaw { raw, args })
+        deserializer.deserialize_map(WithRawVisitor(PhantomData))
+    }
+}
+
+struct WithRawVisitor<T>(PhantomData<fn() -> T>);
+
+impl<'de, T: DeserializeOwned> Visitor<'de> for WithRawVisitor<T> {
+    type Value = WithRaw<T>;
+
+    fn expecting(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        formatter.write_str("an object of tool arguments")
+    }
+
+    /// Decodes `T` entry by entry from the caller's map while keeping a copy of each entry, so
+    /// a failure surfaces while the caller's map is at the failing entry and can be located.
+    fn visit_map<M: MapAccess<'de>>(self, mut map: M) -> Result<WithRaw<T>, M::Error> {
+        let mut raw = Map::new();
+        let args = T::deserialize(MapAccessDeserializer::new(Recording {
+            map: &mut map,
+            raw: &mut raw,
+            key: None,
+        }))?;
+        while let Some((key, value)) = map.next_entry::<String, Value>()? {
+            raw.insert(key, value);
+        }
+        Ok(WithRaw {
+            raw: Value::Object(raw),
+            args,
+        })
+    }
+}
+
+/// A map that hands its entries on and records them.
+struct Recording<'m, 'r, M> {
+    map: &'m mut M,
+    raw: &'r mut Map<String, Value>,
+    key: Option<String>,
+}
+
+impl<'de, M: MapAccess<'de>> MapAccess<'de> for Recording<'_, '_, M> {
+    type Error = M::Error;
+
+    fn next_key_seed<K: DeserializeSeed<'de>>(
+        &mut self,
+        seed: K,
+    ) -> Result<Option<K::Value>, M::Error> {
+        let Some(key) = self.map.next_key::<String>()? else {
+            return Ok(None);
+        };
+        let decoded = seed.deserialize(StringDeserializer::<M::Error>::new(key.clone()))?;
+        self.key = Some(key);
+        Ok(Some(decoded))
+    }
+
+    fn next_value_seed<V: DeserializeSeed<'de>>(&mut self, seed: V) -> Result<V::Value, M::Error> {
+        let value: Value = self.map.next_value()?;
+        let decoded = seed.deserialize(value.clone()).map_err(M::Error::custom);
+        if let Some(key) = self.key.take() {
+            self.raw.insert(key, value);
+        }
+        decoded
     }
 }
 
