@@ -83,7 +83,7 @@ pub(crate) fn meta(params: &mut Map<String, Value>, headers: Option<&HeaderMap>)
         client_info: None,
         progress_token: raw
             .get(meta_keys::PROGRESS_TOKEN)
-            .filter(|t| t.is_string() || t.is_number())
+            .filter(|t| t.is_string() || t.is_i64() || t.is_u64())
             .cloned(),
         log_level: Some(LogLevel::Debug),
         raw,

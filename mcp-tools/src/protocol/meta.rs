@@ -88,7 +88,11 @@ impl RequestMeta {
         };
         let progress_token = match raw.get(meta_keys::PROGRESS_TOKEN) {
             None => None,
-            Some(token @ (Value::String(_) | Value::Number(_))) => Some(token.clone()),
+            // The token is echoed in every progress notification, where it must be a string or an
+            // integer: a fractional one would make those notifications invalid.
+            Some(token) if token.is_string() || token.is_i64() || token.is_u64() => {
+                Some(token.clone())
+            }
             Some(_) => {
                 return Err(RpcError::invalid_meta(
                     "`_meta.progressToken` must be a string or an integer",
@@ -116,5 +120,38 @@ impl RequestMeta {
             log_level,
             raw,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn meta_with_client_info(info: Value) -> Map<String, Value> {
+        let meta = json!({
+            meta_keys::PROTOCOL_VERSION: "2026-07-28",
+            meta_keys::CLIENT_CAPABILITIES: {},
+            meta_keys::CLIENT_INFO: info,
+        });
+        json!({ "_meta": meta }).as_object().unwrap().clone()
+    }
+
+    #[test]
+    fn client_info_must_be_an_object_with_a_string_name() {
+        let info = json!({ "name": "client", "version": "1.0.0" });
+        let meta = RequestMeta::take_from(Some(&mut meta_with_client_info(info.clone()))).unwrap();
+        assert_eq!(meta.client_info, Some(info));
+        for bad in [
+            json!({}),
+            json!({ "version": "1.0.0" }),
+            json!({ "name": 7 }),
+            json!("client"),
+        ] {
+            let error =
+                RequestMeta::take_from(Some(&mut meta_with_client_info(bad.clone()))).unwrap_err();
+            assert_eq!(error.code(), -32602, "{bad}");
+            assert!(error.message().contains(meta_keys::CLIENT_INFO), "{bad}");
+        }
     }
 }
