@@ -777,13 +777,8 @@ async fn invalid_arguments_come_back_as_tool_errors_naming_the_field() {
 #[tokio::test]
 async fn healthz_is_plain_and_separate() {
     let server = TestServer::start(server()).await;
-    let response = common::client()
-        .get(format!("http://{}/healthz", server.addr))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status(), 200);
-    assert_eq!(response.text().await.unwrap(), "ok");
+    let health = server.healthz().await;
+    assert_eq!((health.status, health.text.as_str()), (200, "ok"));
 }
 
 #[tokio::test]
@@ -1022,20 +1017,9 @@ async fn every_request_is_authenticated_when_a_check_is_configured() {
     assert_eq!(alice["result"]["content"][0]["text"], "Subject(\"alice\")");
     // Health checks come from load balancers without credentials: `/healthz` is not
     // authenticated.
-    let health = within(
-        "GET /healthz without credentials",
-        common::client()
-            .get(format!("http://{}/healthz", server.addr))
-            .send(),
-    )
-    .await
-    .unwrap();
-    assert_eq!(health.status(), 200);
-    assert!(health.headers().get("www-authenticate").is_none());
-    assert_eq!(
-        within("the /healthz body", health.text()).await.unwrap(),
-        "ok"
-    );
+    let health = server.healthz().await;
+    assert_eq!((health.status, health.text.as_str()), (200, "ok"));
+    assert!(health.headers.get("www-authenticate").is_none());
 }
 
 #[tokio::test]

@@ -73,6 +73,17 @@ pub fn client() -> reqwest::Client {
     reqwest::Client::builder().no_proxy().build().unwrap()
 }
 
+impl TestServer {
+    /// `GET /healthz` without credentials, as a load balancer sends it.
+    pub async fn healthz(&self) -> Reply {
+        let url = format!("http://{}/healthz", self.addr);
+        within(&format!("GET {url}"), async {
+            Reply::from(client().get(&url).send().await.unwrap()).await
+        })
+        .await
+    }
+}
+
 /// The `_meta` every valid request carries.
 pub fn meta() -> Value {
     json!({
@@ -181,6 +192,12 @@ impl Call {
     }
 
     pub async fn send_to(&self, url: &str) -> Reply {
+        self.try_send_to(url).await.unwrap()
+    }
+
+    /// Sends the request; a transport failure (the server is gone, the connection dropped) is
+    /// an `Err`, for tests that fail over to another server.
+    pub async fn try_send_to(&self, url: &str) -> Result<Reply, reqwest::Error> {
         let mut request = client().request(self.http_method.clone(), url);
         for (name, value) in &self.headers {
             // From bytes, so tests can send obs-text (non-ASCII) values a server must refuse.
@@ -193,8 +210,15 @@ impl Call {
             .unwrap_or_else(|| serde_json::to_vec(&self.body).unwrap());
         let method = self.body["method"].as_str().unwrap_or("?").to_owned();
         within(&format!("{method} to {url}"), async move {
-            let response = request.body(body).send().await.unwrap();
-            Reply::from(response).await
+            let response = request.body(body).send().await?;
+            let status = response.status().as_u16();
+            let headers = response.headers().clone();
+            let text = response.text().await?;
+            Ok(Reply {
+                status,
+                headers,
+                text,
+            })
         })
         .await
     }
