@@ -13,6 +13,8 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::mpsc;
 
+use serde_json::json;
+
 use mcp_tools::state::{SqliteOptions, SqliteStore, Store, StoreConfig, Synchronous};
 
 use basket_client::{Agent, assert_no_lost_update, remove_db, server, temp_db, workload};
@@ -168,4 +170,185 @@ async fn no_lost_update_across_three_server_processes_on_one_sqlite_file() {
 async fn no_lost_update_across_two_server_processes_syncing_every_commit_on_a_new_file() {
     let label = "sqlite, two processes, synchronous=FULL, a new file";
     no_lost_update_across_processes(label, "full", 2, File::Absent).await;
+}
+
+/// What a call to a server that may die answered.
+enum Answer {
+    /// The `CallToolResult`.
+    Result(serde_json::Value),
+    /// The transport failed: the server is gone or dropped the connection.
+    Gone,
+}
+
+async fn call(url: &str, tool: &str, arguments: &serde_json::Value) -> Answer {
+    match common::Call::call_tool(tool, arguments.clone())
+        .try_send_to(url)
+        .await
+    {
+        Ok(reply) => {
+            assert_eq!(reply.status, 200, "{tool}: {}", reply.text);
+            let json = reply.json();
+            common::assert_conforms("CallToolResultResponse", &json);
+            Answer::Result(json["result"].clone())
+        }
+        Err(_) => Answer::Gone,
+    }
+}
+
+/// Calls `tool` on the first server still up, resending the same request (same operation id)
+/// to the next one when a server dies under it.
+async fn call_failing_over(
+    urls: &[String],
+    current: &mut usize,
+    tool: &str,
+    arguments: &serde_json::Value,
+) -> serde_json::Value {
+    loop {
+        match call(&urls[*current], tool, arguments).await {
+            Answer::Result(result) => return result,
+            Answer::Gone => {
+                assert!(*current + 1 < urls.len(), "every server is gone");
+                FAILOVERS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                *current += 1;
+            }
+        }
+    }
+}
+
+static FAILOVERS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+static REPLAYS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_server_killed_mid_workload_loses_nothing_and_applies_nothing_twice() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    const KILL_AFTER: u64 = 12;
+    let path = temp_db("processes-kill");
+    drop(SqliteStore::open(&path, StoreConfig::default()).unwrap());
+    let mut children = start_children(&path, "normal", 2);
+    let urls: Vec<String> = children.iter().map(|child| child.url.clone()).collect();
+    let handle = Agent::connect(&urls[1], None).await.create().await;
+    let acknowledged = Arc::new(AtomicU64::new(0));
+    let halfway = Arc::new(tokio::sync::Notify::new());
+
+    let agents: Vec<_> = (0..8)
+        .map(|index| {
+            let (urls, handle) = (urls.clone(), handle.clone());
+            let (acknowledged, halfway) = (Arc::clone(&acknowledged), Arc::clone(&halfway));
+            tokio::spawn(async move {
+                // Every agent starts on the server that is going to die.
+                let mut current = 0;
+                let mut versions = Vec::new();
+                let mut attempts = 0;
+                while versions.len() < 4 {
+                    attempts += 1;
+                    assert!(attempts < 10_000, "agent {index} starved");
+                    let read = json!({ "basket_id": handle });
+                    let basket = call_failing_over(&urls, &mut current, "basket_get", &read).await;
+                    let basket = &basket["structuredContent"];
+                    let version = basket["version"].as_u64().unwrap();
+                    let memory = basket["state"]["memory_gib"].as_u64().unwrap();
+                    let change = json!({
+                        "basket_id": handle,
+                        "expected_version": version,
+                        "operation_id": basket_client::operation_id(&format!("killed{index}")),
+                        "memory_gib": memory + 1,
+                        "storage_gib": basket["state"]["storage_gib"],
+                    });
+                    let result = call_failing_over(
+                        &urls,
+                        &mut current,
+                        "basket_replace_configuration",
+                        &change,
+                    )
+                    .await;
+                    let mut outcome = &result["structuredContent"];
+                    // `replayed`: the dead server committed the request but its answer was lost;
+                    // the retry on the other server gets the outcome recorded then.
+                    if outcome["outcome"] == "replayed" {
+                        REPLAYS.fetch_add(1, Ordering::SeqCst);
+                        outcome = &outcome["original"];
+                    }
+                    match outcome["outcome"].as_str().unwrap() {
+                        "applied" => {
+                            versions.push(outcome["version"].as_u64().unwrap());
+                            if acknowledged.fetch_add(1, Ordering::SeqCst) + 1 == KILL_AFTER {
+                                halfway.notify_one();
+                            }
+                        }
+                        "stale_view" => {}
+                        other => panic!("unexpected outcome {other}: {result}"),
+                    }
+                }
+                versions
+            })
+        })
+        .collect();
+
+    common::within("the workload to get halfway", halfway.notified()).await;
+    // SIGKILL: no shutdown, no draining, whatever was in flight is cut off.
+    children[0].process.kill().unwrap();
+    let _ = children[0].process.wait();
+
+    let mut versions = Vec::new();
+    for agent in agents {
+        versions.extend(common::within("an agent", agent).await.unwrap());
+    }
+    let survivor = Agent::connect(&urls[1], None).await;
+    let (version, state) = survivor.get(&handle).await;
+    let applied = versions.len() as u64;
+    let (failovers, replays) = (
+        FAILOVERS.load(Ordering::SeqCst),
+        REPLAYS.load(Ordering::SeqCst),
+    );
+    println!(
+        "kill -9 mid-workload: {applied} applied, {failovers} calls failed over, {replays} answered replayed"
+    );
+    assert!(failovers > 0, "no call was in flight on the killed server");
+    assert_eq!(applied, 8 * 4);
+    assert_eq!(
+        state["memory_gib"].as_u64(),
+        Some(16 + applied),
+        "an acknowledged change was lost or applied twice"
+    );
+    assert_eq!(version, 1 + applied);
+    versions.sort_unstable();
+    assert_eq!(versions, (2..=1 + applied).collect::<Vec<_>>());
+    drop(children);
+    remove_db(&path);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_on_another_process_after_the_first_was_killed_replays_its_commit() {
+    let path = temp_db("processes-replay");
+    drop(SqliteStore::open(&path, StoreConfig::default()).unwrap());
+    let mut children = start_children(&path, "normal", 2);
+    let urls: Vec<String> = children.iter().map(|child| child.url.clone()).collect();
+    let first = Agent::connect(&urls[0], None).await;
+    let handle = first.create().await;
+    let change = json!({
+        "basket_id": handle,
+        "expected_version": 1,
+        "operation_id": basket_client::operation_id("before-the-kill"),
+        "memory_gib": 24,
+        "storage_gib": 256,
+    });
+    // The answer is treated as lost: the caller only knows it sent the request.
+    let applied = first
+        .call("basket_replace_configuration", change.clone())
+        .await;
+    assert_eq!(applied["structuredContent"]["outcome"], "applied");
+    children[0].process.kill().unwrap();
+    let _ = children[0].process.wait();
+
+    let second = Agent::connect(&urls[1], None).await;
+    let retried = second.call("basket_replace_configuration", change).await;
+    let outcome = &retried["structuredContent"];
+    assert_eq!(outcome["outcome"], "replayed", "{retried}");
+    assert_eq!(outcome["original"], applied["structuredContent"]);
+    let (version, state) = second.get(&handle).await;
+    assert_eq!((version, state["memory_gib"].as_u64()), (2, Some(24)));
+    drop(children);
+    remove_db(&path);
 }

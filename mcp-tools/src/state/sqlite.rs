@@ -206,6 +206,21 @@ impl SqliteStore {
         })
     }
 
+    /// The `synchronous` setting in force on the connection that writes (for tests that check the
+    /// durability option reached the engine: it is a per-connection setting nothing else shows).
+    #[doc(hidden)]
+    pub fn synchronous_for_tests(&self) -> Result<Synchronous, StoreError> {
+        let level: i64 =
+            lock(&self.inner.writer).query_row("PRAGMA synchronous", [], |row| row.get(0))?;
+        match level {
+            1 => Ok(Synchronous::Normal),
+            2 => Ok(Synchronous::Full),
+            other => Err(StoreError::Backend(format!(
+                "unexpected synchronous level {other}"
+            ))),
+        }
+    }
+
     /// The file this store uses.
     pub fn path(&self) -> &Path {
         &self.inner.path
