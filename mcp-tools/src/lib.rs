@@ -37,34 +37,26 @@
 //! ```
 #![warn(missing_docs)]
 
-mod auth;
 mod completion;
-pub mod content;
 mod context;
-mod cursor;
 mod dispatch;
-mod docs;
-mod error;
-mod extract;
-mod headers;
-mod host;
-mod http;
-mod input;
-mod legacy;
-mod listen;
-mod notify;
-mod output;
-mod param_headers;
-mod prompt;
+mod prompts;
 pub mod protocol;
-mod resource;
-mod serve;
+mod resources;
 mod server;
-mod sse;
-pub mod state;
+pub mod store;
 pub mod testing;
-mod tool;
-mod tool_set;
+mod tools;
+mod transport;
+
+/// Earlier name of [`store`], kept while the macros move over.
+#[doc(hidden)]
+pub use store as state;
+
+/// Content blocks of tool results.
+pub mod content {
+    pub use crate::tools::content::*;
+}
 
 #[doc(hidden)]
 #[path = "private.rs"]
@@ -95,23 +87,23 @@ macro_rules! tools {
     };
 }
 
-pub use auth::Unauthorized;
 pub use completion::{CompletionTarget, Completions};
-pub use content::{CallToolResult, Content, IntoToolError, ToolError};
+pub use context::extract::{FromContext, MISSING_STATE, State};
+pub use context::notify::LogLevel;
 pub use context::{Context, Principal};
-pub use cursor::CursorError;
-pub use error::RpcError;
-pub use extract::{FromContext, MISSING_STATE, State};
-pub use input::{InputRequired, ToolReply};
 pub use mcp_tools_derive::{ToolError, tool, toolbox};
-pub use notify::LogLevel;
-pub use output::{IntoCallToolResult, Structured};
-pub use prompt::{GetPromptResult, IntoPromptReply, Prompt, PromptMessage, PromptSet, Role};
-pub use resource::{Resource, ResourceContents, ResourceSet, ResourceTemplate};
-pub use serve::shutdown_signal;
+pub use prompts::{GetPromptResult, IntoPromptReply, Prompt, PromptMessage, PromptSet, Role};
+pub use protocol::error::RpcError;
+pub use protocol::seal::CursorError;
+pub use resources::{Resource, ResourceContents, ResourceSet, ResourceTemplate};
 pub use server::{BuildError, CacheScope, DEFAULT_BODY_LIMIT, McpServer, McpServerBuilder};
 #[cfg(feature = "sqlite")]
-pub use state::SqliteStore;
-pub use state::{MemoryStore, MutationOutcome, StateStore};
-pub use tool::{NoArgs, Tool, ToolAnnotations, ToolInfo};
-pub use tool_set::ToolSet;
+pub use store::SqliteStore;
+pub use store::{MemoryStore, MutationOutcome, StateStore};
+pub use tools::content::{CallToolResult, Content, IntoToolError, ToolError};
+pub use tools::input::{InputRequired, ToolReply};
+pub use tools::output::{IntoCallToolResult, Structured};
+pub use tools::set::ToolSet;
+pub use tools::{NoArgs, Tool, ToolAnnotations, ToolInfo};
+pub use transport::http::auth::Unauthorized;
+pub use transport::http::serve::shutdown_signal;

@@ -9,12 +9,12 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-pub use crate::extract::FromContext;
+pub use crate::context::extract::FromContext;
 
 /// Support for the stateful tool kinds (`creates`, `reads`, `mutates`).
 pub mod stateful {
-    pub use crate::state::tool_support::*;
-    pub use crate::state::{ConflictPolicy, Resource, Store, Transition};
+    pub use crate::store::tool_support::*;
+    pub use crate::store::{ConflictPolicy, Resource, Store, Transition};
 }
 
 /// Holds for every type a `#[tool]` parameter may have.
@@ -68,17 +68,17 @@ pub fn input_schema<T: JsonSchema>(generator: &mut SchemaGenerator) -> Value {
 
 /// What a generated tool returns: the user's value already converted, so a request for client
 /// input survives the conversion.
-pub struct Outcome(pub crate::output::Reply);
+pub struct Outcome(pub crate::tools::output::Reply);
 
 impl crate::IntoCallToolResult for Outcome {
     fn into_call_tool_result(self) -> crate::CallToolResult {
         match self.0 {
-            crate::output::Reply::Complete(result) => result,
-            crate::output::Reply::InputRequired(input) => input.into_call_tool_result(),
+            crate::tools::output::Reply::Complete(result) => result,
+            crate::tools::output::Reply::InputRequired(input) => input.into_call_tool_result(),
         }
     }
 
-    fn into_reply(self) -> crate::output::Reply {
+    fn into_reply(self) -> crate::tools::output::Reply {
         self.0
     }
 }

@@ -2,7 +2,7 @@ use serde_json::{Map, Value};
 
 use super::meta_keys;
 use crate::RpcError;
-use crate::notify::LogLevel;
+use crate::context::notify::LogLevel;
 
 /// The per-request `_meta` every 2026-07-28 request must carry.
 #[derive(Debug, Clone, Default)]

@@ -2,7 +2,12 @@
 //! JSON-RPC envelope.
 
 mod envelope;
+pub(crate) mod era;
+pub(crate) mod error;
+pub mod headers;
 mod meta;
+pub(crate) mod param_headers;
+pub(crate) mod seal;
 
 pub use envelope::{Envelope, RequestId};
 pub use meta::RequestMeta;
@@ -29,15 +34,6 @@ pub mod meta_keys {
     pub const PROGRESS_TOKEN: &str = "progressToken";
 }
 
-/// HTTP headers that mirror parts of the body so intermediaries can route without parsing it.
-pub mod headers {
-    /// Must equal the body's protocol version.
-    pub const PROTOCOL_VERSION: &str = "mcp-protocol-version";
-    /// Must equal the JSON-RPC method.
-    pub const METHOD: &str = "mcp-method";
-    /// Must equal `params.name` (or `params.uri`) where the method names a target.
-    pub const NAME: &str = "mcp-name";
-}
 
 /// JSON-RPC and MCP error codes.
 pub mod codes {

@@ -8,10 +8,10 @@ use schemars::generate::SchemaSettings;
 use serde_json::{Value, json};
 
 use crate::BuildError;
-use crate::content::{CallToolResult, ToolError};
+use crate::tools::content::{CallToolResult, ToolError};
 use crate::context::Context;
-use crate::input::Reply;
-use crate::tool::{Erased, ErasedTool, Tool, ToolDefinition};
+use crate::tools::input::Reply;
+use crate::tools::{Erased, ErasedTool, Tool, ToolDefinition};
 
 /// An ordered collection of tools, in the order `tools/list` returns them.
 ///
@@ -156,7 +156,7 @@ impl ToolSet {
             if index.insert(name.clone(), tools.len()).is_some() {
                 return Err(BuildError::DuplicateTool(name));
             }
-            let param_headers = crate::param_headers::declarations(&definition.input_schema);
+            let param_headers = crate::protocol::param_headers::declarations(&definition.input_schema);
             tools.push(CompiledTool {
                 param_headers,
                 definition,
@@ -203,7 +203,7 @@ pub(crate) struct Catalog {
 
 pub(crate) struct CompiledTool {
     pub(crate) definition: ToolDefinition,
-    pub(crate) param_headers: Vec<crate::param_headers::ParamHeader>,
+    pub(crate) param_headers: Vec<crate::protocol::param_headers::ParamHeader>,
     validator: jsonschema::Validator,
     tool: Arc<dyn ErasedTool>,
 }

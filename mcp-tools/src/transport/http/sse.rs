@@ -31,7 +31,7 @@ enum State {
 /// Serializes the final JSON-RPC response.
 fn final_message(id: &RequestId, result: Result<axum::body::Bytes, crate::RpcError>) -> Vec<u8> {
     match result {
-        Ok(result) => crate::http::result_body(id, &result),
+        Ok(result) => crate::transport::http::result_body(id, &result),
         Err(error) => serde_json::to_vec(&error.with_id(Some(id.clone())).to_response())
             .expect("errors serialize"),
     }

@@ -1,5 +1,11 @@
 //! The tool trait, its metadata, and the type-erased form the registry stores.
 
+pub(crate) mod content;
+pub(crate) mod docs;
+pub(crate) mod input;
+pub(crate) mod output;
+pub(crate) mod set;
+
 use std::borrow::Cow;
 use std::future::Future;
 use std::pin::Pin;
@@ -9,10 +15,10 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use crate::content::ToolError;
+use crate::tools::content::ToolError;
 use crate::context::Context;
-use crate::input::Reply;
-use crate::output::IntoCallToolResult;
+use crate::tools::input::Reply;
+use crate::tools::output::IntoCallToolResult;
 
 /// A tool: a name, a description, typed arguments and an async call.
 ///

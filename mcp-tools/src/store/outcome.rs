@@ -6,7 +6,7 @@ use serde_json::Value;
 
 use super::delta::FieldChange;
 use super::resource::Lifecycle;
-use crate::content::{CallToolResult, Content, ToolError};
+use crate::tools::content::{CallToolResult, Content, ToolError};
 
 /// Stable codes of the rejections the boundary itself produces.
 pub mod code {

@@ -5,8 +5,8 @@ use http::HeaderMap;
 use serde_json::{Map, Value};
 
 use crate::RpcError;
-use crate::headers::header_text;
-use crate::tool_set::CompiledTool;
+use crate::protocol::headers::header_text;
+use crate::tools::set::CompiledTool;
 
 /// One argument mirrored in a header.
 #[derive(Debug, Clone)]

@@ -10,7 +10,7 @@ use serde_json::{Map, Value};
 
 use crate::RpcError;
 use crate::context::Context;
-use crate::tool::BoxFuture;
+use crate::tools::BoxFuture;
 
 /// The contents of one resource (or sub-resource) as `resources/read` returns them.
 #[derive(Debug, Clone, PartialEq, Serialize)]

@@ -4,9 +4,9 @@ use schemars::{JsonSchema, SchemaGenerator};
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::content::{CallToolResult, Content, IntoToolError};
+use crate::tools::content::{CallToolResult, Content, IntoToolError};
 #[doc(hidden)]
-pub use crate::input::Reply;
+pub use crate::tools::input::Reply;
 
 /// A value a tool may return.
 ///

@@ -421,9 +421,9 @@ mod tests {
 
     use super::*;
     use crate::context::Principal;
-    use crate::state::clock::ManualClock;
-    use crate::state::fingerprint::Fingerprint;
-    use crate::state::resource::ResourceKind;
+    use crate::store::clock::ManualClock;
+    use crate::store::fingerprint::Fingerprint;
+    use crate::store::resource::ResourceKind;
 
     const SHORT_LIVED: ResourceKind =
         ResourceKind::new("ticket", "tkt").with_ttl(Duration::from_secs(60));

@@ -16,9 +16,9 @@ use super::outcome::{MutationOutcome, ReadOutcome, Rejected, Snapshot};
 use super::registry::Store;
 use super::resource::Resource;
 use super::store::{ConflictPolicy, CreateRequest, MutationRequest, ReadRequest, Transition};
-use crate::content::{CallToolResult, IntoToolError, ToolError};
+use crate::tools::content::{CallToolResult, IntoToolError, ToolError};
 use crate::context::Context;
-use crate::extract::MISSING_STATE;
+use crate::context::extract::MISSING_STATE;
 
 /// Decoded tool arguments together with the JSON they were decoded from: the operation-id
 /// ledger fingerprints the payload as sent.

@@ -9,16 +9,16 @@ use serde::Serialize;
 use serde_json::{Value, json};
 use tokio::sync::{broadcast, watch};
 
-use crate::auth::{Authenticate, Unauthorized};
+use crate::transport::http::auth::{Authenticate, Unauthorized};
 use crate::completion::Completions;
 use crate::context::SharedState;
-use crate::cursor::CursorCodec;
-use crate::host::HostPolicy;
-use crate::prompt::{Prompt, PromptSet};
+use crate::protocol::seal::CursorCodec;
+use crate::transport::http::host::HostPolicy;
+use crate::prompts::{Prompt, PromptSet};
 use crate::protocol::{SUPPORTED_VERSIONS, meta_keys};
-use crate::resource::{Resource, ResourceSet};
-use crate::tool::Tool;
-use crate::tool_set::{Catalog, ToolSet};
+use crate::resources::{Resource, ResourceSet};
+use crate::tools::Tool;
+use crate::tools::set::{Catalog, ToolSet};
 
 /// Why a server could not be built. Every variant names what to fix.
 #[derive(Debug, thiserror::Error)]
@@ -124,7 +124,7 @@ impl McpServerBuilder {
             logging: false,
             authenticate: None,
             legacy_era: true,
-            keep_alive: crate::sse::DEFAULT_KEEP_ALIVE,
+            keep_alive: crate::transport::http::sse::DEFAULT_KEEP_ALIVE,
         }
     }
 
@@ -293,7 +293,7 @@ impl McpServerBuilder {
         let result_meta = json!({ meta_keys::SERVER_INFO: server_info });
         let mut supported_versions = SUPPORTED_VERSIONS.to_vec();
         if self.legacy_era {
-            supported_versions.extend_from_slice(crate::legacy::LEGACY_VERSIONS);
+            supported_versions.extend_from_slice(crate::protocol::era::LEGACY_VERSIONS);
         }
         let base = Base {
             supported_versions,

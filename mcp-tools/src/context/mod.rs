@@ -1,10 +1,13 @@
 //! The per-request context handed to every tool call.
 
+pub(crate) mod extract;
+pub(crate) mod notify;
+
 use std::sync::Arc;
 
 use serde_json::{Map, Value};
 
-use crate::notify::{LogLevel, Notifier};
+use crate::context::notify::{LogLevel, Notifier};
 use crate::protocol::{RequestId, RequestMeta};
 use crate::server::McpServer;
 

@@ -9,8 +9,8 @@ use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
 
 use crate::RpcError;
-use crate::content::CallToolResult;
-use crate::output::IntoCallToolResult;
+use crate::tools::content::CallToolResult;
+use crate::tools::output::IntoCallToolResult;
 
 /// A request for client input, returned by a tool instead of a result.
 #[derive(Debug, Clone, Default, PartialEq)]

@@ -1,5 +1,13 @@
-//! Checks of the routing headers (`MCP-Protocol-Version`, `Mcp-Method`, `Mcp-Name`) against the
+//! HTTP headers that mirror parts of the body so intermediaries can route without parsing it,
+//! and the checks of the routing headers (`MCP-Protocol-Version`, `Mcp-Method`, `Mcp-Name`) against the
 //! body, so a load balancer routing on headers and the server executing the body agree.
+
+/// Must equal the body's protocol version.
+pub const PROTOCOL_VERSION: &str = "mcp-protocol-version";
+/// Must equal the JSON-RPC method.
+pub const METHOD: &str = "mcp-method";
+/// Must equal `params.name` (or `params.uri`) where the method names a target.
+pub const NAME: &str = "mcp-name";
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;

@@ -1,6 +1,8 @@
 //! The transport-independent request path: `_meta`, version and header checks in the order the
 //! protocol pins, then the method handlers. HTTP and the in-process test client both use it.
 
+mod subscriptions;
+
 use std::sync::Arc;
 
 use axum::body::Bytes;
@@ -12,17 +14,17 @@ use tokio::sync::mpsc;
 
 use crate::RpcError;
 use crate::completion::CompletionTarget;
-use crate::content::{CallToolResult, Content};
+use crate::tools::content::{CallToolResult, Content};
 use crate::context::{Context, Principal, RoundInput};
-use crate::headers::require_equal;
-use crate::input::{Binding, InputRequired, Reply, StateSeal};
-use crate::notify::Notifier;
-use crate::param_headers::check_param_headers;
+use crate::protocol::headers::require_equal;
+use crate::tools::input::{Binding, InputRequired, Reply, StateSeal};
+use crate::context::notify::Notifier;
+use crate::protocol::param_headers::check_param_headers;
 use crate::protocol::{
     Envelope, REMOVED_METHODS, RequestId, RequestMeta, SUPPORTED_VERSIONS, headers, meta_keys,
 };
 use crate::server::{Listing, McpServer, Snapshot};
-use crate::tool_set::CompiledTool;
+use crate::tools::set::CompiledTool;
 
 /// Where a message came from: HTTP carries routing headers that must agree with the body.
 #[derive(Clone, Copy)]
@@ -31,7 +33,7 @@ pub(crate) enum Transport<'a> {
     InProcess,
 }
 
-pub(crate) type Finish = crate::tool::BoxFuture<'static, Result<Bytes, RpcError>>;
+pub(crate) type Finish = crate::tools::BoxFuture<'static, Result<Bytes, RpcError>>;
 
 /// What the request path produced.
 pub(crate) enum Outcome {
@@ -169,10 +171,10 @@ impl McpServer {
             Transport::Http(headers) => Some(headers),
             Transport::InProcess => None,
         };
-        let legacy = crate::legacy::is_legacy(params.as_ref(), &method, http_headers);
+        let legacy = crate::protocol::era::is_legacy(params.as_ref(), &method, http_headers);
         if legacy && !self.shared.legacy_era {
             // A client of an earlier revision: name the versions served so it can move on.
-            let requested = crate::legacy::requested_version(params.as_ref(), http_headers);
+            let requested = crate::protocol::era::requested_version(params.as_ref(), http_headers);
             return Err(RpcError::unsupported_version(
                 &requested,
                 &self.shared.base.supported_versions,
@@ -180,7 +182,7 @@ impl McpServer {
         }
         let (meta, mut params) = if legacy {
             let mut params = params.unwrap_or_default();
-            (crate::legacy::meta(&mut params, http_headers), params)
+            (crate::protocol::era::meta(&mut params, http_headers), params)
         } else {
             (
                 RequestMeta::take_from(params.as_mut())?,
@@ -241,7 +243,7 @@ impl McpServer {
         // Only requests that run user code and opted in get a stream; everything else is one
         // JSON answer.
         let (notifier, notifications) = if route == Route::Listen {
-            let (sender, receiver) = mpsc::channel(crate::notify::BUFFER);
+            let (sender, receiver) = mpsc::channel(crate::context::notify::BUFFER);
             (Some(Notifier::new(sender, None, None)), Some(receiver))
         } else if matches!(
             route,
@@ -249,7 +251,7 @@ impl McpServer {
         ) && (meta.progress_token.is_some()
             || (meta.log_level.is_some() && snapshot.capabilities.get("logging").is_some()))
         {
-            let (sender, receiver) = mpsc::channel(crate::notify::BUFFER);
+            let (sender, receiver) = mpsc::channel(crate::context::notify::BUFFER);
             let log_level = meta
                 .log_level
                 .filter(|_| snapshot.capabilities.get("logging").is_some());
@@ -297,7 +299,7 @@ impl McpServer {
         } = prepared;
         match route {
             Route::Initialize => Ok(Bytes::from(
-                crate::legacy::initialize_result(
+                crate::protocol::era::initialize_result(
                     &params,
                     &snapshot.capabilities,
                     &self.shared.base.result_meta[meta_keys::SERVER_INFO],

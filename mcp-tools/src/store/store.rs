@@ -13,7 +13,7 @@ use super::clock::{Clock, SystemClock};
 use super::fingerprint::Fingerprint;
 use super::outcome::{MutationOutcome, ReadOutcome};
 use super::resource::{Resource, ResourceKind};
-use crate::content::{IntoToolError, ToolError};
+use crate::tools::content::{IntoToolError, ToolError};
 use crate::context::Principal;
 
 /// The future every store method returns; boxed so stores can sit behind `Arc<dyn StateStore>`.

@@ -1,5 +1,10 @@
 //! The Streamable HTTP transport: one POST endpoint, checked in the order the protocol pins.
 
+pub(crate) mod auth;
+pub(crate) mod host;
+pub(crate) mod serve;
+pub(crate) mod sse;
+
 use std::time::Instant;
 
 use axum::Router;
@@ -132,7 +137,7 @@ impl McpServer {
                 id,
                 notifications,
                 finish,
-            } => crate::sse::response(id, notifications, finish, self.shared.keep_alive),
+            } => crate::transport::http::sse::response(id, notifications, finish, self.shared.keep_alive),
             Outcome::Error(error) => {
                 span.record("outcome", error.code());
                 error_response(&error)

@@ -7,10 +7,10 @@ use serde::Serialize;
 use serde_json::{Map, Value, json};
 
 use crate::RpcError;
-use crate::content::Content;
+use crate::tools::content::Content;
 use crate::context::Context;
-use crate::input::{InputRequired, ToolReply};
-use crate::tool::BoxFuture;
+use crate::tools::input::{InputRequired, ToolReply};
+use crate::tools::BoxFuture;
 
 /// Who speaks a prompt message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

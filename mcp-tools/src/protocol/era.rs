@@ -4,7 +4,7 @@
 use http::HeaderMap;
 use serde_json::{Map, Value, json};
 
-use crate::notify::LogLevel;
+use crate::context::notify::LogLevel;
 use crate::protocol::{RequestMeta, headers, meta_keys};
 
 /// Earlier revisions served in the legacy era, newest first.

@@ -1,6 +1,6 @@
 //! Values a tool function receives from the request rather than from its arguments.
 
-use crate::content::ToolError;
+use crate::tools::content::ToolError;
 use crate::context::Context;
 
 /// Shared application state, registered with
