@@ -7,10 +7,10 @@ use serde::Serialize;
 use serde_json::{Map, Value, json};
 
 use crate::RpcError;
-use crate::tools::content::Content;
 use crate::context::Context;
-use crate::tools::input::{InputRequired, ToolReply};
 use crate::tools::BoxFuture;
+use crate::tools::content::Content;
+use crate::tools::input::{InputRequired, ToolReply};
 
 /// Who speaks a prompt message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

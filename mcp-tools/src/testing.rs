@@ -103,7 +103,8 @@ impl TestClient {
                 finish,
                 ..
             } => {
-                let (_notifications, result) = crate::transport::http::sse::collect(notifications, finish).await;
+                let (_notifications, result) =
+                    crate::transport::http::sse::collect(notifications, finish).await;
                 result.map(|bytes| serde_json::from_slice(&bytes).expect("results are JSON"))
             }
             Outcome::Accepted => unreachable!("requests always carry an id"),

@@ -1,7 +1,7 @@
 //! Values a tool function receives from the request rather than from its arguments.
 
-use crate::tools::content::ToolError;
 use crate::context::Context;
+use crate::tools::content::ToolError;
 
 /// Shared application state, registered with
 /// [`McpServerBuilder::state`](crate::McpServerBuilder::state) and received by a `#[tool]`

@@ -14,16 +14,16 @@ use tokio::sync::mpsc;
 
 use crate::RpcError;
 use crate::completion::CompletionTarget;
-use crate::tools::content::{CallToolResult, Content};
+use crate::context::notify::Notifier;
 use crate::context::{Context, Principal, RoundInput};
 use crate::protocol::headers::require_equal;
-use crate::tools::input::{Binding, InputRequired, Reply, StateSeal};
-use crate::context::notify::Notifier;
 use crate::protocol::param_headers::check_param_headers;
 use crate::protocol::{
     Envelope, REMOVED_METHODS, RequestId, RequestMeta, SUPPORTED_VERSIONS, headers, meta_keys,
 };
 use crate::server::{Listing, McpServer, Snapshot};
+use crate::tools::content::{CallToolResult, Content};
+use crate::tools::input::{Binding, InputRequired, Reply, StateSeal};
 use crate::tools::set::CompiledTool;
 
 /// Where a message came from: HTTP carries routing headers that must agree with the body.
@@ -182,7 +182,10 @@ impl McpServer {
         }
         let (meta, mut params) = if legacy {
             let mut params = params.unwrap_or_default();
-            (crate::protocol::era::meta(&mut params, http_headers), params)
+            (
+                crate::protocol::era::meta(&mut params, http_headers),
+                params,
+            )
         } else {
             (
                 RequestMeta::take_from(params.as_mut())?,

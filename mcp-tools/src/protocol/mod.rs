@@ -34,7 +34,6 @@ pub mod meta_keys {
     pub const PROGRESS_TOKEN: &str = "progressToken";
 }
 
-
 /// JSON-RPC and MCP error codes.
 pub mod codes {
     /// The body is not JSON.

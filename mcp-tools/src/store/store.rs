@@ -13,8 +13,8 @@ use super::clock::{Clock, SystemClock};
 use super::fingerprint::Fingerprint;
 use super::outcome::{MutationOutcome, ReadOutcome};
 use super::resource::{Resource, ResourceKind};
-use crate::tools::content::{IntoToolError, ToolError};
 use crate::context::Principal;
+use crate::tools::content::{IntoToolError, ToolError};
 
 /// The future every store method returns; boxed so stores can sit behind `Arc<dyn StateStore>`.
 pub type StoreFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, StoreError>> + Send + 'a>>;

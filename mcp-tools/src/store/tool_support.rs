@@ -16,9 +16,9 @@ use super::outcome::{MutationOutcome, ReadOutcome, Rejected, Snapshot};
 use super::registry::Store;
 use super::resource::Resource;
 use super::store::{ConflictPolicy, CreateRequest, MutationRequest, ReadRequest, Transition};
-use crate::tools::content::{CallToolResult, IntoToolError, ToolError};
 use crate::context::Context;
 use crate::context::extract::MISSING_STATE;
+use crate::tools::content::{CallToolResult, IntoToolError, ToolError};
 
 /// Decoded tool arguments together with the JSON they were decoded from: the operation-id
 /// ledger fingerprints the payload as sent.

@@ -15,8 +15,8 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use crate::tools::content::ToolError;
 use crate::context::Context;
+use crate::tools::content::ToolError;
 use crate::tools::input::Reply;
 use crate::tools::output::IntoCallToolResult;
 

@@ -8,8 +8,8 @@ use schemars::generate::SchemaSettings;
 use serde_json::{Value, json};
 
 use crate::BuildError;
-use crate::tools::content::{CallToolResult, ToolError};
 use crate::context::Context;
+use crate::tools::content::{CallToolResult, ToolError};
 use crate::tools::input::Reply;
 use crate::tools::{Erased, ErasedTool, Tool, ToolDefinition};
 
@@ -156,7 +156,8 @@ impl ToolSet {
             if index.insert(name.clone(), tools.len()).is_some() {
                 return Err(BuildError::DuplicateTool(name));
             }
-            let param_headers = crate::protocol::param_headers::declarations(&definition.input_schema);
+            let param_headers =
+                crate::protocol::param_headers::declarations(&definition.input_schema);
             tools.push(CompiledTool {
                 param_headers,
                 definition,

@@ -137,7 +137,12 @@ impl McpServer {
                 id,
                 notifications,
                 finish,
-            } => crate::transport::http::sse::response(id, notifications, finish, self.shared.keep_alive),
+            } => crate::transport::http::sse::response(
+                id,
+                notifications,
+                finish,
+                self.shared.keep_alive,
+            ),
             Outcome::Error(error) => {
                 span.record("outcome", error.code());
                 error_response(&error)

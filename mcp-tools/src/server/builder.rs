@@ -1,0 +1,320 @@
+//! Building a server: its settings, checked once, and the errors that name what to fix.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use axum::body::Bytes;
+use serde::Serialize;
+use serde_json::{Value, json};
+use tokio::sync::{broadcast, watch};
+
+use super::{Base, McpServer, Offer, Shared};
+use crate::completion::Completions;
+use crate::context::SharedState;
+use crate::prompts::{Prompt, PromptSet};
+use crate::protocol::seal::CursorCodec;
+use crate::protocol::{SUPPORTED_VERSIONS, meta_keys};
+use crate::resources::{Resource, ResourceSet};
+use crate::tools::Tool;
+use crate::tools::set::{Catalog, ToolSet};
+use crate::transport::http::auth::{Authenticate, Unauthorized};
+use crate::transport::http::host::HostPolicy;
+
+/// Why a server could not be built. Every variant names what to fix.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum BuildError {
+    /// A tool name is outside `^[A-Za-z0-9_./-]{1,64}$`.
+    #[error(
+        "tool name {0:?} is invalid: use 1 to 64 characters of A-Z, a-z, 0-9, '_', '.', '/', '-'"
+    )]
+    InvalidToolName(String),
+    /// Two tools share a name.
+    #[error("two tools are named {0:?}: tool names must be unique")]
+    DuplicateTool(String),
+    /// A tool has no description.
+    #[error("tool {0:?} has no description: models choose tools by their descriptions")]
+    MissingDescription(String),
+    /// An input schema whose root is not `"type": "object"`.
+    #[error(
+        "the input schema of tool {0:?} must have `\"type\": \"object\"` at its root: take arguments as a struct with named fields (or `NoArgs`)"
+    )]
+    InputSchemaNotObject(String),
+    /// A schema that is not valid JSON Schema 2020-12.
+    #[error("a schema of tool {tool:?} is not valid JSON Schema 2020-12: {reason}")]
+    InvalidSchema {
+        /// The tool.
+        tool: String,
+        /// The validator's explanation.
+        reason: String,
+    },
+    /// A setting is out of range.
+    #[error("invalid setting: {0}")]
+    InvalidSetting(&'static str),
+}
+
+/// Who may cache list results: everyone, or only the requesting principal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CacheScope {
+    /// Results do not depend on the caller.
+    Public,
+    /// Results may depend on the caller's authorization.
+    Private,
+}
+
+/// Builds an [`McpServer`].
+#[must_use]
+pub struct McpServerBuilder {
+    name: String,
+    version: String,
+    title: Option<String>,
+    instructions: Option<String>,
+    catalog: Offer,
+    state: http::Extensions,
+    pub(crate) settings: ListSettings,
+    cursor_key: Option<Vec<u8>>,
+    body_limit: usize,
+    hosts: HostPolicy,
+    endpoint_path: String,
+    pub(crate) logging: bool,
+    authenticate: Option<Authenticate>,
+    legacy_era: bool,
+    keep_alive: Duration,
+}
+
+/// Default body limit: 4 MiB.
+pub const DEFAULT_BODY_LIMIT: usize = 4 * 1024 * 1024;
+
+#[derive(Clone, Copy)]
+pub(crate) struct ListSettings {
+    pub(crate) page_size: usize,
+    pub(crate) ttl_ms: u64,
+    pub(crate) scope: CacheScope,
+}
+
+impl McpServerBuilder {
+    fn new(name: String, version: String) -> Self {
+        McpServerBuilder {
+            name,
+            version,
+            title: None,
+            instructions: None,
+            catalog: Offer::default(),
+            state: http::Extensions::new(),
+            settings: ListSettings {
+                page_size: 100,
+                ttl_ms: 300_000,
+                scope: CacheScope::Public,
+            },
+            cursor_key: None,
+            body_limit: DEFAULT_BODY_LIMIT,
+            hosts: HostPolicy::loopback(),
+            endpoint_path: "/mcp".into(),
+            logging: false,
+            authenticate: None,
+            legacy_era: true,
+            keep_alive: crate::transport::http::sse::DEFAULT_KEEP_ALIVE,
+        }
+    }
+
+    /// Display title of the server.
+    pub fn title(mut self, title: impl Into<String>) -> Self {
+        self.title = Some(title.into());
+        self
+    }
+
+    /// Guidance for the model returned by `server/discover` (do not repeat tool descriptions).
+    pub fn instructions(mut self, instructions: impl Into<String>) -> Self {
+        self.instructions = Some(instructions.into());
+        self
+    }
+
+    /// Adds the tools of `tools`, after any added before.
+    pub fn tools(mut self, tools: ToolSet) -> Self {
+        self.catalog.tools = std::mem::take(&mut self.catalog.tools).merge(tools);
+        self
+    }
+
+    /// Offers these resources and resource templates.
+    pub fn resources(mut self, resources: ResourceSet) -> Self {
+        self.catalog.resources = resources;
+        self
+    }
+
+    /// Offers these prompts.
+    pub fn prompts(mut self, prompts: PromptSet) -> Self {
+        self.catalog.prompts = prompts;
+        self
+    }
+
+    /// Offers argument completion.
+    pub fn completions(mut self, completions: Completions) -> Self {
+        self.catalog.completions = completions;
+        self
+    }
+
+    /// Advertises the (deprecated) logging capability: requests that set `logLevel` receive the
+    /// messages tools send with [`Context::log`](crate::Context::log).
+    pub fn logging(mut self) -> Self {
+        self.logging = true;
+        self
+    }
+
+    /// Registers shared application state, read by tools with
+    /// [`Context::state`](crate::Context::state). One value per type.
+    pub fn state<T: Clone + Send + Sync + 'static>(mut self, state: T) -> Self {
+        self.state.insert(state);
+        self
+    }
+
+    /// Items per page of list results (default 100).
+    pub fn page_size(mut self, page_size: usize) -> Self {
+        self.settings.page_size = page_size;
+        self
+    }
+
+    /// `ttlMs` advertised on `server/discover`, list and read results (default 5 minutes).
+    pub fn list_ttl(mut self, ttl: Duration) -> Self {
+        self.settings.ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
+        self
+    }
+
+    /// `cacheScope` advertised on `server/discover`, list and read results (default public).
+    pub fn cache_scope(mut self, scope: CacheScope) -> Self {
+        self.settings.scope = scope;
+        self
+    }
+
+    /// The HMAC-SHA256 key that signs pagination cursors and multi-round request state.
+    ///
+    /// Every replica behind one load balancer must use the same key, so a listing started on one
+    /// continues on another. Without a key each process draws a random one at start-up, which
+    /// suits a single process only.
+    pub fn cursor_key(mut self, key: impl Into<Vec<u8>>) -> Self {
+        self.cursor_key = Some(key.into());
+        self
+    }
+
+    /// Largest accepted request body in bytes (default 4 MiB); larger bodies get HTTP 413.
+    pub fn body_limit(mut self, bytes: usize) -> Self {
+        self.body_limit = bytes;
+        self
+    }
+
+    /// Host names accepted in `Host` and `Origin`, against DNS rebinding. Replaces the default,
+    /// which accepts only `localhost`, `127.0.0.1` and `[::1]` (any port).
+    pub fn allowed_hosts<I, S>(mut self, hosts: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.hosts = HostPolicy::only(hosts);
+        self
+    }
+
+    /// Accepts any `Host` and `Origin`: only for servers behind a proxy that checks them.
+    pub fn allow_any_host(mut self) -> Self {
+        self.hosts = HostPolicy::any();
+        self
+    }
+
+    /// Authenticates every HTTP request: `check` maps its headers to the calling
+    /// [`Principal`](crate::Principal) or refuses it. Handles and operation ids are bound to the
+    /// principal, so one caller never sees another's state.
+    pub fn authenticate<F>(mut self, check: F) -> Self
+    where
+        F: Fn(&http::HeaderMap) -> Result<crate::Principal, Unauthorized> + Send + Sync + 'static,
+    {
+        self.authenticate = Some(Arc::new(check));
+        self
+    }
+
+    /// Whether clients of revision 2025-11-25 (and 2025-06-18, 2025-03-26), which begin with
+    /// `initialize`, are served on the same endpoint, statelessly: no session id is minted and
+    /// `GET`/`DELETE` stay 405. On by default.
+    pub fn legacy_era(mut self, enabled: bool) -> Self {
+        self.legacy_era = enabled;
+        self
+    }
+
+    /// How often a quiet event stream (a subscription, a long call) gets a comment line so that
+    /// proxies keep it open (default 15 s).
+    pub fn keep_alive(mut self, interval: Duration) -> Self {
+        self.keep_alive = interval;
+        self
+    }
+
+    /// Path of the MCP endpoint in [`McpServer::router`] (default `/mcp`).
+    pub fn endpoint_path(mut self, path: impl Into<String>) -> Self {
+        self.endpoint_path = path.into();
+        self
+    }
+
+    /// Checks the configuration and every tool, and computes the answers that never change.
+    pub fn build(self) -> Result<McpServer, BuildError> {
+        if self.settings.page_size == 0 {
+            return Err(BuildError::InvalidSetting("page_size must be at least 1"));
+        }
+        if !self.endpoint_path.starts_with('/') {
+            return Err(BuildError::InvalidSetting(
+                "endpoint_path must start with '/'",
+            ));
+        }
+        let key = match self.cursor_key {
+            Some(key) if key.is_empty() => {
+                return Err(BuildError::InvalidSetting("cursor_key must not be empty"));
+            }
+            Some(key) => key,
+            None => {
+                let mut key = vec![0; 32];
+                getrandom::fill(&mut key).map_err(|_| {
+                    BuildError::InvalidSetting(
+                        "no system randomness for the cursor key; set cursor_key",
+                    )
+                })?;
+                key
+            }
+        };
+        let mut server_info = json!({ "name": self.name, "version": self.version });
+        if let Some(title) = &self.title {
+            server_info["title"] = json!(title);
+        }
+        let result_meta = json!({ meta_keys::SERVER_INFO: server_info });
+        let mut supported_versions = SUPPORTED_VERSIONS.to_vec();
+        if self.legacy_era {
+            supported_versions.extend_from_slice(crate::protocol::era::LEGACY_VERSIONS);
+        }
+        let base = Base {
+            supported_versions,
+            result_meta,
+            instructions: self.instructions,
+            settings: self.settings,
+            cursors: CursorCodec::new(&key),
+            logging: self.logging,
+        };
+        let snapshot = base.snapshot(self.catalog)?;
+        let (changes, _) = broadcast::channel(64);
+        let (shutdown, _) = watch::channel(false);
+        Ok(McpServer {
+            shared: Arc::new(Shared {
+                endpoint_path: self.endpoint_path,
+                body_limit: self.body_limit,
+                hosts: self.hosts,
+                authenticate: self.authenticate,
+                legacy_era: self.legacy_era,
+                keep_alive: self.keep_alive,
+                state: SharedState::new(self.state),
+                server_meta: serde_json::value::to_raw_value(&base.result_meta)
+                    .expect("maps serialize"),
+                state_key: key,
+                base,
+                snapshot: ArcSwap::from_pointee(snapshot),
+                edit: Mutex::new(()),
+                changes,
+                shutdown,
+            }),
+        })
+    }
+}

@@ -1,0 +1,193 @@
+//! The compiled catalog: one consistent version of what the server offers, with its listing
+//! pages serialized once, cursors included.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use axum::body::Bytes;
+use serde::Serialize;
+use serde_json::{Value, json};
+use tokio::sync::{broadcast, watch};
+
+use super::BuildError;
+use super::builder::ListSettings;
+use crate::completion::Completions;
+use crate::context::SharedState;
+use crate::prompts::{Prompt, PromptSet};
+use crate::protocol::seal::CursorCodec;
+use crate::protocol::{SUPPORTED_VERSIONS, meta_keys};
+use crate::resources::{Resource, ResourceSet};
+use crate::tools::Tool;
+use crate::tools::set::{Catalog, ToolSet};
+use crate::transport::http::auth::{Authenticate, Unauthorized};
+use crate::transport::http::host::HostPolicy;
+
+/// Everything the server offers: tools, resources, prompts, completions. Replaced whole when it
+/// changes at run time, so a request sees one consistent version.
+#[derive(Clone, Default)]
+pub(crate) struct Offer {
+    pub(crate) tools: ToolSet,
+    pub(crate) resources: ResourceSet,
+    pub(crate) prompts: PromptSet,
+    pub(crate) completions: Completions,
+}
+
+/// What does not change when the offer changes.
+pub(crate) struct Base {
+    /// Every version served: the current one, then the legacy ones when that era is on.
+    pub(crate) supported_versions: Vec<&'static str>,
+    /// `{"io.modelcontextprotocol/serverInfo": {...}}`.
+    pub(crate) result_meta: Value,
+    pub(crate) instructions: Option<String>,
+    pub(crate) settings: ListSettings,
+    pub(crate) cursors: CursorCodec,
+    pub(crate) logging: bool,
+}
+
+/// One listing, serialized page by page, cursors included.
+pub(crate) struct Listing {
+    pub(crate) kind: &'static str,
+    pub(crate) pages: Vec<Bytes>,
+    pub(crate) fingerprint: u64,
+}
+
+impl Base {
+    pub(crate) fn snapshot(&self, offer: Offer) -> Result<Snapshot, BuildError> {
+        let catalog = offer.tools.compile()?;
+        let definitions = catalog
+            .tools
+            .iter()
+            .map(|tool| serde_json::to_value(&tool.definition).expect("definitions serialize"))
+            .collect();
+        let tools = self.listing("tools/list", "tools", definitions);
+        let resources = self.listing(
+            "resources/list",
+            "resources",
+            offer
+                .resources
+                .resources
+                .iter()
+                .map(|r| Value::Object(r.descriptor.clone()))
+                .collect(),
+        );
+        let templates = self.listing(
+            "resources/templates/list",
+            "resourceTemplates",
+            offer
+                .resources
+                .templates
+                .iter()
+                .map(|t| Value::Object(t.descriptor.clone()))
+                .collect(),
+        );
+        let prompts = self.listing(
+            "prompts/list",
+            "prompts",
+            offer
+                .prompts
+                .prompts
+                .iter()
+                .map(|p| Value::Object(p.descriptor.clone()))
+                .collect(),
+        );
+        let mut capabilities = serde_json::Map::new();
+        if !catalog.tools.is_empty() {
+            capabilities.insert("tools".into(), json!({ "listChanged": true }));
+        }
+        if !offer.resources.is_empty() {
+            capabilities.insert(
+                "resources".into(),
+                json!({ "subscribe": true, "listChanged": true }),
+            );
+        }
+        if !offer.prompts.is_empty() {
+            capabilities.insert("prompts".into(), json!({ "listChanged": true }));
+        }
+        if !offer.completions.is_empty() {
+            capabilities.insert("completions".into(), json!({}));
+        }
+        if self.logging {
+            capabilities.insert("logging".into(), json!({}));
+        }
+        let mut discover = json!({
+            "resultType": "complete",
+            "supportedVersions": self.supported_versions,
+            "capabilities": capabilities,
+            "ttlMs": self.settings.ttl_ms,
+            "cacheScope": self.settings.scope,
+            "_meta": self.result_meta,
+        });
+        if let Some(instructions) = &self.instructions {
+            discover["instructions"] = json!(instructions);
+        }
+        Ok(Snapshot {
+            discover: Bytes::from(discover.to_string()),
+            capabilities: Value::Object(capabilities),
+            catalog,
+            tools,
+            resources,
+            templates,
+            prompts,
+            offer,
+        })
+    }
+
+    /// Serializes every page of a listing once.
+    fn listing(&self, kind: &'static str, member: &str, items: Vec<Value>) -> Listing {
+        use sha2::{Digest, Sha256};
+        let digest = Sha256::new()
+            .chain_update(Value::Array(items.clone()).to_string().as_bytes())
+            .chain_update(self.settings.page_size.to_be_bytes())
+            .finalize();
+        let fingerprint = u64::from_be_bytes(digest[..8].try_into().expect("8 bytes"));
+        let chunks: Vec<&[Value]> = if items.is_empty() {
+            vec![&[]]
+        } else {
+            items.chunks(self.settings.page_size).collect()
+        };
+        let count = chunks.len();
+        let pages = chunks
+            .into_iter()
+            .enumerate()
+            .map(|(i, chunk)| {
+                let mut page = json!({
+                    "resultType": "complete",
+                    member: chunk,
+                    "ttlMs": self.settings.ttl_ms,
+                    "cacheScope": self.settings.scope,
+                    "_meta": self.result_meta,
+                });
+                if i + 1 < count {
+                    let position = u32::try_from(i + 1).expect("fewer than 2^32 pages");
+                    page["nextCursor"] = json!(self.cursors.encode(kind, position, fingerprint));
+                }
+                Bytes::from(page.to_string())
+            })
+            .collect();
+        Listing {
+            kind,
+            pages,
+            fingerprint,
+        }
+    }
+
+    /// `ttlMs`, `cacheScope` and `_meta` for a cacheable result built per request.
+    pub(crate) fn cacheable(&self, mut result: Value) -> Value {
+        result["ttlMs"] = json!(self.settings.ttl_ms);
+        result["cacheScope"] = json!(self.settings.scope);
+        result
+    }
+}
+
+/// One consistent version of what the server offers, with its serialized listings.
+pub(crate) struct Snapshot {
+    pub(crate) discover: Bytes,
+    pub(crate) capabilities: Value,
+    pub(crate) catalog: Catalog,
+    pub(crate) tools: Listing,
+    pub(crate) resources: Listing,
+    pub(crate) templates: Listing,
+    pub(crate) prompts: Listing,
+    pub(crate) offer: Offer,
+}
