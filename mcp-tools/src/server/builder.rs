@@ -4,20 +4,19 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
-use axum::body::Bytes;
 use serde::Serialize;
-use serde_json::{Value, json};
+use serde_json::json;
 use tokio::sync::{broadcast, watch};
 
 use super::{Base, McpServer, Offer, Shared};
 use crate::completion::Completions;
 use crate::context::SharedState;
-use crate::prompts::{Prompt, PromptSet};
+use crate::prompts::PromptSet;
 use crate::protocol::seal::CursorCodec;
 use crate::protocol::{SUPPORTED_VERSIONS, meta_keys};
-use crate::resources::{Resource, ResourceSet};
+use crate::resources::ResourceSet;
 use crate::tools::Tool;
-use crate::tools::set::{Catalog, ToolSet};
+use crate::tools::set::ToolSet;
 use crate::transport::http::auth::{Authenticate, Unauthorized};
 use crate::transport::http::host::HostPolicy;
 
@@ -95,7 +94,7 @@ pub(crate) struct ListSettings {
 }
 
 impl McpServerBuilder {
-    fn new(name: String, version: String) -> Self {
+    pub(super) fn new(name: String, version: String) -> Self {
         McpServerBuilder {
             name,
             version,

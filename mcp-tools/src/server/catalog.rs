@@ -1,27 +1,16 @@
 //! The compiled catalog: one consistent version of what the server offers, with its listing
 //! pages serialized once, cursors included.
 
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
-
-use arc_swap::ArcSwap;
 use axum::body::Bytes;
-use serde::Serialize;
 use serde_json::{Value, json};
-use tokio::sync::{broadcast, watch};
 
 use super::BuildError;
 use super::builder::ListSettings;
 use crate::completion::Completions;
-use crate::context::SharedState;
-use crate::prompts::{Prompt, PromptSet};
+use crate::prompts::PromptSet;
 use crate::protocol::seal::CursorCodec;
-use crate::protocol::{SUPPORTED_VERSIONS, meta_keys};
-use crate::resources::{Resource, ResourceSet};
-use crate::tools::Tool;
+use crate::resources::ResourceSet;
 use crate::tools::set::{Catalog, ToolSet};
-use crate::transport::http::auth::{Authenticate, Unauthorized};
-use crate::transport::http::host::HostPolicy;
 
 /// Everything the server offers: tools, resources, prompts, completions. Replaced whole when it
 /// changes at run time, so a request sees one consistent version.

@@ -1,25 +1,14 @@
 //! Changing what the server offers while it serves, and telling the listeners.
 
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::sync::Arc;
 
-use arc_swap::ArcSwap;
-use axum::body::Bytes;
 use serde::Serialize;
-use serde_json::{Value, json};
-use tokio::sync::{broadcast, watch};
 
 use super::{BuildError, McpServer, Offer};
-use crate::completion::Completions;
-use crate::context::SharedState;
-use crate::prompts::{Prompt, PromptSet};
-use crate::protocol::seal::CursorCodec;
-use crate::protocol::{SUPPORTED_VERSIONS, meta_keys};
-use crate::resources::{Resource, ResourceSet};
+use crate::prompts::Prompt;
+use crate::resources::Resource;
 use crate::tools::Tool;
-use crate::tools::set::{Catalog, ToolSet};
-use crate::transport::http::auth::{Authenticate, Unauthorized};
-use crate::transport::http::host::HostPolicy;
+use crate::tools::set::ToolSet;
 
 /// Which list changed, for `subscriptions/listen`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -13,20 +13,12 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
-use axum::body::Bytes;
 use serde::Serialize;
-use serde_json::{Value, json};
 use tokio::sync::{broadcast, watch};
 
-use crate::completion::Completions;
 use crate::context::SharedState;
-use crate::prompts::{Prompt, PromptSet};
-use crate::protocol::seal::CursorCodec;
-use crate::protocol::{SUPPORTED_VERSIONS, meta_keys};
-use crate::resources::{Resource, ResourceSet};
 use crate::tools::Tool;
-use crate::tools::set::{Catalog, ToolSet};
-use crate::transport::http::auth::{Authenticate, Unauthorized};
+use crate::transport::http::auth::Authenticate;
 use crate::transport::http::host::HostPolicy;
 
 /// A built MCP server. Cheap to clone: clones share everything.
