@@ -89,10 +89,13 @@ impl TestClient {
             method: method.to_owned(),
             params: Some(params),
         };
-        match self
-            .server
-            .handle(envelope, Transport::InProcess, self.principal.clone())
-            .await
+        match crate::dispatch::handle(
+            &self.server,
+            envelope,
+            Transport::InProcess,
+            self.principal.clone(),
+        )
+        .await
         {
             Outcome::Result { result, .. } => {
                 Ok(serde_json::from_slice(&result).expect("results are JSON"))

@@ -1,30 +1,30 @@
 //! The transport-independent request path: `_meta`, version and header checks in the order the
 //! protocol pins, then the method handlers. HTTP and the in-process test client both use it.
 
+mod completion;
+mod discover;
+mod prompts;
+mod resources;
+mod rounds;
 mod subscriptions;
+mod tools;
 
 use std::sync::Arc;
 
 use axum::body::Bytes;
 use http::HeaderMap;
-use serde::Serialize;
-use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
 use tokio::sync::mpsc;
 
 use crate::RpcError;
-use crate::completion::CompletionTarget;
 use crate::context::notify::Notifier;
-use crate::context::{Context, Principal, RoundInput};
+use crate::context::{Context, Principal};
 use crate::protocol::headers::require_equal;
 use crate::protocol::param_headers::check_param_headers;
 use crate::protocol::{
     Envelope, REMOVED_METHODS, RequestId, RequestMeta, SUPPORTED_VERSIONS, headers, meta_keys,
 };
-use crate::server::{Listing, McpServer, Snapshot};
-use crate::tools::content::{CallToolResult, Content};
-use crate::tools::input::{Binding, InputRequired, Reply, StateSeal};
-use crate::tools::set::CompiledTool;
+use crate::server::{McpServer, Snapshot};
 
 /// Where a message came from: HTTP carries routing headers that must agree with the body.
 #[derive(Clone, Copy)]
@@ -124,480 +124,205 @@ struct Prepared {
     snapshot: Arc<Snapshot>,
 }
 
-impl McpServer {
-    /// Serves one parsed message.
-    pub(crate) async fn handle(
-        &self,
-        envelope: Envelope,
-        transport: Transport<'_>,
-        principal: Principal,
-    ) -> Outcome {
-        let Envelope { id, method, params } = envelope;
-        let Some(id) = id else {
-            // Notifications carry nothing this server acts on in 2026-07-28; accept and drop.
-            return Outcome::Accepted;
-        };
-        let (prepared, notifications) =
-            match self.prepare(&id, method, params, transport, principal) {
-                Ok(prepared) => prepared,
-                Err(error) => return Outcome::Error(error.with_id(Some(id))),
-            };
-        match notifications {
-            Some(notifications) => {
-                let server = self.clone();
-                Outcome::Stream {
-                    id,
-                    notifications,
-                    finish: Box::pin(async move { server.execute(prepared).await }),
+/// Serves one parsed message.
+pub(crate) async fn handle(
+    server: &McpServer,
+    envelope: Envelope,
+    transport: Transport<'_>,
+    principal: Principal,
+) -> Outcome {
+    let Envelope { id, method, params } = envelope;
+    let Some(id) = id else {
+        // Notifications carry nothing this server acts on in 2026-07-28; accept and drop.
+        return Outcome::Accepted;
+    };
+    let (prepared, notifications) = match prepare(server, &id, method, params, transport, principal)
+    {
+        Ok(prepared) => prepared,
+        Err(error) => return Outcome::Error(error.with_id(Some(id))),
+    };
+    match notifications {
+        Some(notifications) => {
+            let server = server.clone();
+            Outcome::Stream {
+                id,
+                notifications,
+                finish: Box::pin(async move { execute(&server, prepared).await }),
+            }
+        }
+        None => match execute(server, prepared).await {
+            Ok(result) => Outcome::Result { id, result },
+            Err(error) => Outcome::Error(error.with_id(Some(id))),
+        },
+    }
+}
+
+#[allow(clippy::type_complexity)]
+fn prepare(
+    server: &McpServer,
+    id: &RequestId,
+    method: String,
+    mut params: Option<Map<String, Value>>,
+    transport: Transport<'_>,
+    principal: Principal,
+) -> Result<(Prepared, Option<mpsc::Receiver<Value>>), RpcError> {
+    let http_headers = match transport {
+        Transport::Http(headers) => Some(headers),
+        Transport::InProcess => None,
+    };
+    let legacy = crate::protocol::era::is_legacy(params.as_ref(), &method, http_headers);
+    if legacy && !server.shared.legacy_era {
+        // A client of an earlier revision: name the versions served so it can move on.
+        let requested = crate::protocol::era::requested_version(params.as_ref(), http_headers);
+        return Err(RpcError::unsupported_version(
+            &requested,
+            &server.shared.base.supported_versions,
+        ));
+    }
+    let (meta, mut params) = if legacy {
+        let mut params = params.unwrap_or_default();
+        (
+            crate::protocol::era::meta(&mut params, http_headers),
+            params,
+        )
+    } else {
+        (
+            RequestMeta::take_from(params.as_mut())?,
+            params.unwrap_or_default(),
+        )
+    };
+    if let (false, Transport::Http(headers)) = (legacy, transport) {
+        require_equal(
+            headers,
+            headers::PROTOCOL_VERSION,
+            "MCP-Protocol-Version",
+            &meta.protocol_version,
+        )?;
+    }
+    if !legacy && !SUPPORTED_VERSIONS.contains(&meta.protocol_version.as_str()) {
+        return Err(RpcError::unsupported_version(
+            &meta.protocol_version,
+            &server.shared.base.supported_versions,
+        ));
+    }
+    if let (false, Transport::Http(headers)) = (legacy, transport) {
+        require_equal(headers, headers::METHOD, "Mcp-Method", &method)?;
+        if let Some(field) = named_target(&method) {
+            match params.get(field) {
+                Some(Value::String(target)) => {
+                    require_equal(headers, headers::NAME, "Mcp-Name", target)?;
+                }
+                // A method this server does not serve is answered 404 below, whatever its
+                // params look like.
+                _ if Route::of(&method, &server.shared.snapshot.load().capabilities, legacy)
+                    .is_none() => {}
+                _ => {
+                    return Err(RpcError::invalid_params(format!(
+                        "`params.{field}` must be a string"
+                    )));
                 }
             }
-            None => match self.execute(prepared).await {
-                Ok(result) => Outcome::Result { id, result },
-                Err(error) => Outcome::Error(error.with_id(Some(id))),
-            },
         }
     }
-
-    #[allow(clippy::type_complexity)]
-    fn prepare(
-        &self,
-        id: &RequestId,
-        method: String,
-        mut params: Option<Map<String, Value>>,
-        transport: Transport<'_>,
-        principal: Principal,
-    ) -> Result<(Prepared, Option<mpsc::Receiver<Value>>), RpcError> {
-        let http_headers = match transport {
-            Transport::Http(headers) => Some(headers),
-            Transport::InProcess => None,
-        };
-        let legacy = crate::protocol::era::is_legacy(params.as_ref(), &method, http_headers);
-        if legacy && !self.shared.legacy_era {
-            // A client of an earlier revision: name the versions served so it can move on.
-            let requested = crate::protocol::era::requested_version(params.as_ref(), http_headers);
-            return Err(RpcError::unsupported_version(
-                &requested,
-                &self.shared.base.supported_versions,
-            ));
+    let snapshot = server.shared.snapshot.load_full();
+    let route = match Route::of(&method, &snapshot.capabilities, legacy) {
+        Some(route) => route,
+        None if REMOVED_METHODS.contains(&method.as_str()) => {
+            return Err(RpcError::method_not_found(&method).with_data(json!({
+                "reason": "Removed in protocol revision 2026-07-28: requests are self-describing and need no handshake"
+            })));
         }
-        let (meta, mut params) = if legacy {
-            let mut params = params.unwrap_or_default();
-            (
-                crate::protocol::era::meta(&mut params, http_headers),
-                params,
-            )
-        } else {
-            (
-                RequestMeta::take_from(params.as_mut())?,
-                params.unwrap_or_default(),
-            )
-        };
-        if let (false, Transport::Http(headers)) = (legacy, transport) {
-            require_equal(
-                headers,
-                headers::PROTOCOL_VERSION,
-                "MCP-Protocol-Version",
-                &meta.protocol_version,
-            )?;
-        }
-        if !legacy && !SUPPORTED_VERSIONS.contains(&meta.protocol_version.as_str()) {
-            return Err(RpcError::unsupported_version(
-                &meta.protocol_version,
-                &self.shared.base.supported_versions,
-            ));
-        }
-        if let (false, Transport::Http(headers)) = (legacy, transport) {
-            require_equal(headers, headers::METHOD, "Mcp-Method", &method)?;
-            if let Some(field) = named_target(&method) {
-                match params.get(field) {
-                    Some(Value::String(target)) => {
-                        require_equal(headers, headers::NAME, "Mcp-Name", target)?;
-                    }
-                    // A method this server does not serve is answered 404 below, whatever its
-                    // params look like.
-                    _ if Route::of(&method, &self.shared.snapshot.load().capabilities, legacy)
-                        .is_none() => {}
-                    _ => {
-                        return Err(RpcError::invalid_params(format!(
-                            "`params.{field}` must be a string"
-                        )));
-                    }
-                }
-            }
-        }
-        let snapshot = self.shared.snapshot.load_full();
-        let route = match Route::of(&method, &snapshot.capabilities, legacy) {
-            Some(route) => route,
-            None if REMOVED_METHODS.contains(&method.as_str()) => {
-                return Err(RpcError::method_not_found(&method).with_data(json!({
-                    "reason": "Removed in protocol revision 2026-07-28: requests are self-describing and need no handshake"
-                })));
-            }
-            None => return Err(RpcError::method_not_found(&method)),
-        };
-        // What the request names is resolved before any request state is opened: an unknown
-        // tool or prompt is answered as such, whatever else a retry carries.
-        let tool = resolve_target(route, &snapshot, &params)?;
-        if let (Some(tool), Transport::Http(headers), false) = (tool, transport, legacy) {
-            check_param_headers(&snapshot.catalog.tools[tool], &params, headers)?;
-        }
-        let input = self.round_input(route, &mut params, &principal)?;
-        tracing::Span::current().record("id", tracing::field::display(id));
-        // Only requests that run user code and opted in get a stream; everything else is one
-        // JSON answer.
-        let (notifier, notifications) = if route == Route::Listen {
-            let (sender, receiver) = mpsc::channel(crate::context::notify::BUFFER);
-            (Some(Notifier::new(sender, None, None)), Some(receiver))
-        } else if matches!(
-            route,
-            Route::CallTool | Route::GetPrompt | Route::ReadResource
-        ) && (meta.progress_token.is_some()
-            || (meta.log_level.is_some() && snapshot.capabilities.get("logging").is_some()))
-        {
-            let (sender, receiver) = mpsc::channel(crate::context::notify::BUFFER);
-            let log_level = meta
-                .log_level
-                .filter(|_| snapshot.capabilities.get("logging").is_some());
-            (
-                Some(Notifier::new(
-                    sender,
-                    meta.progress_token.clone(),
-                    log_level,
-                )),
-                Some(receiver),
-            )
-        } else {
-            (None, None)
-        };
-        let cx = Context::new(
-            Some(id.clone()),
-            method,
-            meta,
-            principal,
-            self.clone(),
-            notifier,
-            input,
-        );
-        Ok((
-            Prepared {
-                legacy,
-                route,
-                tool,
-                params,
-                cx,
-                snapshot,
-            },
-            notifications,
-        ))
+        None => return Err(RpcError::method_not_found(&method)),
+    };
+    // What the request names is resolved before any request state is opened: an unknown
+    // tool or prompt is answered as such, whatever else a retry carries.
+    let tool = resolve_target(route, &snapshot, &params)?;
+    if let (Some(tool), Transport::Http(headers), false) = (tool, transport, legacy) {
+        check_param_headers(&snapshot.catalog.tools[tool], &params, headers)?;
     }
-
-    async fn execute(&self, prepared: Prepared) -> Result<Bytes, RpcError> {
-        let Prepared {
+    let input = rounds::round_input(server, route, &mut params, &principal)?;
+    tracing::Span::current().record("id", tracing::field::display(id));
+    // Only requests that run user code and opted in get a stream; everything else is one
+    // JSON answer.
+    let (notifier, notifications) = if route == Route::Listen {
+        let (sender, receiver) = mpsc::channel(crate::context::notify::BUFFER);
+        (Some(Notifier::new(sender, None, None)), Some(receiver))
+    } else if matches!(
+        route,
+        Route::CallTool | Route::GetPrompt | Route::ReadResource
+    ) && (meta.progress_token.is_some()
+        || (meta.log_level.is_some() && snapshot.capabilities.get("logging").is_some()))
+    {
+        let (sender, receiver) = mpsc::channel(crate::context::notify::BUFFER);
+        let log_level = meta
+            .log_level
+            .filter(|_| snapshot.capabilities.get("logging").is_some());
+        (
+            Some(Notifier::new(
+                sender,
+                meta.progress_token.clone(),
+                log_level,
+            )),
+            Some(receiver),
+        )
+    } else {
+        (None, None)
+    };
+    let cx = Context::new(
+        Some(id.clone()),
+        method,
+        meta,
+        principal,
+        server.clone(),
+        notifier,
+        input,
+    );
+    Ok((
+        Prepared {
             legacy,
             route,
             tool,
-            mut params,
+            params,
             cx,
             snapshot,
-        } = prepared;
-        match route {
-            Route::Initialize => Ok(Bytes::from(
-                crate::protocol::era::initialize_result(
-                    &params,
-                    &snapshot.capabilities,
-                    &self.shared.base.result_meta[meta_keys::SERVER_INFO],
-                    self.shared.base.instructions.as_deref(),
-                )
-                .to_string(),
-            )),
-            Route::Empty => Ok(Bytes::from_static(b"{}")),
-            Route::Discover => Ok(snapshot.discover.clone()),
-            Route::ListTools => self.page(&snapshot.tools, &params),
-            Route::ListResources => self.page(&snapshot.resources, &params),
-            Route::ListTemplates => self.page(&snapshot.templates, &params),
-            Route::ListPrompts => self.page(&snapshot.prompts, &params),
-            Route::CallTool => {
-                let tool = &snapshot.catalog.tools[tool.expect("tools/call resolves its tool")];
-                self.call_tool(tool, &mut params, cx, legacy).await
-            }
-            Route::ReadResource => self.read_resource(&snapshot, &params, cx).await,
-            Route::GetPrompt => self.get_prompt(&snapshot, &mut params, cx).await,
-            Route::Complete => self.complete(&snapshot, &params, &cx),
-            Route::Listen => self.listen(&snapshot, &params, cx).await,
-        }
-    }
+        },
+        notifications,
+    ))
+}
 
-    fn page(&self, listing: &Listing, params: &Map<String, Value>) -> Result<Bytes, RpcError> {
-        let page = match params.get("cursor") {
-            None | Some(Value::Null) => 0,
-            Some(Value::String(cursor)) => self
-                .shared
-                .base
-                .cursors
-                .decode(listing.kind, cursor, listing.fingerprint)
-                .map_err(|e| RpcError::invalid_params(format!("Invalid cursor: {e}")))?
-                as usize,
-            Some(_) => return Err(RpcError::invalid_params("`params.cursor` must be a string")),
-        };
-        listing
-            .pages
-            .get(page)
-            .cloned()
-            .ok_or_else(|| RpcError::invalid_params("Invalid cursor: past the end of the listing"))
-    }
-
-    /// Reads `inputResponses` and verifies `requestState` of a multi-round retry.
-    fn round_input(
-        &self,
-        route: Route,
-        params: &mut Map<String, Value>,
-        principal: &Principal,
-    ) -> Result<RoundInput, RpcError> {
-        let responses = match params.remove("inputResponses") {
-            None | Some(Value::Null) => Map::new(),
-            Some(Value::Object(responses)) => responses,
-            Some(_) => {
-                return Err(RpcError::invalid_params(
-                    "`params.inputResponses` must be an object",
-                ));
-            }
-        };
-        let state = match params.remove("requestState") {
-            None | Some(Value::Null) => None,
-            Some(Value::String(sealed)) => {
-                let Some(target) = round_target(route, params) else {
-                    return Err(RpcError::invalid_params(
-                        "`requestState` is only accepted on tools/call, prompts/get and resources/read",
-                    ));
-                };
-                let arguments = round_arguments(route, params);
-                let binding = Binding {
-                    target: &target,
-                    principal: principal.key(),
-                    arguments: &arguments,
-                };
-                StateSeal {
-                    key: &self.shared.state_key,
-                }
-                .open(&binding, &sealed)?
-            }
-            Some(_) => {
-                return Err(RpcError::invalid_params(
-                    "`params.requestState` must be a string",
-                ));
-            }
-        };
-        Ok(RoundInput { responses, state })
-    }
-
-    /// Turns a tool's request for input into an `input_required` result, after checking the
-    /// client declared every capability it needs.
-    fn input_required(
-        &self,
-        route: Route,
-        params: &Map<String, Value>,
-        cx: &Context,
-        input: InputRequired,
-    ) -> Result<Bytes, RpcError> {
-        let missing = input.missing_capabilities(cx.client_capabilities());
-        if !missing.is_empty() {
-            return Err(RpcError::missing_capability(Value::Object(missing)));
-        }
-        let target = round_target(route, params).unwrap_or_default();
-        let arguments = round_arguments(route, params);
-        let binding = Binding {
-            target: &target,
-            principal: cx.principal().key(),
-            arguments: &arguments,
-        };
-        let sealed = StateSeal {
-            key: &self.shared.state_key,
-        }
-        .seal(&binding, input.state.as_ref());
-        let mut result = json!({ "resultType": "input_required", "requestState": sealed });
-        if !input.requests.is_empty() {
-            result["inputRequests"] = Value::Object(input.requests);
-        }
-        Ok(Bytes::from(result.to_string()))
-    }
-
-    /// Runs a tool. A legacy client cannot be asked for input without a session, so there a
-    /// tool that asks for input gets an error result saying so.
-    async fn call_tool(
-        &self,
-        tool: &CompiledTool,
-        params: &mut Map<String, Value>,
-        cx: Context,
-        legacy: bool,
-    ) -> Result<Bytes, RpcError> {
-        tracing::Span::current().record("tool", &*tool.definition.name);
-        let empty = Value::Object(Map::new());
-        let arguments = match params.get("arguments") {
-            Some(arguments @ Value::Object(_)) => arguments,
-            // `resolve_target` admitted only an object, `null` or nothing.
-            _ => &empty,
-        };
-        let result = match tool.call(arguments, cx.clone()).await {
-            Reply::Complete(result) => result,
-            Reply::InputRequired(input) if !legacy => {
-                return self.input_required(Route::CallTool, params, &cx, input);
-            }
-            Reply::InputRequired(_) => crate::ToolError::new(
-                "INPUT_REQUIRED",
-                "This tool needs input from the client, which protocol 2025-11-25 can only ask for within a session; connect with protocol 2026-07-28",
+async fn execute(server: &McpServer, prepared: Prepared) -> Result<Bytes, RpcError> {
+    let Prepared {
+        legacy,
+        route,
+        tool,
+        mut params,
+        cx,
+        snapshot,
+    } = prepared;
+    match route {
+        Route::Initialize => Ok(Bytes::from(
+            crate::protocol::era::initialize_result(
+                &params,
+                &snapshot.capabilities,
+                &server.shared.base.result_meta[meta_keys::SERVER_INFO],
+                server.shared.base.instructions.as_deref(),
             )
-            .into_result(),
-        };
-        Ok(self.serialize_call_result(&result))
-    }
-
-    async fn read_resource(
-        &self,
-        snapshot: &Snapshot,
-        params: &Map<String, Value>,
-        cx: Context,
-    ) -> Result<Bytes, RpcError> {
-        let Some(Value::String(uri)) = params.get("uri") else {
-            return Err(RpcError::invalid_params("`params.uri` must be a string"));
-        };
-        let not_found = || {
-            RpcError::invalid_params(format!("Resource not found: {uri}"))
-                .with_data(json!({ "uri": uri }))
-        };
-        let read = snapshot
-            .offer
-            .resources
-            .read(uri, cx)
-            .ok_or_else(not_found)?;
-        let contents = read.await?;
-        if contents.is_empty() {
-            return Err(not_found());
+            .to_string(),
+        )),
+        Route::Empty => Ok(Bytes::from_static(b"{}")),
+        Route::Discover => Ok(snapshot.discover.clone()),
+        Route::ListTools => discover::page(server, &snapshot.tools, &params),
+        Route::ListResources => discover::page(server, &snapshot.resources, &params),
+        Route::ListTemplates => discover::page(server, &snapshot.templates, &params),
+        Route::ListPrompts => discover::page(server, &snapshot.prompts, &params),
+        Route::CallTool => {
+            let tool = &snapshot.catalog.tools[tool.expect("tools/call resolves its tool")];
+            tools::call_tool(server, tool, &mut params, cx, legacy).await
         }
-        let result = self.shared.base.cacheable(json!({
-            "resultType": "complete",
-            "contents": contents,
-            "_meta": self.shared.server_meta,
-        }));
-        Ok(Bytes::from(result.to_string()))
-    }
-
-    async fn get_prompt(
-        &self,
-        snapshot: &Snapshot,
-        params: &mut Map<String, Value>,
-        cx: Context,
-    ) -> Result<Bytes, RpcError> {
-        // `resolve_target` checked the name and the arguments against this snapshot.
-        let prompt = params
-            .get("name")
-            .and_then(Value::as_str)
-            .and_then(|name| snapshot.offer.prompts.get(name))
-            .expect("prompts/get resolves its prompt");
-        let arguments = match params.get("arguments") {
-            Some(Value::Object(arguments)) => arguments.clone(),
-            _ => Map::new(),
-        };
-        let rendered = match prompt.get(arguments, cx.clone()).await? {
-            crate::ToolReply::Complete(rendered) => rendered,
-            crate::ToolReply::InputRequired(input) => {
-                return self.input_required(Route::GetPrompt, params, &cx, input);
-            }
-        };
-        let mut result = serde_json::to_value(&rendered).expect("prompt results serialize");
-        result["resultType"] = json!("complete");
-        result["_meta"] = serde_json::to_value(&self.shared.server_meta).expect("meta is JSON");
-        Ok(Bytes::from(result.to_string()))
-    }
-
-    fn complete(
-        &self,
-        snapshot: &Snapshot,
-        params: &Map<String, Value>,
-        cx: &Context,
-    ) -> Result<Bytes, RpcError> {
-        let reference = params
-            .get("ref")
-            .and_then(Value::as_object)
-            .ok_or_else(|| {
-                RpcError::invalid_params("`params.ref` must be a ref/prompt or ref/resource object")
-            })?;
-        let target = match (reference.get("type").and_then(Value::as_str), reference) {
-            (Some("ref/prompt"), r) => match r.get("name").and_then(Value::as_str) {
-                Some(name) if snapshot.offer.prompts.get(name).is_some() => {
-                    CompletionTarget::Prompt(name.to_owned())
-                }
-                Some(name) => {
-                    return Err(RpcError::invalid_params(format!("Unknown prompt: {name}")));
-                }
-                None => return Err(RpcError::invalid_params("`ref.name` must be a string")),
-            },
-            (Some("ref/resource"), r) => match r.get("uri").and_then(Value::as_str) {
-                Some(uri) => CompletionTarget::ResourceTemplate(uri.to_owned()),
-                None => return Err(RpcError::invalid_params("`ref.uri` must be a string")),
-            },
-            _ => {
-                return Err(RpcError::invalid_params(
-                    "`ref.type` must be \"ref/prompt\" or \"ref/resource\"",
-                ));
-            }
-        };
-        let argument = params.get("argument").and_then(Value::as_object);
-        let (Some(name), Some(value)) = (
-            argument.and_then(|a| a.get("name")).and_then(Value::as_str),
-            argument
-                .and_then(|a| a.get("value"))
-                .and_then(Value::as_str),
-        ) else {
-            return Err(RpcError::invalid_params(
-                "`params.argument` must have string `name` and `value`",
-            ));
-        };
-        let context = params
-            .get("context")
-            .and_then(|c| c.get("arguments"))
-            .cloned()
-            .unwrap_or(Value::Null);
-        let completion = snapshot
-            .offer
-            .completions
-            .complete(&target, name, value, &context, cx);
-        let result = json!({ "resultType": "complete", "completion": completion, "_meta": self.shared.server_meta });
-        Ok(Bytes::from(result.to_string()))
-    }
-
-    fn serialize_call_result(&self, result: &CallToolResult) -> Bytes {
-        #[derive(Serialize)]
-        #[serde(rename_all = "camelCase")]
-        struct Wire<'a> {
-            result_type: &'static str,
-            content: &'a [Content],
-            #[serde(skip_serializing_if = "Option::is_none")]
-            structured_content: Option<&'a Value>,
-            #[serde(skip_serializing_if = "std::ops::Not::not")]
-            is_error: bool,
-            #[serde(rename = "_meta")]
-            meta: &'a RawValue,
-        }
-        let merged;
-        let meta: &RawValue = match &result.meta {
-            None => &self.shared.server_meta,
-            Some(tool_meta) => {
-                let mut map: Map<String, Value> =
-                    serde_json::from_str(self.shared.server_meta.get())
-                        .expect("server meta is JSON");
-                map.extend(tool_meta.iter().map(|(k, v)| (k.clone(), v.clone())));
-                merged = serde_json::value::to_raw_value(&map).expect("maps serialize");
-                &merged
-            }
-        };
-        let wire = Wire {
-            result_type: "complete",
-            content: &result.content,
-            structured_content: result.structured_content.as_ref(),
-            is_error: result.is_error,
-            meta,
-        };
-        Bytes::from(serde_json::to_vec(&wire).expect("tool results serialize"))
+        Route::ReadResource => resources::read_resource(server, &snapshot, &params, cx).await,
+        Route::GetPrompt => prompts::get_prompt(server, &snapshot, &mut params, cx).await,
+        Route::Complete => completion::complete(server, &snapshot, &params, &cx),
+        Route::Listen => subscriptions::listen(server, &snapshot, &params, cx).await,
     }
 }
 
@@ -639,35 +364,6 @@ fn resolve_target(
             _ => Err(RpcError::invalid_params("`params.uri` must be a string")),
         },
         _ => Ok(None),
-    }
-}
-
-/// What a multi-round state is bound to: the tool, prompt or resource.
-fn round_target(route: Route, params: &Map<String, Value>) -> Option<String> {
-    let field = match route {
-        Route::CallTool | Route::GetPrompt => "name",
-        Route::ReadResource => "uri",
-        _ => return None,
-    };
-    // The method is part of the binding: a state sealed for prompt `x` must not open for tool `x`.
-    let method = match route {
-        Route::CallTool => "tools/call",
-        Route::GetPrompt => "prompts/get",
-        _ => "resources/read",
-    };
-    params
-        .get(field)
-        .and_then(Value::as_str)
-        .map(|t| format!("{method}:{t}"))
-}
-
-/// The arguments a state is bound to; absent and `null` count as `{}`, as they do for the call.
-fn round_arguments(route: Route, params: &Map<String, Value>) -> Value {
-    match (route, params.get("arguments")) {
-        (Route::CallTool | Route::GetPrompt, Some(arguments)) if !arguments.is_null() => {
-            arguments.clone()
-        }
-        _ => Value::Object(Map::new()),
     }
 }
 

@@ -101,73 +101,71 @@ impl Filter {
     }
 }
 
-impl McpServer {
-    pub(crate) async fn listen(
-        &self,
-        snapshot: &Snapshot,
-        params: &Map<String, Value>,
-        cx: Context,
-    ) -> Result<Bytes, RpcError> {
-        let requested = match params.get("notifications") {
-            Some(Value::Object(filter)) => filter,
-            _ => {
-                return Err(RpcError::invalid_params(
-                    "`params.notifications` must be a subscription filter object",
-                ));
-            }
-        };
-        let filter = Filter::honoured(requested, &snapshot.capabilities)?;
-        let subscription_id = json!(cx.request_id());
-        // Subscribe before acknowledging, so no change between the two is missed.
-        let mut changes = self.shared.changes.subscribe();
-        let mut shutdown = self.shared.shutdown.subscribe();
-        cx.send_notification(json!({
-            "jsonrpc": "2.0",
-            "method": "notifications/subscriptions/acknowledged",
-            "params": {
-                "_meta": { "io.modelcontextprotocol/subscriptionId": subscription_id },
-                "notifications": filter.to_json(),
-            }
-        }))
-        .await;
-        loop {
-            tokio::select! {
-                // The guard `wait_for` returns must not live across the awaits below.
-                () = async { drop(shutdown.wait_for(|closing| *closing).await) } => break,
-                change = changes.recv() => match change {
-                    Ok((change, uri)) => {
-                        if let Some((method, uri)) = filter.notification(change, uri.as_deref()) {
-                            let mut params = json!({ "_meta": { "io.modelcontextprotocol/subscriptionId": subscription_id } });
-                            if let Some(uri) = uri {
-                                params["uri"] = json!(uri);
-                            }
-                            cx.send_notification(json!({ "jsonrpc": "2.0", "method": method, "params": params })).await;
-                        }
-                    }
-                    // A slow listener missed some changes: tell it every list it follows changed.
-                    Err(RecvError::Lagged(_)) => {
-                        for change in [Change::Tools, Change::Prompts, Change::Resources] {
-                            if let Some((method, _)) = filter.notification(change, None) {
-                                cx.send_notification(json!({ "jsonrpc": "2.0", "method": method, "params": {
-                                    "_meta": { "io.modelcontextprotocol/subscriptionId": subscription_id } } })).await;
-                            }
-                        }
-                        // Updates may have been missed too: every subscribed resource may have changed.
-                        for uri in &filter.uris {
-                            cx.send_notification(json!({ "jsonrpc": "2.0", "method": "notifications/resources/updated",
-                                "params": { "_meta": { "io.modelcontextprotocol/subscriptionId": subscription_id }, "uri": uri } })).await;
-                        }
-                    }
-                    Err(RecvError::Closed) => break,
-                },
-            }
+pub(super) async fn listen(
+    server: &McpServer,
+    snapshot: &Snapshot,
+    params: &Map<String, Value>,
+    cx: Context,
+) -> Result<Bytes, RpcError> {
+    let requested = match params.get("notifications") {
+        Some(Value::Object(filter)) => filter,
+        _ => {
+            return Err(RpcError::invalid_params(
+                "`params.notifications` must be a subscription filter object",
+            ));
         }
-        Ok(Bytes::from(
-            json!({
-                "resultType": "complete",
-                "_meta": { "io.modelcontextprotocol/subscriptionId": subscription_id }
-            })
-            .to_string(),
-        ))
+    };
+    let filter = Filter::honoured(requested, &snapshot.capabilities)?;
+    let subscription_id = json!(cx.request_id());
+    // Subscribe before acknowledging, so no change between the two is missed.
+    let mut changes = server.shared.changes.subscribe();
+    let mut shutdown = server.shared.shutdown.subscribe();
+    cx.send_notification(json!({
+        "jsonrpc": "2.0",
+        "method": "notifications/subscriptions/acknowledged",
+        "params": {
+            "_meta": { "io.modelcontextprotocol/subscriptionId": subscription_id },
+            "notifications": filter.to_json(),
+        }
+    }))
+    .await;
+    loop {
+        tokio::select! {
+            // The guard `wait_for` returns must not live across the awaits below.
+            () = async { drop(shutdown.wait_for(|closing| *closing).await) } => break,
+            change = changes.recv() => match change {
+                Ok((change, uri)) => {
+                    if let Some((method, uri)) = filter.notification(change, uri.as_deref()) {
+                        let mut params = json!({ "_meta": { "io.modelcontextprotocol/subscriptionId": subscription_id } });
+                        if let Some(uri) = uri {
+                            params["uri"] = json!(uri);
+                        }
+                        cx.send_notification(json!({ "jsonrpc": "2.0", "method": method, "params": params })).await;
+                    }
+                }
+                // A slow listener missed some changes: tell it every list it follows changed.
+                Err(RecvError::Lagged(_)) => {
+                    for change in [Change::Tools, Change::Prompts, Change::Resources] {
+                        if let Some((method, _)) = filter.notification(change, None) {
+                            cx.send_notification(json!({ "jsonrpc": "2.0", "method": method, "params": {
+                                "_meta": { "io.modelcontextprotocol/subscriptionId": subscription_id } } })).await;
+                        }
+                    }
+                    // Updates may have been missed too: every subscribed resource may have changed.
+                    for uri in &filter.uris {
+                        cx.send_notification(json!({ "jsonrpc": "2.0", "method": "notifications/resources/updated",
+                            "params": { "_meta": { "io.modelcontextprotocol/subscriptionId": subscription_id }, "uri": uri } })).await;
+                    }
+                }
+                Err(RecvError::Closed) => break,
+            },
+        }
     }
+    Ok(Bytes::from(
+        json!({
+            "resultType": "complete",
+            "_meta": { "io.modelcontextprotocol/subscriptionId": subscription_id }
+        })
+        .to_string(),
+    ))
 }

@@ -15,7 +15,6 @@ use crate::prompts::PromptSet;
 use crate::protocol::seal::CursorCodec;
 use crate::protocol::{SUPPORTED_VERSIONS, meta_keys};
 use crate::resources::ResourceSet;
-use crate::tools::Tool;
 use crate::tools::set::ToolSet;
 use crate::transport::http::auth::{Authenticate, Unauthorized};
 use crate::transport::http::host::HostPolicy;

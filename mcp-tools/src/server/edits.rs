@@ -2,8 +2,6 @@
 
 use std::sync::Arc;
 
-use serde::Serialize;
-
 use super::{BuildError, McpServer, Offer};
 use crate::prompts::Prompt;
 use crate::resources::Resource;

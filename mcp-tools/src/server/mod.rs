@@ -13,11 +13,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
-use serde::Serialize;
 use tokio::sync::{broadcast, watch};
 
 use crate::context::SharedState;
-use crate::tools::Tool;
 use crate::transport::http::auth::Authenticate;
 use crate::transport::http::host::HostPolicy;
 

@@ -15,7 +15,7 @@ use super::outcome::{
     Snapshot, StaleView, code,
 };
 use super::resource::{Lifecycle, ResourceKind};
-use super::store::{
+use super::contract::{
     ConflictPolicy, CreateRequest, MutationRequest, ReadRequest, StoreConfig, StoreError,
     Transition,
 };

@@ -12,7 +12,7 @@ use super::boundary::{self, LedgerEntry, Record, Txn};
 use super::clock::duration_millis;
 use super::handle::mint_handle;
 use super::outcome::{MutationOutcome, ReadOutcome};
-use super::store::{
+use super::contract::{
     CreateRequest, MutationRequest, PruneReport, ReadRequest, StateStore, StoreConfig, StoreError,
     StoreFuture, Transition,
 };

@@ -62,7 +62,7 @@ mod registry;
 mod resource;
 #[cfg(feature = "sqlite")]
 mod sqlite;
-mod store;
+mod contract;
 pub(crate) mod tool_support;
 
 pub use clock::{Clock, ManualClock, SystemClock, format_rfc3339};
@@ -79,7 +79,7 @@ pub use registry::Store;
 pub use resource::{Lifecycle, Resource, ResourceKind};
 #[cfg(feature = "sqlite")]
 pub use sqlite::{SqliteOptions, SqliteStore, Synchronous};
-pub use store::{
+pub use contract::{
     ConflictPolicy, CreateRequest, MutationRequest, PruneReport, ReadRequest, StateStore,
     StoreConfig, StoreError, StoreFuture, Transition,
 };

@@ -5,7 +5,7 @@ use std::fmt;
 use std::ops::Deref;
 use std::sync::Arc;
 
-use super::store::StateStore;
+use super::contract::StateStore;
 
 /// The state store of a server: a cheap, clonable handle to one [`StateStore`].
 ///

@@ -17,7 +17,7 @@ use super::fingerprint::Fingerprint;
 use super::handle::mint_handle;
 use super::outcome::{MutationOutcome, ReadOutcome, RecordedOutcome};
 use super::resource::Lifecycle;
-use super::store::{
+use super::contract::{
     CreateRequest, MutationRequest, PruneReport, ReadRequest, StateStore, StoreConfig, StoreError,
     StoreFuture, Transition,
 };

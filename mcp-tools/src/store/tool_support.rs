@@ -15,7 +15,7 @@ use super::fingerprint::Fingerprint;
 use super::outcome::{MutationOutcome, ReadOutcome, Rejected, Snapshot};
 use super::registry::Store;
 use super::resource::Resource;
-use super::store::{ConflictPolicy, CreateRequest, MutationRequest, ReadRequest, Transition};
+use super::contract::{ConflictPolicy, CreateRequest, MutationRequest, ReadRequest, Transition};
 use crate::context::Context;
 use crate::context::extract::MISSING_STATE;
 use crate::tools::content::{CallToolResult, IntoToolError, ToolError};

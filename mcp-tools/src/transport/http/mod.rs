@@ -126,9 +126,8 @@ impl McpServer {
         };
         let span = tracing::Span::current();
         span.record("method", envelope.method.as_str());
-        let outcome = self
-            .handle(envelope, Transport::Http(&headers), principal)
-            .await;
+        let outcome =
+            crate::dispatch::handle(self, envelope, Transport::Http(&headers), principal).await;
         span.record("outcome", outcome.label());
         match outcome {
             Outcome::Accepted => StatusCode::ACCEPTED.into_response(),

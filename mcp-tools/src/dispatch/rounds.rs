@@ -1,0 +1,116 @@
+//! Multi-round requests: the `inputResponses` and sealed `requestState` a retry carries, and the
+//! `input_required` result that asks for them.
+
+use axum::body::Bytes;
+use serde_json::{Map, Value, json};
+
+use crate::RpcError;
+use crate::context::{Context, Principal, RoundInput};
+use crate::server::McpServer;
+use crate::tools::input::{Binding, InputRequired, StateSeal};
+
+use super::Route;
+
+/// Reads `inputResponses` and verifies `requestState` of a multi-round retry.
+pub(super) fn round_input(
+    server: &McpServer,
+    route: Route,
+    params: &mut Map<String, Value>,
+    principal: &Principal,
+) -> Result<RoundInput, RpcError> {
+    let responses = match params.remove("inputResponses") {
+        None | Some(Value::Null) => Map::new(),
+        Some(Value::Object(responses)) => responses,
+        Some(_) => {
+            return Err(RpcError::invalid_params(
+                "`params.inputResponses` must be an object",
+            ));
+        }
+    };
+    let state = match params.remove("requestState") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(sealed)) => {
+            let Some(target) = round_target(route, params) else {
+                return Err(RpcError::invalid_params(
+                    "`requestState` is only accepted on tools/call, prompts/get and resources/read",
+                ));
+            };
+            let arguments = round_arguments(route, params);
+            let binding = Binding {
+                target: &target,
+                principal: principal.key(),
+                arguments: &arguments,
+            };
+            StateSeal {
+                key: &server.shared.state_key,
+            }
+            .open(&binding, &sealed)?
+        }
+        Some(_) => {
+            return Err(RpcError::invalid_params(
+                "`params.requestState` must be a string",
+            ));
+        }
+    };
+    Ok(RoundInput { responses, state })
+}
+
+/// Turns a tool's request for input into an `input_required` result, after checking the
+/// client declared every capability it needs.
+pub(super) fn input_required(
+    server: &McpServer,
+    route: Route,
+    params: &Map<String, Value>,
+    cx: &Context,
+    input: InputRequired,
+) -> Result<Bytes, RpcError> {
+    let missing = input.missing_capabilities(cx.client_capabilities());
+    if !missing.is_empty() {
+        return Err(RpcError::missing_capability(Value::Object(missing)));
+    }
+    let target = round_target(route, params).unwrap_or_default();
+    let arguments = round_arguments(route, params);
+    let binding = Binding {
+        target: &target,
+        principal: cx.principal().key(),
+        arguments: &arguments,
+    };
+    let sealed = StateSeal {
+        key: &server.shared.state_key,
+    }
+    .seal(&binding, input.state.as_ref());
+    let mut result = json!({ "resultType": "input_required", "requestState": sealed });
+    if !input.requests.is_empty() {
+        result["inputRequests"] = Value::Object(input.requests);
+    }
+    Ok(Bytes::from(result.to_string()))
+}
+
+/// What a multi-round state is bound to: the tool, prompt or resource.
+pub(super) fn round_target(route: Route, params: &Map<String, Value>) -> Option<String> {
+    let field = match route {
+        Route::CallTool | Route::GetPrompt => "name",
+        Route::ReadResource => "uri",
+        _ => return None,
+    };
+    // The method is part of the binding: a state sealed for prompt `x` must not open for tool `x`.
+    let method = match route {
+        Route::CallTool => "tools/call",
+        Route::GetPrompt => "prompts/get",
+        _ => "resources/read",
+    };
+    params
+        .get(field)
+        .and_then(Value::as_str)
+        .map(|t| format!("{method}:{t}"))
+}
+
+/// The arguments a state is bound to; absent and `null` count as `{}`, as they do for the call.
+pub(super) fn round_arguments(route: Route, params: &Map<String, Value>) -> Value {
+    match (route, params.get("arguments")) {
+        (Route::CallTool | Route::GetPrompt, Some(arguments)) if !arguments.is_null() => {
+            arguments.clone()
+        }
+        _ => Value::Object(Map::new()),
+    }
+}

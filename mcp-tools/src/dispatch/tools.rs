@@ -1,0 +1,80 @@
+//! `tools/call`: validate the arguments, run the tool, and shape its reply as a result.
+
+use axum::body::Bytes;
+use serde::Serialize;
+use serde_json::value::RawValue;
+use serde_json::{Map, Value};
+
+use crate::RpcError;
+use crate::context::Context;
+use crate::server::McpServer;
+use crate::tools::content::{CallToolResult, Content};
+use crate::tools::input::Reply;
+use crate::tools::set::CompiledTool;
+
+use super::Route;
+use super::rounds::input_required;
+
+/// Runs a tool. A legacy client cannot be asked for input without a session, so there a
+/// tool that asks for input gets an error result saying so.
+pub(super) async fn call_tool(
+    server: &McpServer,
+    tool: &CompiledTool,
+    params: &mut Map<String, Value>,
+    cx: Context,
+    legacy: bool,
+) -> Result<Bytes, RpcError> {
+    tracing::Span::current().record("tool", &*tool.definition.name);
+    let empty = Value::Object(Map::new());
+    let arguments = match params.get("arguments") {
+        Some(arguments @ Value::Object(_)) => arguments,
+        // `resolve_target` admitted only an object, `null` or nothing.
+        _ => &empty,
+    };
+    let result = match tool.call(arguments, cx.clone()).await {
+        Reply::Complete(result) => result,
+        Reply::InputRequired(input) if !legacy => {
+            return input_required(server, Route::CallTool, params, &cx, input);
+        }
+        Reply::InputRequired(_) => crate::ToolError::new(
+            "INPUT_REQUIRED",
+            "This tool needs input from the client, which protocol 2025-11-25 can only ask for within a session; connect with protocol 2026-07-28",
+        )
+        .into_result(),
+    };
+    Ok(serialize_call_result(server, &result))
+}
+
+pub(super) fn serialize_call_result(server: &McpServer, result: &CallToolResult) -> Bytes {
+    #[derive(Serialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Wire<'a> {
+        result_type: &'static str,
+        content: &'a [Content],
+        #[serde(skip_serializing_if = "Option::is_none")]
+        structured_content: Option<&'a Value>,
+        #[serde(skip_serializing_if = "std::ops::Not::not")]
+        is_error: bool,
+        #[serde(rename = "_meta")]
+        meta: &'a RawValue,
+    }
+    let merged;
+    let meta: &RawValue = match &result.meta {
+        None => &server.shared.server_meta,
+        Some(tool_meta) => {
+            let mut map: Map<String, Value> =
+                serde_json::from_str(server.shared.server_meta.get()).expect("server meta is JSON");
+            map.extend(tool_meta.iter().map(|(k, v)| (k.clone(), v.clone())));
+            merged = serde_json::value::to_raw_value(&map).expect("maps serialize");
+            &merged
+        }
+    };
+    let wire = Wire {
+        result_type: "complete",
+        content: &result.content,
+        structured_content: result.structured_content.as_ref(),
+        is_error: result.is_error,
+        meta,
+    };
+    Bytes::from(serde_json::to_vec(&wire).expect("tool results serialize"))
+}
