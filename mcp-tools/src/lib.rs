@@ -89,14 +89,15 @@ macro_rules! tools {
 
 pub use completion::{CompletionTarget, Completions};
 pub use context::extract::{FromContext, MISSING_STATE, State};
-pub use context::notify::LogLevel;
 pub use context::{Context, Principal};
 pub use mcp_tools_derive::{ToolError, tool, toolbox};
 pub use prompts::{GetPromptResult, IntoPromptReply, Prompt, PromptMessage, PromptSet, Role};
+pub use protocol::LogLevel;
 pub use protocol::error::RpcError;
+pub use protocol::result::CacheScope;
 pub use protocol::seal::CursorError;
 pub use resources::{Resource, ResourceContents, ResourceSet, ResourceTemplate};
-pub use server::{BuildError, CacheScope, DEFAULT_BODY_LIMIT, McpServer, McpServerBuilder};
+pub use server::{BuildError, DEFAULT_BODY_LIMIT, McpServer, McpServerBuilder};
 #[cfg(feature = "sqlite")]
 pub use store::SqliteStore;
 pub use store::{MemoryStore, MutationOutcome, StateStore};

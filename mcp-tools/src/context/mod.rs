@@ -7,7 +7,8 @@ use std::sync::Arc;
 
 use serde_json::{Map, Value};
 
-use crate::context::notify::{LogLevel, Notifier};
+use crate::context::notify::Notifier;
+use crate::protocol::LogLevel;
 use crate::protocol::{RequestId, RequestMeta};
 use crate::server::McpServer;
 

@@ -8,59 +8,7 @@ use std::sync::Mutex;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
-/// Severity of a log message, lowest first (RFC 5424 order).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum LogLevel {
-    /// Debug.
-    Debug,
-    /// Info.
-    Info,
-    /// Notice.
-    Notice,
-    /// Warning.
-    Warning,
-    /// Error.
-    Error,
-    /// Critical.
-    Critical,
-    /// Alert.
-    Alert,
-    /// Emergency.
-    Emergency,
-}
-
-impl LogLevel {
-    pub(crate) const NAMES: [&'static str; 8] = [
-        "debug",
-        "info",
-        "notice",
-        "warning",
-        "error",
-        "critical",
-        "alert",
-        "emergency",
-    ];
-
-    /// The wire name.
-    pub fn as_str(self) -> &'static str {
-        Self::NAMES[self as usize]
-    }
-
-    /// Parses a wire name.
-    pub fn parse(name: &str) -> Option<LogLevel> {
-        const ALL: [LogLevel; 8] = [
-            LogLevel::Debug,
-            LogLevel::Info,
-            LogLevel::Notice,
-            LogLevel::Warning,
-            LogLevel::Error,
-            LogLevel::Critical,
-            LogLevel::Alert,
-            LogLevel::Emergency,
-        ];
-        Self::NAMES.iter().position(|n| *n == name).map(|i| ALL[i])
-    }
-}
+use crate::protocol::LogLevel;
 
 /// How many notifications may wait for a slow reader. Past that, progress and log messages are
 /// dropped rather than buffered without bound (they are advisory), while a subscription waits for

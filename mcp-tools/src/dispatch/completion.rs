@@ -60,6 +60,7 @@ pub(super) fn complete(
         .offer
         .completions
         .complete(&target, name, value, &context, cx);
-    let result = json!({ "resultType": "complete", "completion": completion, "_meta": server.shared.server_meta });
-    Ok(Bytes::from(result.to_string()))
+    let mut result = Map::new();
+    result.insert("completion".into(), json!(completion));
+    Ok(server.shared.base.results.complete(result))
 }

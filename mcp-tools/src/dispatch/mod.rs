@@ -3,6 +3,7 @@
 
 mod completion;
 mod discover;
+mod legacy;
 mod prompts;
 mod resources;
 mod rounds;
@@ -22,7 +23,7 @@ use crate::context::{Context, Principal};
 use crate::protocol::headers::require_equal;
 use crate::protocol::param_headers::check_param_headers;
 use crate::protocol::{
-    Envelope, REMOVED_METHODS, RequestId, RequestMeta, SUPPORTED_VERSIONS, headers, meta_keys,
+    Envelope, REMOVED_METHODS, RequestId, RequestMeta, SUPPORTED_VERSIONS, headers,
 };
 use crate::server::{McpServer, Snapshot};
 
@@ -181,10 +182,7 @@ fn prepare(
     }
     let (meta, mut params) = if legacy {
         let mut params = params.unwrap_or_default();
-        (
-            crate::protocol::era::meta(&mut params, http_headers),
-            params,
-        )
+        (legacy::meta(&mut params, http_headers), params)
     } else {
         (
             RequestMeta::take_from(params.as_mut())?,
@@ -207,7 +205,7 @@ fn prepare(
     }
     if let (false, Transport::Http(headers)) = (legacy, transport) {
         require_equal(headers, headers::METHOD, "Mcp-Method", &method)?;
-        if let Some(field) = named_target(&method) {
+        if let Some(field) = headers::named_target(&method) {
             match params.get(field) {
                 Some(Value::String(target)) => {
                     require_equal(headers, headers::NAME, "Mcp-Name", target)?;
@@ -238,7 +236,11 @@ fn prepare(
     // tool or prompt is answered as such, whatever else a retry carries.
     let tool = resolve_target(route, &snapshot, &params)?;
     if let (Some(tool), Transport::Http(headers), false) = (tool, transport, legacy) {
-        check_param_headers(&snapshot.catalog.tools[tool], &params, headers)?;
+        check_param_headers(
+            &snapshot.catalog.tools[tool].param_headers,
+            &params,
+            headers,
+        )?;
     }
     let input = rounds::round_input(server, route, &mut params, &principal)?;
     tracing::Span::current().record("id", tracing::field::display(id));
@@ -300,16 +302,17 @@ async fn execute(server: &McpServer, prepared: Prepared) -> Result<Bytes, RpcErr
         snapshot,
     } = prepared;
     match route {
-        Route::Initialize => Ok(Bytes::from(
-            crate::protocol::era::initialize_result(
+        Route::Initialize => Ok(server
+            .shared
+            .base
+            .results
+            .complete(legacy::initialize_result(
                 &params,
                 &snapshot.capabilities,
-                &server.shared.base.result_meta[meta_keys::SERVER_INFO],
+                server.shared.base.results.server_info(),
                 server.shared.base.instructions.as_deref(),
-            )
-            .to_string(),
-        )),
-        Route::Empty => Ok(Bytes::from_static(b"{}")),
+            ))),
+        Route::Empty => Ok(server.shared.base.results.complete(Map::new())),
         Route::Discover => Ok(snapshot.discover.clone()),
         Route::ListTools => discover::page(server, &snapshot.tools, &params),
         Route::ListResources => discover::page(server, &snapshot.resources, &params),
@@ -364,15 +367,5 @@ fn resolve_target(
             _ => Err(RpcError::invalid_params("`params.uri` must be a string")),
         },
         _ => Ok(None),
-    }
-}
-
-/// The body field `Mcp-Name` must mirror, for methods that name a target.
-fn named_target(method: &str) -> Option<&'static str> {
-    match method {
-        "tools/call" | "prompts/get" => Some("name"),
-        "resources/read" => Some("uri"),
-        "tasks/get" | "tasks/update" | "tasks/cancel" => Some("taskId"),
-        _ => None,
     }
 }

@@ -1,7 +1,7 @@
 //! `prompts/get`.
 
 use axum::body::Bytes;
-use serde_json::{Map, Value, json};
+use serde_json::{Map, Value};
 
 use crate::RpcError;
 use crate::context::Context;
@@ -32,8 +32,9 @@ pub(super) async fn get_prompt(
             return input_required(server, Route::GetPrompt, params, &cx, input);
         }
     };
-    let mut result = serde_json::to_value(&rendered).expect("prompt results serialize");
-    result["resultType"] = json!("complete");
-    result["_meta"] = serde_json::to_value(&server.shared.server_meta).expect("meta is JSON");
-    Ok(Bytes::from(result.to_string()))
+    let Value::Object(result) = serde_json::to_value(&rendered).expect("prompt results serialize")
+    else {
+        unreachable!("a prompt result serializes to an object")
+    };
+    Ok(server.shared.base.results.complete(result))
 }

@@ -29,10 +29,9 @@ pub(super) async fn read_resource(
     if contents.is_empty() {
         return Err(not_found());
     }
-    let result = server.shared.base.cacheable(json!({
-        "resultType": "complete",
-        "contents": contents,
-        "_meta": server.shared.server_meta,
-    }));
-    Ok(Bytes::from(result.to_string()))
+    let mut result = Map::new();
+    result.insert("contents".into(), json!(contents));
+    Ok(Bytes::from(
+        server.shared.base.results.cacheable(result).to_string(),
+    ))
 }

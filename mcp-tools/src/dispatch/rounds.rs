@@ -2,7 +2,7 @@
 //! `input_required` result that asks for them.
 
 use axum::body::Bytes;
-use serde_json::{Map, Value, json};
+use serde_json::{Map, Value};
 
 use crate::RpcError;
 use crate::context::{Context, Principal, RoundInput};
@@ -79,11 +79,11 @@ pub(super) fn input_required(
         key: &server.shared.state_key,
     }
     .seal(&binding, input.state.as_ref());
-    let mut result = json!({ "resultType": "input_required", "requestState": sealed });
-    if !input.requests.is_empty() {
-        result["inputRequests"] = Value::Object(input.requests);
-    }
-    Ok(Bytes::from(result.to_string()))
+    Ok(server
+        .shared
+        .base
+        .results
+        .input_required(sealed, input.requests))
 }
 
 /// What a multi-round state is bound to: the tool, prompt or resource.

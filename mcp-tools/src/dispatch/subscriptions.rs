@@ -161,11 +161,10 @@ pub(super) async fn listen(
             },
         }
     }
-    Ok(Bytes::from(
-        json!({
-            "resultType": "complete",
-            "_meta": { "io.modelcontextprotocol/subscriptionId": subscription_id }
-        })
-        .to_string(),
-    ))
+    let mut result = Map::new();
+    result.insert(
+        "_meta".into(),
+        json!({ "io.modelcontextprotocol/subscriptionId": subscription_id }),
+    );
+    Ok(server.shared.base.results.complete(result))
 }

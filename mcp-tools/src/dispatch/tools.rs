@@ -1,14 +1,12 @@
 //! `tools/call`: validate the arguments, run the tool, and shape its reply as a result.
 
 use axum::body::Bytes;
-use serde::Serialize;
-use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 use crate::RpcError;
 use crate::context::Context;
 use crate::server::McpServer;
-use crate::tools::content::{CallToolResult, Content};
+use crate::tools::content::CallToolResult;
 use crate::tools::input::Reply;
 use crate::tools::set::CompiledTool;
 
@@ -46,35 +44,10 @@ pub(super) async fn call_tool(
 }
 
 pub(super) fn serialize_call_result(server: &McpServer, result: &CallToolResult) -> Bytes {
-    #[derive(Serialize)]
-    #[serde(rename_all = "camelCase")]
-    struct Wire<'a> {
-        result_type: &'static str,
-        content: &'a [Content],
-        #[serde(skip_serializing_if = "Option::is_none")]
-        structured_content: Option<&'a Value>,
-        #[serde(skip_serializing_if = "std::ops::Not::not")]
-        is_error: bool,
-        #[serde(rename = "_meta")]
-        meta: &'a RawValue,
-    }
-    let merged;
-    let meta: &RawValue = match &result.meta {
-        None => &server.shared.server_meta,
-        Some(tool_meta) => {
-            let mut map: Map<String, Value> =
-                serde_json::from_str(server.shared.server_meta.get()).expect("server meta is JSON");
-            map.extend(tool_meta.iter().map(|(k, v)| (k.clone(), v.clone())));
-            merged = serde_json::value::to_raw_value(&map).expect("maps serialize");
-            &merged
-        }
-    };
-    let wire = Wire {
-        result_type: "complete",
-        content: &result.content,
-        structured_content: result.structured_content.as_ref(),
-        is_error: result.is_error,
-        meta,
-    };
-    Bytes::from(serde_json::to_vec(&wire).expect("tool results serialize"))
+    server.shared.base.results.call_tool(
+        &result.content,
+        result.structured_content.as_ref(),
+        result.is_error,
+        result.meta.as_ref(),
+    )
 }

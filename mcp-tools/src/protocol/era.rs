@@ -2,20 +2,19 @@
 //! statelessly (no session id is minted, nothing is remembered between their requests).
 
 use http::HeaderMap;
-use serde_json::{Map, Value, json};
+use serde_json::{Map, Value};
 
-use crate::context::notify::LogLevel;
-use crate::protocol::{RequestMeta, headers, meta_keys};
+use crate::protocol::{headers, meta_keys};
 
 /// Earlier revisions served in the legacy era, newest first.
 pub(crate) const LEGACY_VERSIONS: &[&str] = &["2025-11-25", "2025-06-18", "2025-03-26"];
 
-/// The `MCP-Protocol-Version` header, trimmed, when present and readable.
-fn version_header(headers: &HeaderMap) -> Option<&str> {
-    headers
-        .get(headers::PROTOCOL_VERSION)
-        .and_then(|v| v.to_str().ok())
-        .map(str::trim)
+/// The `MCP-Protocol-Version` header, read by the one reader of routing headers; for deciding the
+/// era an unreadable header counts as absent (the modern path refuses it).
+pub(crate) fn version_header(headers: &HeaderMap) -> Option<String> {
+    headers::header_text(headers, headers::PROTOCOL_VERSION)
+        .ok()
+        .flatten()
 }
 
 /// Whether a request belongs to the legacy era.
@@ -33,6 +32,7 @@ pub(crate) fn is_legacy(
         .and_then(|p| p.get("_meta"))
         .and_then(|m| m.get(meta_keys::PROTOCOL_VERSION));
     let header = headers.map(version_header);
+    let header = header.as_ref().map(Option::as_deref);
     let header_is_legacy =
         |header: Option<&str>| header.is_none_or(|v| LEGACY_VERSIONS.contains(&v));
     if let Some(claim) = claim {
@@ -60,54 +60,10 @@ pub(crate) fn requested_version(
             })
             .and_then(Value::as_str)
     });
-    let from_header = headers.and_then(version_header);
-    from_params.or(from_header).unwrap_or("unknown").to_owned()
-}
-
-/// The request metadata of a legacy request: no capabilities are declared per request in that
-/// era, and log messages go out unless the client asked otherwise on this request (a level set
-/// with `logging/setLevel` cannot be remembered without a session).
-pub(crate) fn meta(params: &mut Map<String, Value>, headers: Option<&HeaderMap>) -> RequestMeta {
-    let raw = match params.remove("_meta") {
-        Some(Value::Object(meta)) => meta,
-        _ => Map::new(),
-    };
-    let protocol_version = headers
-        .and_then(version_header)
-        .filter(|v| LEGACY_VERSIONS.contains(v))
-        .unwrap_or(LEGACY_VERSIONS[0])
-        .to_owned();
-    RequestMeta {
-        protocol_version,
-        client_capabilities: Map::new(),
-        client_info: None,
-        progress_token: raw
-            .get(meta_keys::PROGRESS_TOKEN)
-            .filter(|t| t.is_string() || t.is_i64() || t.is_u64())
-            .cloned(),
-        log_level: Some(LogLevel::Debug),
-        raw,
+    match from_params {
+        Some(version) => version.to_owned(),
+        None => headers
+            .and_then(version_header)
+            .unwrap_or_else(|| "unknown".to_owned()),
     }
-}
-
-/// The `initialize` answer: the client's version when served, else the newest legacy one.
-pub(crate) fn initialize_result(
-    params: &Map<String, Value>,
-    capabilities: &Value,
-    server_info: &Value,
-    instructions: Option<&str>,
-) -> Value {
-    let requested = params.get("protocolVersion").and_then(Value::as_str);
-    let version = requested
-        .filter(|v| LEGACY_VERSIONS.contains(v))
-        .unwrap_or(LEGACY_VERSIONS[0]);
-    let mut result = json!({
-        "protocolVersion": version,
-        "capabilities": capabilities,
-        "serverInfo": server_info,
-    });
-    if let Some(instructions) = instructions {
-        result["instructions"] = json!(instructions);
-    }
-    result
 }

@@ -73,6 +73,16 @@ pub(crate) fn require_equal(
     }
 }
 
+/// The body field `Mcp-Name` must mirror, for methods that name a target.
+pub(crate) fn named_target(method: &str) -> Option<&'static str> {
+    match method {
+        "tools/call" | "prompts/get" => Some("name"),
+        "resources/read" => Some("uri"),
+        "tasks/get" | "tasks/update" | "tasks/cancel" => Some("taskId"),
+        _ => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

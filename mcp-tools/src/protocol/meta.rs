@@ -2,7 +2,6 @@ use serde_json::{Map, Value};
 
 use super::meta_keys;
 use crate::RpcError;
-use crate::context::notify::LogLevel;
 
 /// The per-request `_meta` every 2026-07-28 request must carry.
 #[derive(Debug, Clone, Default)]
@@ -120,6 +119,60 @@ impl RequestMeta {
             log_level,
             raw,
         })
+    }
+}
+
+/// Severity of a log message, lowest first (RFC 5424 order).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum LogLevel {
+    /// Debug.
+    Debug,
+    /// Info.
+    Info,
+    /// Notice.
+    Notice,
+    /// Warning.
+    Warning,
+    /// Error.
+    Error,
+    /// Critical.
+    Critical,
+    /// Alert.
+    Alert,
+    /// Emergency.
+    Emergency,
+}
+
+impl LogLevel {
+    pub(crate) const NAMES: [&'static str; 8] = [
+        "debug",
+        "info",
+        "notice",
+        "warning",
+        "error",
+        "critical",
+        "alert",
+        "emergency",
+    ];
+
+    /// The wire name.
+    pub fn as_str(self) -> &'static str {
+        Self::NAMES[self as usize]
+    }
+
+    /// Parses a wire name.
+    pub fn parse(name: &str) -> Option<LogLevel> {
+        const ALL: [LogLevel; 8] = [
+            LogLevel::Debug,
+            LogLevel::Info,
+            LogLevel::Notice,
+            LogLevel::Warning,
+            LogLevel::Error,
+            LogLevel::Critical,
+            LogLevel::Alert,
+            LogLevel::Emergency,
+        ];
+        Self::NAMES.iter().position(|n| *n == name).map(|i| ALL[i])
     }
 }
 

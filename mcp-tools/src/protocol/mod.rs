@@ -7,10 +7,11 @@ pub(crate) mod error;
 pub mod headers;
 mod meta;
 pub(crate) mod param_headers;
+pub(crate) mod result;
 pub(crate) mod seal;
 
 pub use envelope::{Envelope, RequestId};
-pub use meta::RequestMeta;
+pub use meta::{LogLevel, RequestMeta};
 
 /// The protocol revision this runtime speaks.
 pub const PROTOCOL_VERSION: &str = "2026-07-28";

@@ -6,7 +6,6 @@ use serde_json::{Map, Value};
 
 use crate::RpcError;
 use crate::protocol::headers::header_text;
-use crate::tools::set::CompiledTool;
 
 /// One argument mirrored in a header.
 #[derive(Debug, Clone)]
@@ -60,9 +59,9 @@ fn agrees(header: &str, value: &Value) -> bool {
     }
 }
 
-/// Checks every `Mcp-Param-*` header `tool` declares against the call's arguments.
+/// Checks every `Mcp-Param-*` header a tool declares against the call's arguments.
 pub(crate) fn check_param_headers(
-    tool: &CompiledTool,
+    declared: &[ParamHeader],
     params: &Map<String, Value>,
     headers: &HeaderMap,
 ) -> Result<(), RpcError> {
@@ -71,7 +70,7 @@ pub(crate) fn check_param_headers(
         .get("arguments")
         .and_then(Value::as_object)
         .unwrap_or(&empty);
-    for declaration in &tool.param_headers {
+    for declaration in declared {
         let header_name = format!("mcp-param-{}", declaration.name.to_ascii_lowercase());
         let display = format!("Mcp-Param-{}", declaration.name);
         let header = header_text(headers, &header_name)?;
@@ -155,7 +154,7 @@ mod tests {
     #[test]
     fn a_missing_header_is_named_missing_and_a_wrong_one_a_mismatch() {
         let catalog = crate::ToolSet::new().with(Routed).compile().unwrap();
-        let tool = &catalog.tools[0];
+        let tool = &catalog.tools[0].param_headers;
         let none = HeaderMap::new();
         let mut eu = HeaderMap::new();
         eu.insert("mcp-param-region", "eu".parse().unwrap());

@@ -4,7 +4,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
-use serde::Serialize;
 use serde_json::json;
 use tokio::sync::{broadcast, watch};
 
@@ -12,8 +11,9 @@ use super::{Base, McpServer, Offer, Shared};
 use crate::completion::Completions;
 use crate::context::SharedState;
 use crate::prompts::PromptSet;
+use crate::protocol::SUPPORTED_VERSIONS;
+use crate::protocol::result::{CacheScope, Results};
 use crate::protocol::seal::CursorCodec;
-use crate::protocol::{SUPPORTED_VERSIONS, meta_keys};
 use crate::resources::ResourceSet;
 use crate::tools::set::ToolSet;
 use crate::transport::http::auth::{Authenticate, Unauthorized};
@@ -50,16 +50,6 @@ pub enum BuildError {
     /// A setting is out of range.
     #[error("invalid setting: {0}")]
     InvalidSetting(&'static str),
-}
-
-/// Who may cache list results: everyone, or only the requesting principal.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum CacheScope {
-    /// Results do not depend on the caller.
-    Public,
-    /// Results may depend on the caller's authorization.
-    Private,
 }
 
 /// Builds an [`McpServer`].
@@ -279,14 +269,14 @@ impl McpServerBuilder {
         if let Some(title) = &self.title {
             server_info["title"] = json!(title);
         }
-        let result_meta = json!({ meta_keys::SERVER_INFO: server_info });
+        let results = Results::new(server_info, self.settings.ttl_ms, self.settings.scope);
         let mut supported_versions = SUPPORTED_VERSIONS.to_vec();
         if self.legacy_era {
             supported_versions.extend_from_slice(crate::protocol::era::LEGACY_VERSIONS);
         }
         let base = Base {
             supported_versions,
-            result_meta,
+            results,
             instructions: self.instructions,
             settings: self.settings,
             cursors: CursorCodec::new(&key),
@@ -304,8 +294,6 @@ impl McpServerBuilder {
                 legacy_era: self.legacy_era,
                 keep_alive: self.keep_alive,
                 state: SharedState::new(self.state),
-                server_meta: serde_json::value::to_raw_value(&base.result_meta)
-                    .expect("maps serialize"),
                 state_key: key,
                 base,
                 snapshot: ArcSwap::from_pointee(snapshot),

@@ -2,12 +2,13 @@
 //! pages serialized once, cursors included.
 
 use axum::body::Bytes;
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
 
 use super::BuildError;
 use super::builder::ListSettings;
 use crate::completion::Completions;
 use crate::prompts::PromptSet;
+use crate::protocol::result::Results;
 use crate::protocol::seal::CursorCodec;
 use crate::resources::ResourceSet;
 use crate::tools::set::{Catalog, ToolSet};
@@ -26,8 +27,8 @@ pub(crate) struct Offer {
 pub(crate) struct Base {
     /// Every version served: the current one, then the legacy ones when that era is on.
     pub(crate) supported_versions: Vec<&'static str>,
-    /// `{"io.modelcontextprotocol/serverInfo": {...}}`.
-    pub(crate) result_meta: Value,
+    /// Finishes every result body.
+    pub(crate) results: Results,
     pub(crate) instructions: Option<String>,
     pub(crate) settings: ListSettings,
     pub(crate) cursors: CursorCodec,
@@ -99,17 +100,13 @@ impl Base {
         if self.logging {
             capabilities.insert("logging".into(), json!({}));
         }
-        let mut discover = json!({
-            "resultType": "complete",
-            "supportedVersions": self.supported_versions,
-            "capabilities": capabilities,
-            "ttlMs": self.settings.ttl_ms,
-            "cacheScope": self.settings.scope,
-            "_meta": self.result_meta,
-        });
+        let mut discover = Map::new();
+        discover.insert("supportedVersions".into(), json!(self.supported_versions));
+        discover.insert("capabilities".into(), Value::Object(capabilities.clone()));
         if let Some(instructions) = &self.instructions {
-            discover["instructions"] = json!(instructions);
+            discover.insert("instructions".into(), json!(instructions));
         }
+        let discover = self.results.cacheable(discover);
         Ok(Snapshot {
             discover: Bytes::from(discover.to_string()),
             capabilities: Value::Object(capabilities),
@@ -140,18 +137,16 @@ impl Base {
             .into_iter()
             .enumerate()
             .map(|(i, chunk)| {
-                let mut page = json!({
-                    "resultType": "complete",
-                    member: chunk,
-                    "ttlMs": self.settings.ttl_ms,
-                    "cacheScope": self.settings.scope,
-                    "_meta": self.result_meta,
-                });
+                let mut page = Map::new();
+                page.insert(member.into(), json!(chunk));
                 if i + 1 < count {
                     let position = u32::try_from(i + 1).expect("fewer than 2^32 pages");
-                    page["nextCursor"] = json!(self.cursors.encode(kind, position, fingerprint));
+                    page.insert(
+                        "nextCursor".into(),
+                        json!(self.cursors.encode(kind, position, fingerprint)),
+                    );
                 }
-                Bytes::from(page.to_string())
+                Bytes::from(self.results.cacheable(page).to_string())
             })
             .collect();
         Listing {
@@ -159,13 +154,6 @@ impl Base {
             pages,
             fingerprint,
         }
-    }
-
-    /// `ttlMs`, `cacheScope` and `_meta` for a cacheable result built per request.
-    pub(crate) fn cacheable(&self, mut result: Value) -> Value {
-        result["ttlMs"] = json!(self.settings.ttl_ms);
-        result["cacheScope"] = json!(self.settings.scope);
-        result
     }
 }
 

@@ -5,7 +5,7 @@ mod builder;
 mod catalog;
 mod edits;
 
-pub use builder::{BuildError, CacheScope, DEFAULT_BODY_LIMIT, McpServerBuilder};
+pub use builder::{BuildError, DEFAULT_BODY_LIMIT, McpServerBuilder};
 pub(crate) use catalog::{Base, Listing, Offer, Snapshot};
 pub(crate) use edits::Change;
 
@@ -35,8 +35,6 @@ pub(crate) struct Shared {
     pub(crate) legacy_era: bool,
     pub(crate) keep_alive: Duration,
     pub(crate) state: SharedState,
-    /// `{"io.modelcontextprotocol/serverInfo": {...}}`, serialized once.
-    pub(crate) server_meta: Box<serde_json::value::RawValue>,
     /// Seals multi-round request state.
     pub(crate) state_key: Vec<u8>,
     pub(crate) base: Base,

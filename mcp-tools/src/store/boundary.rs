@@ -6,6 +6,10 @@ use std::sync::Arc;
 use serde_json::Value;
 
 use super::clock::{duration_millis, format_rfc3339};
+use super::contract::{
+    ConflictPolicy, CreateRequest, MutationRequest, ReadRequest, StoreConfig, StoreError,
+    Transition,
+};
 use super::delta::diff;
 use super::fingerprint::Fingerprint;
 use super::handle::has_prefix;
@@ -15,10 +19,6 @@ use super::outcome::{
     Snapshot, StaleView, code,
 };
 use super::resource::{Lifecycle, ResourceKind};
-use super::contract::{
-    ConflictPolicy, CreateRequest, MutationRequest, ReadRequest, StoreConfig, StoreError,
-    Transition,
-};
 
 /// One stored resource at its current version. Cloning it is cheap: the strings and the state are
 /// shared, and the in-memory store keeps the same state in the record and in its history.

@@ -10,12 +10,12 @@ use serde_json::Value;
 
 use super::boundary::{self, LedgerEntry, Record, Txn};
 use super::clock::duration_millis;
-use super::handle::mint_handle;
-use super::outcome::{MutationOutcome, ReadOutcome};
 use super::contract::{
     CreateRequest, MutationRequest, PruneReport, ReadRequest, StateStore, StoreConfig, StoreError,
     StoreFuture, Transition,
 };
+use super::handle::mint_handle;
+use super::outcome::{MutationOutcome, ReadOutcome};
 
 const SHARDS: usize = 64;
 /// Writes between two steps of the automatic sweep. A step sweeps one ledger shard and one

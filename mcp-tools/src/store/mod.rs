@@ -53,6 +53,7 @@
 
 mod boundary;
 mod clock;
+mod contract;
 mod delta;
 mod fingerprint;
 mod handle;
@@ -62,10 +63,13 @@ mod registry;
 mod resource;
 #[cfg(feature = "sqlite")]
 mod sqlite;
-mod contract;
 pub(crate) mod tool_support;
 
 pub use clock::{Clock, ManualClock, SystemClock, format_rfc3339};
+pub use contract::{
+    ConflictPolicy, CreateRequest, MutationRequest, PruneReport, ReadRequest, StateStore,
+    StoreConfig, StoreError, StoreFuture, Transition,
+};
 pub use delta::{FieldChange, diff};
 pub use fingerprint::{Fingerprint, canonical_json};
 pub use handle::mint_handle;
@@ -79,7 +83,3 @@ pub use registry::Store;
 pub use resource::{Lifecycle, Resource, ResourceKind};
 #[cfg(feature = "sqlite")]
 pub use sqlite::{SqliteOptions, SqliteStore, Synchronous};
-pub use contract::{
-    ConflictPolicy, CreateRequest, MutationRequest, PruneReport, ReadRequest, StateStore,
-    StoreConfig, StoreError, StoreFuture, Transition,
-};

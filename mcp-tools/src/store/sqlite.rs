@@ -13,14 +13,14 @@ use tokio::runtime::RuntimeFlavor;
 
 use super::boundary::{self, LedgerEntry, Record, Txn};
 use super::clock::duration_millis;
-use super::fingerprint::Fingerprint;
-use super::handle::mint_handle;
-use super::outcome::{MutationOutcome, ReadOutcome, RecordedOutcome};
-use super::resource::Lifecycle;
 use super::contract::{
     CreateRequest, MutationRequest, PruneReport, ReadRequest, StateStore, StoreConfig, StoreError,
     StoreFuture, Transition,
 };
+use super::fingerprint::Fingerprint;
+use super::handle::mint_handle;
+use super::outcome::{MutationOutcome, ReadOutcome, RecordedOutcome};
+use super::resource::Lifecycle;
 
 /// The layout of a store file. New files only: this layout is not read from files written by
 /// earlier pre-release versions, which are refused at open (see [`refuse_old_layout`]).

@@ -11,11 +11,11 @@ use serde::de::{DeserializeOwned, DeserializeSeed, Error as _, MapAccess, Visito
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::{Map, Value};
 
+use super::contract::{ConflictPolicy, CreateRequest, MutationRequest, ReadRequest, Transition};
 use super::fingerprint::Fingerprint;
 use super::outcome::{MutationOutcome, ReadOutcome, Rejected, Snapshot};
 use super::registry::Store;
 use super::resource::Resource;
-use super::contract::{ConflictPolicy, CreateRequest, MutationRequest, ReadRequest, Transition};
 use crate::context::Context;
 use crate::context::extract::MISSING_STATE;
 use crate::tools::content::{CallToolResult, IntoToolError, ToolError};

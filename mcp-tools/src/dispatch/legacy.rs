@@ -1,0 +1,54 @@
+//! The 2025-11-25 era's own methods and metadata, served statelessly: `initialize` is answered
+//! without minting a session, and nothing is remembered between requests.
+
+use http::HeaderMap;
+use serde_json::{Map, Value, json};
+
+use crate::protocol::era::{LEGACY_VERSIONS, version_header};
+use crate::protocol::{LogLevel, RequestMeta, meta_keys};
+
+/// The request metadata of a legacy request: no capabilities are declared per request in that
+/// era, and log messages go out unless the client asked otherwise on this request (a level set
+/// with `logging/setLevel` cannot be remembered without a session).
+pub(crate) fn meta(params: &mut Map<String, Value>, headers: Option<&HeaderMap>) -> RequestMeta {
+    let raw = match params.remove("_meta") {
+        Some(Value::Object(meta)) => meta,
+        _ => Map::new(),
+    };
+    let protocol_version = headers
+        .and_then(version_header)
+        .filter(|v| LEGACY_VERSIONS.contains(&v.as_str()))
+        .unwrap_or_else(|| LEGACY_VERSIONS[0].to_owned());
+    RequestMeta {
+        protocol_version,
+        client_capabilities: Map::new(),
+        client_info: None,
+        progress_token: raw
+            .get(meta_keys::PROGRESS_TOKEN)
+            .filter(|t| t.is_string() || t.is_i64() || t.is_u64())
+            .cloned(),
+        log_level: Some(LogLevel::Debug),
+        raw,
+    }
+}
+
+/// The `initialize` answer: the client's version when served, else the newest legacy one.
+pub(crate) fn initialize_result(
+    params: &Map<String, Value>,
+    capabilities: &Value,
+    server_info: &Value,
+    instructions: Option<&str>,
+) -> Map<String, Value> {
+    let requested = params.get("protocolVersion").and_then(Value::as_str);
+    let version = requested
+        .filter(|v| LEGACY_VERSIONS.contains(v))
+        .unwrap_or(LEGACY_VERSIONS[0]);
+    let mut result = Map::new();
+    result.insert("protocolVersion".into(), json!(version));
+    result.insert("capabilities".into(), capabilities.clone());
+    result.insert("serverInfo".into(), server_info.clone());
+    if let Some(instructions) = instructions {
+        result.insert("instructions".into(), json!(instructions));
+    }
+    result
+}
