@@ -95,7 +95,6 @@ pub use prompts::{GetPromptResult, IntoPromptReply, Prompt, PromptMessage, Promp
 pub use protocol::LogLevel;
 pub use protocol::error::RpcError;
 pub use protocol::result::CacheScope;
-pub use protocol::seal::CursorError;
 pub use resources::{Resource, ResourceContents, ResourceSet, ResourceTemplate};
 pub use server::{BuildError, DEFAULT_BODY_LIMIT, McpServer, McpServerBuilder};
 #[cfg(feature = "sqlite")]

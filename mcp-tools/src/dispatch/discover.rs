@@ -17,8 +17,8 @@ pub(super) fn page(
         Some(Value::String(cursor)) => server
             .shared
             .base
-            .cursors
-            .decode(listing.kind, cursor, listing.fingerprint)
+            .seal
+            .open_cursor(listing.kind, cursor, listing.fingerprint)
             .map_err(|e| RpcError::invalid_params(format!("Invalid cursor: {e}")))?
             as usize,
         Some(_) => return Err(RpcError::invalid_params("`params.cursor` must be a string")),

@@ -6,8 +6,9 @@ use serde_json::{Map, Value};
 
 use crate::RpcError;
 use crate::context::{Context, Principal, RoundInput};
+use crate::protocol::seal::Binding;
 use crate::server::McpServer;
-use crate::tools::input::{Binding, InputRequired, StateSeal};
+use crate::tools::input::InputRequired;
 
 use super::Route;
 
@@ -41,10 +42,11 @@ pub(super) fn round_input(
                 principal: principal.key(),
                 arguments: &arguments,
             };
-            StateSeal {
-                key: &server.shared.state_key,
-            }
-            .open(&binding, &sealed)?
+            server
+                .shared
+                .base
+                .seal
+                .open_request_state(&binding, &sealed)?
         }
         Some(_) => {
             return Err(RpcError::invalid_params(
@@ -75,10 +77,11 @@ pub(super) fn input_required(
         principal: cx.principal().key(),
         arguments: &arguments,
     };
-    let sealed = StateSeal {
-        key: &server.shared.state_key,
-    }
-    .seal(&binding, input.state.as_ref());
+    let sealed = server
+        .shared
+        .base
+        .seal
+        .request_state(&binding, input.state.as_ref());
     Ok(server
         .shared
         .base

@@ -1,22 +1,36 @@
-//! Opaque, signed pagination cursors that carry their own position.
+//! The opaque values this server hands to clients and takes back: pagination cursors and the
+//! `requestState` of multi-round requests. Both are sealed by one primitive, HMAC-SHA256 over a
+//! domain label and the value, so a value of one kind never verifies as another and any replica
+//! holding the same key verifies what another issued. Nothing is remembered between requests.
 //!
-//! A cursor is `base64url(position ‖ listing fingerprint ‖ HMAC-SHA256 tag)`. The tag covers the
-//! list kind too, so a cursor of one listing cannot page another. Any replica holding the same key
-//! continues a listing another replica started; nothing is remembered between requests.
+//! A cursor is `base64url(position ‖ listing fingerprint ‖ tag)`, its tag covering the listing
+//! kind, so a cursor of one listing cannot page another. A request state is
+//! `base64url(payload ‖ tag)` where the payload is JSON: a digest of what the state is bound to
+//! (the method and target, the caller, the arguments), its expiry and the tool's own state. It is
+//! signed, not encrypted: the client can read it.
 
 use std::sync::Arc;
 
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use hmac::{Hmac, KeyInit, Mac};
-use sha2::Sha256;
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
 
+use crate::RpcError;
+
+/// Tags are truncated to 128 bits: enough against forgery, shorter on the wire.
 const TAG_LEN: usize = 16;
-const BODY_LEN: usize = 4 + 8;
+const CURSOR_BODY_LEN: usize = 4 + 8;
+/// How long a sealed request state stays valid.
+const STATE_LIFETIME_SECS: u64 = 15 * 60;
+
+const CURSOR_DOMAIN: &[u8] = b"mcp-tools/cursor\0";
+const REQUEST_STATE_DOMAIN: &[u8] = b"mcp-tools/request-state\0";
 
 /// Why a cursor was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-pub enum CursorError {
+pub(crate) enum CursorError {
     /// Not base64url or the wrong length.
     #[error("the cursor is malformed")]
     Malformed,
@@ -28,36 +42,61 @@ pub enum CursorError {
     Stale,
 }
 
-/// Signs and verifies cursors under one key.
+/// What a sealed request state is bound to.
+pub(crate) struct Binding<'a> {
+    pub(crate) target: &'a str,
+    pub(crate) principal: &'a str,
+    pub(crate) arguments: &'a Value,
+}
+
+/// Seals and opens every value this server hands out, under one key.
 #[derive(Clone)]
-pub(crate) struct CursorCodec {
+pub(crate) struct Seal {
     key: Arc<[u8]>,
 }
 
-impl CursorCodec {
+impl Seal {
     pub(crate) fn new(key: &[u8]) -> Self {
-        CursorCodec { key: key.into() }
+        Seal { key: key.into() }
     }
 
-    fn mac(&self, kind: &str, body: &[u8]) -> Hmac<Sha256> {
+    /// The MAC of `parts` in `domain`; each part but the last is followed by a 0 byte, so no two
+    /// sequences of parts give the same input.
+    fn mac(&self, domain: &[u8], parts: &[&[u8]]) -> Hmac<Sha256> {
         let mut mac = <Hmac<Sha256> as KeyInit>::new_from_slice(&self.key)
             .expect("HMAC accepts keys of any length");
-        mac.update(kind.as_bytes());
-        mac.update(&[0]);
-        mac.update(body);
+        mac.update(domain);
+        for (i, part) in parts.iter().enumerate() {
+            if i > 0 {
+                mac.update(&[0]);
+            }
+            mac.update(part);
+        }
         mac
     }
 
-    pub(crate) fn encode(&self, kind: &str, position: u32, fingerprint: u64) -> String {
-        let mut bytes = Vec::with_capacity(BODY_LEN + TAG_LEN);
+    fn tag(&self, domain: &[u8], parts: &[&[u8]]) -> [u8; TAG_LEN] {
+        let full = self.mac(domain, parts).finalize().into_bytes();
+        full[..TAG_LEN].try_into().expect("a SHA-256 tag is longer")
+    }
+
+    fn verifies(&self, domain: &[u8], parts: &[&[u8]], tag: &[u8]) -> bool {
+        self.mac(domain, parts).verify_truncated_left(tag).is_ok()
+    }
+
+    /// A cursor for `position` in the listing `kind` whose content has `fingerprint`.
+    pub(crate) fn cursor(&self, kind: &str, position: u32, fingerprint: u64) -> String {
+        let mut bytes = Vec::with_capacity(CURSOR_BODY_LEN + TAG_LEN);
         bytes.extend_from_slice(&position.to_be_bytes());
         bytes.extend_from_slice(&fingerprint.to_be_bytes());
-        let tag = self.mac(kind, &bytes).finalize().into_bytes();
-        bytes.extend_from_slice(&tag[..TAG_LEN]);
+        let tag = self.tag(CURSOR_DOMAIN, &[kind.as_bytes(), &bytes]);
+        bytes.extend_from_slice(&tag);
         URL_SAFE_NO_PAD.encode(bytes)
     }
 
-    pub(crate) fn decode(
+    /// The position a cursor of listing `kind` points at, if it verifies and the listing still
+    /// has `fingerprint`.
+    pub(crate) fn open_cursor(
         &self,
         kind: &str,
         cursor: &str,
@@ -66,13 +105,13 @@ impl CursorCodec {
         let bytes = URL_SAFE_NO_PAD
             .decode(cursor)
             .map_err(|_| CursorError::Malformed)?;
-        if bytes.len() != BODY_LEN + TAG_LEN {
+        if bytes.len() != CURSOR_BODY_LEN + TAG_LEN {
             return Err(CursorError::Malformed);
         }
-        let (body, tag) = bytes.split_at(BODY_LEN);
-        self.mac(kind, body)
-            .verify_truncated_left(tag)
-            .map_err(|_| CursorError::BadSignature)?;
+        let (body, tag) = bytes.split_at(CURSOR_BODY_LEN);
+        if !self.verifies(CURSOR_DOMAIN, &[kind.as_bytes(), body], tag) {
+            return Err(CursorError::BadSignature);
+        }
         let position = u32::from_be_bytes(body[..4].try_into().expect("4 bytes"));
         let issued_for = u64::from_be_bytes(body[4..].try_into().expect("8 bytes"));
         if issued_for != fingerprint {
@@ -80,36 +119,149 @@ impl CursorCodec {
         }
         Ok(position)
     }
+
+    /// Seals a tool's `state` for the retry of the request described by `binding`.
+    pub(crate) fn request_state(&self, binding: &Binding<'_>, state: Option<&Value>) -> String {
+        let payload = json!({
+            "b": digest(binding),
+            "e": now() + STATE_LIFETIME_SECS,
+            "s": state,
+        })
+        .to_string();
+        let tag = self.tag(REQUEST_STATE_DOMAIN, &[payload.as_bytes()]);
+        let mut bytes = payload.into_bytes();
+        bytes.extend_from_slice(&tag);
+        URL_SAFE_NO_PAD.encode(bytes)
+    }
+
+    /// The state a tool sealed, after checking integrity, binding and expiry.
+    pub(crate) fn open_request_state(
+        &self,
+        binding: &Binding<'_>,
+        sealed: &str,
+    ) -> Result<Option<Value>, RpcError> {
+        let invalid = |why: &str| {
+            RpcError::invalid_params(format!(
+                "Invalid requestState: {why}; retry the original request without requestState"
+            ))
+        };
+        let bytes = URL_SAFE_NO_PAD
+            .decode(sealed)
+            .map_err(|_| invalid("not issued by this server"))?;
+        if bytes.len() <= TAG_LEN {
+            return Err(invalid("not issued by this server"));
+        }
+        let (payload, tag) = bytes.split_at(bytes.len() - TAG_LEN);
+        if !self.verifies(REQUEST_STATE_DOMAIN, &[payload], tag) {
+            return Err(invalid("it was altered or not issued by this server"));
+        }
+        let payload: Value =
+            serde_json::from_slice(payload).map_err(|_| invalid("not issued by this server"))?;
+        if payload["b"].as_str() != Some(digest(binding).as_str()) {
+            return Err(invalid("it belongs to another request"));
+        }
+        if payload["e"].as_u64().is_none_or(|expiry| expiry < now()) {
+            return Err(invalid("it has expired"));
+        }
+        Ok(match payload.get("s") {
+            None | Some(Value::Null) => None,
+            Some(state) => Some(state.clone()),
+        })
+    }
+}
+
+fn now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+fn digest(binding: &Binding<'_>) -> String {
+    let hash = Sha256::new()
+        .chain_update(binding.target.as_bytes())
+        .chain_update([0])
+        .chain_update(binding.principal.as_bytes())
+        .chain_update([0])
+        .chain_update(binding.arguments.to_string().as_bytes())
+        .finalize();
+    URL_SAFE_NO_PAD.encode(&hash[..16])
 }
 
 #[cfg(test)]
-mod tests {
+mod cursor_tests {
     use super::*;
 
     #[test]
     fn round_trips_and_rejects_tampering() {
-        let codec = CursorCodec::new(b"key-one");
-        let cursor = codec.encode("tools", 7, 42);
-        assert_eq!(codec.decode("tools", &cursor, 42), Ok(7));
+        let codec = Seal::new(b"key-one");
+        let cursor = codec.cursor("tools", 7, 42);
+        assert_eq!(codec.open_cursor("tools", &cursor, 42), Ok(7));
         assert_eq!(
-            codec.decode("prompts", &cursor, 42),
+            codec.open_cursor("prompts", &cursor, 42),
             Err(CursorError::BadSignature)
         );
-        assert_eq!(codec.decode("tools", &cursor, 43), Err(CursorError::Stale));
         assert_eq!(
-            CursorCodec::new(b"key-two").decode("tools", &cursor, 42),
+            codec.open_cursor("tools", &cursor, 43),
+            Err(CursorError::Stale)
+        );
+        assert_eq!(
+            Seal::new(b"key-two").open_cursor("tools", &cursor, 42),
             Err(CursorError::BadSignature)
         );
         let mut bytes = URL_SAFE_NO_PAD.decode(&cursor).unwrap();
         bytes[3] ^= 1;
         assert_eq!(
-            codec.decode("tools", &URL_SAFE_NO_PAD.encode(bytes), 42),
+            codec.open_cursor("tools", &URL_SAFE_NO_PAD.encode(bytes), 42),
             Err(CursorError::BadSignature)
         );
         assert_eq!(
-            codec.decode("tools", "not a cursor!", 42),
+            codec.open_cursor("tools", "not a cursor!", 42),
             Err(CursorError::Malformed)
         );
-        assert_eq!(codec.decode("tools", "", 42), Err(CursorError::Malformed));
+        assert_eq!(
+            codec.open_cursor("tools", "", 42),
+            Err(CursorError::Malformed)
+        );
+    }
+}
+
+#[cfg(test)]
+mod request_state_tests {
+    use super::*;
+
+    #[test]
+    fn sealed_state_opens_only_for_its_binding() {
+        let seal = Seal::new(b"k");
+        let args = json!({ "x": 1 });
+        let binding = Binding {
+            target: "tool",
+            principal: "",
+            arguments: &args,
+        };
+        let sealed = seal.request_state(&binding, Some(&json!({ "round": 2 })));
+        assert_eq!(
+            seal.open_request_state(&binding, &sealed).unwrap(),
+            Some(json!({ "round": 2 }))
+        );
+        let other_args = json!({ "x": 2 });
+        let other = Binding {
+            target: "tool",
+            principal: "",
+            arguments: &other_args,
+        };
+        assert!(seal.open_request_state(&other, &sealed).is_err());
+        assert!(
+            Seal::new(b"other")
+                .open_request_state(&binding, &sealed)
+                .is_err()
+        );
+        let mut tampered = URL_SAFE_NO_PAD.decode(&sealed).unwrap();
+        tampered[5] ^= 1;
+        assert!(
+            seal.open_request_state(&binding, &URL_SAFE_NO_PAD.encode(tampered))
+                .is_err()
+        );
+        assert!(seal.open_request_state(&binding, "garbage").is_err());
     }
 }

@@ -13,7 +13,7 @@ use crate::context::SharedState;
 use crate::prompts::PromptSet;
 use crate::protocol::SUPPORTED_VERSIONS;
 use crate::protocol::result::{CacheScope, Results};
-use crate::protocol::seal::CursorCodec;
+use crate::protocol::seal::Seal;
 use crate::resources::ResourceSet;
 use crate::tools::set::ToolSet;
 use crate::transport::http::auth::{Authenticate, Unauthorized};
@@ -279,7 +279,7 @@ impl McpServerBuilder {
             results,
             instructions: self.instructions,
             settings: self.settings,
-            cursors: CursorCodec::new(&key),
+            seal: Seal::new(&key),
             logging: self.logging,
         };
         let snapshot = base.snapshot(self.catalog)?;
@@ -294,7 +294,6 @@ impl McpServerBuilder {
                 legacy_era: self.legacy_era,
                 keep_alive: self.keep_alive,
                 state: SharedState::new(self.state),
-                state_key: key,
                 base,
                 snapshot: ArcSwap::from_pointee(snapshot),
                 edit: Mutex::new(()),

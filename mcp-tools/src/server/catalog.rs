@@ -9,7 +9,7 @@ use super::builder::ListSettings;
 use crate::completion::Completions;
 use crate::prompts::PromptSet;
 use crate::protocol::result::Results;
-use crate::protocol::seal::CursorCodec;
+use crate::protocol::seal::Seal;
 use crate::resources::ResourceSet;
 use crate::tools::set::{Catalog, ToolSet};
 
@@ -31,7 +31,8 @@ pub(crate) struct Base {
     pub(crate) results: Results,
     pub(crate) instructions: Option<String>,
     pub(crate) settings: ListSettings,
-    pub(crate) cursors: CursorCodec,
+    /// Seals cursors and request state.
+    pub(crate) seal: Seal,
     pub(crate) logging: bool,
 }
 
@@ -143,7 +144,7 @@ impl Base {
                     let position = u32::try_from(i + 1).expect("fewer than 2^32 pages");
                     page.insert(
                         "nextCursor".into(),
-                        json!(self.cursors.encode(kind, position, fingerprint)),
+                        json!(self.seal.cursor(kind, position, fingerprint)),
                     );
                 }
                 Bytes::from(self.results.cacheable(page).to_string())

@@ -35,8 +35,6 @@ pub(crate) struct Shared {
     pub(crate) legacy_era: bool,
     pub(crate) keep_alive: Duration,
     pub(crate) state: SharedState,
-    /// Seals multi-round request state.
-    pub(crate) state_key: Vec<u8>,
     pub(crate) base: Base,
     pub(crate) snapshot: ArcSwap<Snapshot>,
     /// Serializes run-time edits of the offer (reads never wait on it).

@@ -2,13 +2,8 @@
 //! returning [`InputRequired`]; the client retries the same call with the answers and the sealed
 //! `requestState`, which any replica can verify.
 
-use base64::Engine;
-use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use hmac::{Hmac, KeyInit, Mac};
 use serde_json::{Map, Value, json};
-use sha2::{Digest, Sha256};
 
-use crate::RpcError;
 use crate::tools::content::CallToolResult;
 use crate::tools::output::IntoCallToolResult;
 
@@ -162,135 +157,5 @@ impl IntoCallToolResult for InputRequired {
 
     fn into_reply(self) -> Reply {
         Reply::InputRequired(self)
-    }
-}
-
-/// How long a sealed request state stays valid.
-const STATE_LIFETIME_SECS: u64 = 15 * 60;
-const TAG_LEN: usize = 16;
-
-/// Seals and opens `requestState` values.
-pub(crate) struct StateSeal<'a> {
-    pub(crate) key: &'a [u8],
-}
-
-/// What a sealed state is bound to.
-pub(crate) struct Binding<'a> {
-    pub(crate) target: &'a str,
-    pub(crate) principal: &'a str,
-    pub(crate) arguments: &'a Value,
-}
-
-fn now() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0)
-}
-
-fn digest(binding: &Binding<'_>) -> String {
-    let hash = Sha256::new()
-        .chain_update(binding.target.as_bytes())
-        .chain_update([0])
-        .chain_update(binding.principal.as_bytes())
-        .chain_update([0])
-        .chain_update(binding.arguments.to_string().as_bytes())
-        .finalize();
-    URL_SAFE_NO_PAD.encode(&hash[..16])
-}
-
-impl StateSeal<'_> {
-    fn mac(&self) -> Hmac<Sha256> {
-        let mut mac = <Hmac<Sha256> as KeyInit>::new_from_slice(self.key)
-            .expect("HMAC accepts keys of any length");
-        mac.update(b"mcp-tools/request-state\0");
-        mac
-    }
-
-    pub(crate) fn seal(&self, binding: &Binding<'_>, state: Option<&Value>) -> String {
-        let payload = json!({
-            "b": digest(binding),
-            "e": now() + STATE_LIFETIME_SECS,
-            "s": state,
-        })
-        .to_string();
-        let mut mac = self.mac();
-        mac.update(payload.as_bytes());
-        let tag = mac.finalize().into_bytes();
-        let mut bytes = payload.into_bytes();
-        bytes.extend_from_slice(&tag[..TAG_LEN]);
-        URL_SAFE_NO_PAD.encode(bytes)
-    }
-
-    /// The state a tool sealed, after checking integrity, binding and expiry.
-    pub(crate) fn open(
-        &self,
-        binding: &Binding<'_>,
-        sealed: &str,
-    ) -> Result<Option<Value>, RpcError> {
-        let invalid = |why: &str| {
-            RpcError::invalid_params(format!(
-                "Invalid requestState: {why}; retry the original request without requestState"
-            ))
-        };
-        let bytes = URL_SAFE_NO_PAD
-            .decode(sealed)
-            .map_err(|_| invalid("not issued by this server"))?;
-        if bytes.len() <= TAG_LEN {
-            return Err(invalid("not issued by this server"));
-        }
-        let (payload, tag) = bytes.split_at(bytes.len() - TAG_LEN);
-        let mut mac = self.mac();
-        mac.update(payload);
-        mac.verify_truncated_left(tag)
-            .map_err(|_| invalid("it was altered or not issued by this server"))?;
-        let payload: Value =
-            serde_json::from_slice(payload).map_err(|_| invalid("not issued by this server"))?;
-        if payload["b"].as_str() != Some(digest(binding).as_str()) {
-            return Err(invalid("it belongs to another request"));
-        }
-        if payload["e"].as_u64().is_none_or(|expiry| expiry < now()) {
-            return Err(invalid("it has expired"));
-        }
-        Ok(match payload.get("s") {
-            None | Some(Value::Null) => None,
-            Some(state) => Some(state.clone()),
-        })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn sealed_state_opens_only_for_its_binding() {
-        let seal = StateSeal { key: b"k" };
-        let args = json!({ "x": 1 });
-        let binding = Binding {
-            target: "tool",
-            principal: "",
-            arguments: &args,
-        };
-        let sealed = seal.seal(&binding, Some(&json!({ "round": 2 })));
-        assert_eq!(
-            seal.open(&binding, &sealed).unwrap(),
-            Some(json!({ "round": 2 }))
-        );
-        let other_args = json!({ "x": 2 });
-        let other = Binding {
-            target: "tool",
-            principal: "",
-            arguments: &other_args,
-        };
-        assert!(seal.open(&other, &sealed).is_err());
-        assert!(StateSeal { key: b"other" }.open(&binding, &sealed).is_err());
-        let mut tampered = URL_SAFE_NO_PAD.decode(&sealed).unwrap();
-        tampered[5] ^= 1;
-        assert!(
-            seal.open(&binding, &URL_SAFE_NO_PAD.encode(tampered))
-                .is_err()
-        );
-        assert!(seal.open(&binding, "garbage").is_err());
     }
 }
