@@ -88,7 +88,7 @@ macro_rules! tools {
 }
 
 pub use completion::{CompletionTarget, Completions};
-pub use context::extract::{FromContext, MISSING_STATE, State};
+pub use context::auth::Unauthorized;
 pub use context::{Context, Principal};
 pub use mcp_tools_derive::{ToolError, tool, toolbox};
 pub use prompts::{GetPromptResult, IntoPromptReply, Prompt, PromptMessage, PromptSet, Role};
@@ -101,9 +101,9 @@ pub use server::{BuildError, DEFAULT_BODY_LIMIT, McpServer, McpServerBuilder};
 pub use store::SqliteStore;
 pub use store::{MemoryStore, MutationOutcome, StateStore};
 pub use tools::content::{CallToolResult, Content, IntoToolError, ToolError};
+pub use tools::extract::{FromContext, MISSING_STATE, State};
 pub use tools::input::{InputRequired, ToolReply};
 pub use tools::output::{IntoCallToolResult, Structured};
 pub use tools::set::ToolSet;
 pub use tools::{NoArgs, Tool, ToolAnnotations, ToolInfo};
-pub use transport::http::auth::Unauthorized;
 pub use transport::http::serve::shutdown_signal;

@@ -9,7 +9,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-pub use crate::context::extract::FromContext;
+pub use crate::tools::extract::FromContext;
 
 /// Support for the stateful tool kinds (`creates`, `reads`, `mutates`).
 pub mod stateful {

@@ -1,8 +1,9 @@
 //! The per-request context handed to every tool call.
 
-pub(crate) mod extract;
+pub(crate) mod auth;
 pub(crate) mod notify;
 
+use std::any::Any;
 use std::sync::Arc;
 
 use serde_json::{Map, Value};
@@ -10,7 +11,6 @@ use serde_json::{Map, Value};
 use crate::context::notify::Notifier;
 use crate::protocol::LogLevel;
 use crate::protocol::{RequestId, RequestMeta};
-use crate::server::McpServer;
 
 /// Who is calling. Handles and operation ids are bound to it.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
@@ -61,7 +61,10 @@ struct ContextInner {
     method: String,
     meta: RequestMeta,
     principal: Principal,
-    server: McpServer,
+    /// The serving server, opaque here so the context does not depend on the server layer;
+    /// [`Context::server`] is defined there.
+    server: Arc<dyn Any + Send + Sync>,
+    state: SharedState,
     notifier: Option<Notifier>,
     input: RoundInput,
 }
@@ -79,7 +82,7 @@ impl Context {
         method: String,
         meta: RequestMeta,
         principal: Principal,
-        server: McpServer,
+        (server, state): (Arc<dyn Any + Send + Sync>, SharedState),
         notifier: Option<Notifier>,
         input: RoundInput,
     ) -> Self {
@@ -90,15 +93,15 @@ impl Context {
                 meta,
                 principal,
                 server,
+                state,
                 notifier,
                 input,
             }),
         }
     }
 
-    /// The server serving this request: tools may change what it offers (add or remove tools,
-    /// prompts, resources) or announce changes to listeners.
-    pub fn server(&self) -> &McpServer {
+    /// The server behind [`Context::server`].
+    pub(crate) fn server_handle(&self) -> &Arc<dyn Any + Send + Sync> {
         &self.inner.server
     }
 
@@ -185,7 +188,7 @@ impl Context {
     /// Application state of type `T` registered with
     /// [`McpServerBuilder::state`](crate::McpServerBuilder::state).
     pub fn state<T: Send + Sync + 'static>(&self) -> Option<&T> {
-        self.inner.server.shared.state.0.get::<T>()
+        self.inner.state.0.get::<T>()
     }
 }
 

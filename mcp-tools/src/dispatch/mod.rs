@@ -275,7 +275,7 @@ fn prepare(
         method,
         meta,
         principal,
-        server.clone(),
+        (server.shared.clone(), server.shared.state.clone()),
         notifier,
         input,
     );

@@ -10,14 +10,14 @@ use tokio::sync::{broadcast, watch};
 use super::{Base, McpServer, Offer, Shared};
 use crate::completion::Completions;
 use crate::context::SharedState;
+use crate::context::auth::{Authenticate, Unauthorized};
 use crate::prompts::PromptSet;
 use crate::protocol::SUPPORTED_VERSIONS;
 use crate::protocol::result::{CacheScope, Results};
 use crate::protocol::seal::Seal;
 use crate::resources::ResourceSet;
+use crate::server::host::HostPolicy;
 use crate::tools::set::ToolSet;
-use crate::transport::http::auth::{Authenticate, Unauthorized};
-use crate::transport::http::host::HostPolicy;
 
 /// Why a server could not be built. Every variant names what to fix.
 #[derive(Debug, thiserror::Error)]
@@ -72,6 +72,9 @@ pub struct McpServerBuilder {
     keep_alive: Duration,
 }
 
+/// How often an idle event stream gets a comment line by default, so proxies keep it open.
+const DEFAULT_KEEP_ALIVE: Duration = Duration::from_secs(15);
+
 /// Default body limit: 4 MiB.
 pub const DEFAULT_BODY_LIMIT: usize = 4 * 1024 * 1024;
 
@@ -103,7 +106,7 @@ impl McpServerBuilder {
             logging: false,
             authenticate: None,
             legacy_era: true,
-            keep_alive: crate::transport::http::sse::DEFAULT_KEEP_ALIVE,
+            keep_alive: DEFAULT_KEEP_ALIVE,
         }
     }
 

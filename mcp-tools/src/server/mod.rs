@@ -4,6 +4,7 @@
 mod builder;
 mod catalog;
 mod edits;
+pub(crate) mod host;
 
 pub use builder::{BuildError, DEFAULT_BODY_LIMIT, McpServerBuilder};
 pub(crate) use catalog::{Base, Listing, Offer, Snapshot};
@@ -16,8 +17,8 @@ use arc_swap::ArcSwap;
 use tokio::sync::{broadcast, watch};
 
 use crate::context::SharedState;
-use crate::transport::http::auth::Authenticate;
-use crate::transport::http::host::HostPolicy;
+use crate::context::auth::Authenticate;
+use crate::server::host::HostPolicy;
 
 /// A built MCP server. Cheap to clone: clones share everything.
 ///
@@ -47,5 +48,16 @@ impl McpServer {
     /// Starts building a server that reports `name` and `version` as its implementation.
     pub fn builder(name: impl Into<String>, version: impl Into<String>) -> McpServerBuilder {
         McpServerBuilder::new(name.into(), version.into())
+    }
+}
+
+impl crate::Context {
+    /// The server serving this request: tools may change what it offers (add or remove tools,
+    /// prompts, resources) or announce changes to listeners.
+    pub fn server(&self) -> McpServer {
+        let shared = Arc::clone(self.server_handle())
+            .downcast::<Shared>()
+            .expect("a context is made by its server");
+        McpServer { shared }
     }
 }

@@ -17,8 +17,8 @@ use super::outcome::{MutationOutcome, ReadOutcome, Rejected, Snapshot};
 use super::registry::Store;
 use super::resource::Resource;
 use crate::context::Context;
-use crate::context::extract::MISSING_STATE;
 use crate::tools::content::{CallToolResult, IntoToolError, ToolError};
+use crate::tools::extract::MISSING_STATE;
 
 /// Decoded tool arguments together with the JSON they were decoded from: the operation-id
 /// ledger fingerprints the payload as sent.

@@ -2,6 +2,7 @@
 
 pub(crate) mod content;
 pub(crate) mod docs;
+pub(crate) mod extract;
 pub(crate) mod input;
 pub(crate) mod output;
 pub(crate) mod set;

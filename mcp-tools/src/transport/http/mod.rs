@@ -1,7 +1,5 @@
 //! The Streamable HTTP transport: one POST endpoint, checked in the order the protocol pins.
 
-pub(crate) mod auth;
-pub(crate) mod host;
 pub(crate) mod serve;
 pub(crate) mod sse;
 

@@ -12,9 +12,6 @@ use tokio::sync::mpsc;
 use crate::dispatch::Finish;
 use crate::protocol::RequestId;
 
-/// How often an idle stream gets a comment line by default, so proxies keep it open.
-pub(crate) const DEFAULT_KEEP_ALIVE: Duration = Duration::from_secs(15);
-
 enum State {
     Running {
         id: RequestId,
