@@ -307,8 +307,10 @@ async fn fifty_concurrent_creates_with_one_operation_id_make_one_basket() {
         .collect();
     let mut applied = Vec::new();
     let mut replayed = Vec::new();
-    for call in calls {
-        let result = call.await.unwrap();
+    for (index, call) in calls.into_iter().enumerate() {
+        let result = common::within(&format!("concurrent create {index}"), call)
+            .await
+            .unwrap();
         match outcome(&result) {
             "applied" => applied.push(result["structuredContent"].clone()),
             "replayed" => replayed.push(result["structuredContent"]["original"].clone()),
@@ -344,8 +346,10 @@ async fn two_hundred_concurrent_requests_with_one_operation_id_apply_once() {
         .collect();
     let mut applied = Vec::new();
     let mut replayed = 0;
-    for call in calls {
-        let result = call.await.unwrap();
+    for (index, call) in calls.into_iter().enumerate() {
+        let result = common::within(&format!("concurrent upgrade {index}"), call)
+            .await
+            .unwrap();
         match outcome(&result) {
             "applied" => applied.push(result["structuredContent"].clone()),
             "replayed" => {

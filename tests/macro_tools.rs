@@ -1,8 +1,11 @@
 //! The `#[tool]` attribute, observed through the in-process client.
 
+mod common;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use common::within;
 use mcp_tools::testing::TestClient;
 use mcp_tools::{Content, Context, McpServer, State, ToolError, ToolSet, tool, toolbox, tools};
 use schemars::JsonSchema;
@@ -164,11 +167,26 @@ fn client() -> TestClient {
     server(tools![add, echo, divide, greet, count, tags])
 }
 
-async fn definition(client: &TestClient, name: &str) -> Value {
-    client
-        .list_tools()
+/// Every published definition.
+async fn list_tools(client: &TestClient) -> Vec<Value> {
+    within("tools/list in process", client.list_tools())
         .await
         .unwrap()
+}
+
+/// The `CallToolResult` of `name` (check `isError` for tool-level failures).
+async fn call_tool(client: &TestClient, name: &str, arguments: Value) -> Value {
+    within(
+        &format!("tools/call {name} in process"),
+        client.call_tool(name, arguments),
+    )
+    .await
+    .unwrap()
+}
+
+async fn definition(client: &TestClient, name: &str) -> Value {
+    list_tools(client)
+        .await
         .into_iter()
         .find(|tool| tool["name"] == name)
         .unwrap_or_else(|| panic!("no tool {name}"))
@@ -238,27 +256,18 @@ async fn schema_comes_from_parameters_and_docs() {
 #[tokio::test]
 async fn calls_sync_and_async_with_defaults_renames_and_options() {
     let client = client();
-    let result = client.call_tool("add", json!({"a": 1})).await.unwrap();
+    let result = call_tool(&client, "add", json!({"a": 1})).await;
     assert_eq!(result["structuredContent"], json!({"sum": 11}));
     assert_eq!(result["content"][0]["text"], r#"{"sum":11}"#);
     assert_matches_output_schema(&client, "add", &result).await;
 
-    let result = client
-        .call_tool("echo", json!({"message": "ab", "times": 2}))
-        .await
-        .unwrap();
+    let result = call_tool(&client, "echo", json!({"message": "ab", "times": 2})).await;
     assert_eq!(result["content"][0]["text"], "abab");
     assert!(result.get("structuredContent").is_none());
-    let result = client
-        .call_tool("echo", json!({"message": "ab"}))
-        .await
-        .unwrap();
+    let result = call_tool(&client, "echo", json!({"message": "ab"})).await;
     assert_eq!(result["content"][0]["text"], "ab");
 
-    let result = client
-        .call_tool("tags", json!({"type": ["b", "a", "b"]}))
-        .await
-        .unwrap();
+    let result = call_tool(&client, "tags", json!({"type": ["b", "a", "b"]})).await;
     assert_eq!(result["structuredContent"], json!({"tags": ["a", "b"]}));
     assert_matches_output_schema(&client, "tags", &result).await;
 }
@@ -266,64 +275,61 @@ async fn calls_sync_and_async_with_defaults_renames_and_options() {
 #[tokio::test]
 async fn results_map_errors_to_codes() {
     let client = client();
-    let ok = client
-        .call_tool("math.divide", json!({"numerator": 7, "divisor": 2}))
-        .await
-        .unwrap();
+    let ok = call_tool(
+        &client,
+        "math.divide",
+        json!({"numerator": 7, "divisor": 2}),
+    )
+    .await;
     assert_eq!(
         ok["structuredContent"],
         json!({"quotient": 3, "remainder": 1})
     );
     assert_matches_output_schema(&client, "math.divide", &ok).await;
 
-    let err = client
-        .call_tool("math.divide", json!({"numerator": 7, "divisor": 0}))
-        .await
-        .unwrap();
+    let err = call_tool(
+        &client,
+        "math.divide",
+        json!({"numerator": 7, "divisor": 0}),
+    )
+    .await;
     assert_eq!(err["isError"], true);
     assert_eq!(err["structuredContent"]["code"], "DIVISION_BY_ZERO");
     assert_matches_output_schema(&client, "math.divide", &err).await;
 
-    let err = client
-        .call_tool("math.divide", json!({"numerator": i64::MIN, "divisor": -1}))
-        .await
-        .unwrap();
+    let err = call_tool(
+        &client,
+        "math.divide",
+        json!({"numerator": i64::MIN, "divisor": -1}),
+    )
+    .await;
     assert_eq!(err["structuredContent"]["code"], "OVERFLOW");
 
-    let err = client
-        .call_tool("greet", json!({"name": ""}))
-        .await
-        .unwrap();
+    let err = call_tool(&client, "greet", json!({"name": ""})).await;
     assert_eq!(err["isError"], true);
     assert_eq!(err["structuredContent"]["code"], "EMPTY_NAME");
-    let ok = client
-        .call_tool("greet", json!({"name": "Ada"}))
-        .await
-        .unwrap();
+    let ok = call_tool(&client, "greet", json!({"name": "Ada"})).await;
     assert_eq!(ok["content"][0]["text"], "Hello, Ada!");
 }
 
 #[tokio::test]
 async fn wrong_arguments_are_tool_errors() {
     let client = client();
-    let err = client.call_tool("add", json!({"a": "one"})).await.unwrap();
+    let err = call_tool(&client, "add", json!({"a": "one"})).await;
     assert_eq!(err["isError"], true);
     assert_eq!(err["structuredContent"]["code"], "INVALID_ARGUMENTS");
     assert!(err["content"][0]["text"].as_str().unwrap().contains("/a"));
-    let err = client
-        .call_tool("add", json!({"a": 1, "c": 2}))
-        .await
-        .unwrap();
+    let err = call_tool(&client, "add", json!({"a": 1, "c": 2})).await;
     assert_eq!(err["isError"], true);
 }
 
 #[tokio::test]
 async fn context_and_state_are_injected() {
     let client = client();
-    let first = client.call_tool("count", json!({"step": 2})).await.unwrap();
+    let first = call_tool(&client, "count", json!({"step": 2})).await;
     assert_eq!(first["content"][0]["text"], "2");
     assert_eq!(first["content"][1]["text"], "tools/call");
-    let second = client.call_tool("count", json!({"step": 3})).await.unwrap();
+    let second = call_tool(&client, "count", json!({"step": 3})).await;
     assert_eq!(second["content"][0]["text"], "5");
 }
 
@@ -334,7 +340,7 @@ async fn missing_state_is_a_tool_error_naming_the_type() {
         .build()
         .unwrap();
     let client = TestClient::new(server);
-    let err = client.call_tool("count", json!({"step": 1})).await.unwrap();
+    let err = call_tool(&client, "count", json!({"step": 1})).await;
     assert_eq!(err["isError"], true);
     assert_eq!(err["structuredContent"]["code"], mcp_tools::MISSING_STATE);
     assert!(
@@ -352,10 +358,8 @@ async fn toolbox_methods_share_the_server_struct() {
         notes: Default::default(),
     });
     let client = server(Arc::clone(&notes).tool_set().merge(tools![add]));
-    let names: Vec<Value> = client
-        .list_tools()
+    let names: Vec<Value> = list_tools(&client)
         .await
-        .unwrap()
         .into_iter()
         .map(|tool| tool["name"].clone())
         .collect();
@@ -366,14 +370,11 @@ async fn toolbox_methods_share_the_server_struct() {
             .unwrap()
             .clone()
     );
-    client
-        .call_tool("notes.add", json!({"text": "one"}))
-        .await
-        .unwrap();
-    let list = client.call_tool("notes.list", json!({})).await.unwrap();
+    call_tool(&client, "notes.add", json!({"text": "one"})).await;
+    let list = call_tool(&client, "notes.list", json!({})).await;
     assert_eq!(list["structuredContent"], json!({"notes": ["one"]}));
     assert_matches_output_schema(&client, "notes.list", &list).await;
-    let version = client.call_tool("notes.version", json!({})).await.unwrap();
+    let version = call_tool(&client, "notes.version", json!({})).await;
     assert_eq!(version["content"][0]["text"], "1");
     assert_eq!(notes.not_a_tool(), 1);
 }
@@ -415,14 +416,8 @@ async fn creates_take_an_operation_id_unless_they_opt_out() {
     );
     assert_eq!(once["annotations"]["idempotentHint"], true);
     let arguments = json!({"operation_id": "t-1", "title": "printer"});
-    let first = client
-        .call_tool("ticket_open_once", arguments.clone())
-        .await
-        .unwrap();
-    let again = client
-        .call_tool("ticket_open_once", arguments)
-        .await
-        .unwrap();
+    let first = call_tool(&client, "ticket_open_once", arguments.clone()).await;
+    let again = call_tool(&client, "ticket_open_once", arguments).await;
     assert_matches_output_schema(&client, "ticket_open_once", &again).await;
     assert_eq!(first["structuredContent"]["outcome"], "applied");
     assert_eq!(again["structuredContent"]["outcome"], "replayed");
@@ -443,16 +438,15 @@ async fn creates_take_an_operation_id_unless_they_opt_out() {
         open["annotations"].get("idempotentHint").is_none(),
         "{open}"
     );
-    let unknown = client
-        .call_tool("ticket_open", json!({"operation_id": "t-2", "title": "x"}))
-        .await
-        .unwrap();
+    let unknown = call_tool(
+        &client,
+        "ticket_open",
+        json!({"operation_id": "t-2", "title": "x"}),
+    )
+    .await;
     assert_eq!(unknown["isError"], true, "{unknown}");
     for _ in 0..2 {
-        let made = client
-            .call_tool("ticket_open", json!({"title": "printer"}))
-            .await
-            .unwrap();
+        let made = call_tool(&client, "ticket_open", json!({"title": "printer"})).await;
         assert_eq!(made["structuredContent"]["outcome"], "applied", "{made}");
     }
     assert_eq!(store.resource_count_for_tests(), 3);

@@ -1,6 +1,7 @@
 //! Snapshots of the documentation the examples print with `--print-schemas` and `--print-docs`.
 //! Review changes with `cargo insta review` (or `INSTA_UPDATE=always`), then commit the snapshots.
 
+mod common;
 #[path = "../examples/quickstart.rs"]
 #[allow(dead_code)]
 mod quickstart;
@@ -53,7 +54,10 @@ async fn quickstart_outputs_match_their_schemas() {
         serde_json::json!({"a": 2, "b": 3}),
         serde_json::json!({"a": i64::MAX, "b": 1}),
     ] {
-        let result = client.call_tool("add", arguments).await.unwrap();
+        let what = format!("tools/call add {arguments} in process");
+        let result = common::within(&what, client.call_tool("add", arguments))
+            .await
+            .unwrap();
         assert!(validator.is_valid(&result["structuredContent"]), "{result}");
     }
 }

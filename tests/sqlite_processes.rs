@@ -72,15 +72,49 @@ fn a_child_process_serves_the_basket_from_the_file_it_is_given() {
 
 /// A child server process, killed when dropped (a failing test included).
 struct Child {
-    process: std::process::Child,
+    /// `None` once killed.
+    process: Option<std::process::Child>,
     url: String,
+}
+
+impl Child {
+    /// SIGKILL: no shutdown, no draining. Returns once the process is gone.
+    fn kill(&mut self) {
+        let mut process = self.process.take().expect("a child is killed once");
+        process.kill().unwrap();
+        let pid = process.id();
+        assert!(
+            reaped(process),
+            "timed out after {:?}: child process {pid} to exit after SIGKILL",
+            common::STEP
+        );
+    }
 }
 
 impl Drop for Child {
     fn drop(&mut self) {
-        let _ = self.process.kill();
-        let _ = self.process.wait();
+        if let Some(mut process) = self.process.take() {
+            let _ = process.kill();
+            let pid = process.id();
+            // A second panic while a failed test unwinds would abort the whole binary.
+            if !reaped(process) && !std::thread::panicking() {
+                panic!(
+                    "timed out after {:?}: child process {pid} to exit after SIGKILL",
+                    common::STEP
+                );
+            }
+        }
     }
+}
+
+/// Waits for `process` to exit, for at most a test step: `wait` has no timeout of its own, so
+/// it runs on a thread of its own, left behind if the process never exits.
+fn reaped(mut process: std::process::Child) -> bool {
+    let (exited, exit) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = exited.send(process.wait());
+    });
+    exit.recv_timeout(common::STEP).is_ok()
 }
 
 /// Starts `count` children serving `path`, all at once, and waits until each one listens.
@@ -100,7 +134,7 @@ fn start_children(path: &Path, synchronous: &str, count: usize) -> Vec<Child> {
             .unwrap();
         let stdout = process.stdout.take().unwrap();
         children.push(Child {
-            process,
+            process: Some(process),
             url: String::new(),
         });
         let (address, told) = mpsc::channel();
@@ -120,9 +154,17 @@ fn start_children(path: &Path, synchronous: &str, count: usize) -> Vec<Child> {
         ready.push(told);
     }
     for (child, told) in children.iter_mut().zip(ready) {
-        let addr = told
-            .recv_timeout(common::STEP)
-            .expect("a child process did not start serving");
+        let pid = child.process.as_ref().unwrap().id();
+        let addr = match told.recv_timeout(common::STEP) {
+            Ok(addr) => addr,
+            Err(mpsc::RecvTimeoutError::Timeout) => panic!(
+                "timed out after {:?}: child process {pid} to print the address it serves on",
+                common::STEP
+            ),
+            Err(mpsc::RecvTimeoutError::Disconnected) => {
+                panic!("child process {pid} closed its stdout without serving")
+            }
+        };
         child.url = format!("http://{addr}/mcp");
     }
     children
@@ -288,8 +330,7 @@ async fn a_server_killed_mid_workload_loses_nothing_and_applies_nothing_twice() 
 
     common::within("the workload to get halfway", halfway.notified()).await;
     // SIGKILL: no shutdown, no draining, whatever was in flight is cut off.
-    children[0].process.kill().unwrap();
-    let _ = children[0].process.wait();
+    children[0].kill();
 
     let mut versions = Vec::new();
     for agent in agents {
@@ -339,8 +380,7 @@ async fn a_retry_on_another_process_after_the_first_was_killed_replays_its_commi
         .call("basket_replace_configuration", change.clone())
         .await;
     assert_eq!(applied["structuredContent"]["outcome"], "applied");
-    children[0].process.kill().unwrap();
-    let _ = children[0].process.wait();
+    children[0].kill();
 
     let second = Agent::connect(&urls[1], None).await;
     let retried = second.call("basket_replace_configuration", change).await;

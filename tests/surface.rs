@@ -850,22 +850,20 @@ async fn quiet_streams_get_keep_alive_comments() {
         .build()
         .unwrap();
     let live = TestServer::start(server).await;
-    let call = listen(7, json!({ "toolsListChanged": true }));
-    let mut request = common::client().post(live.url());
-    for (name, value) in &call.headers {
-        request = request.header(name.as_str(), value.as_str());
-    }
-    let mut response = request.json(&call.body).send().await.unwrap();
-    let mut seen = String::new();
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
-    while !seen.lines().any(|line| line.starts_with(':')) && tokio::time::Instant::now() < deadline
-    {
-        if let Ok(Ok(Some(chunk))) =
-            tokio::time::timeout(Duration::from_millis(500), response.chunk()).await
-        {
-            seen.push_str(&String::from_utf8_lossy(&chunk));
+    let mut events =
+        Events::open(&live.url(), &listen(7, json!({ "toolsListChanged": true }))).await;
+    // A comment is no event, so `next()` would skip it: read the raw stream instead.
+    within("a keep-alive comment on the quiet stream", async {
+        while !events.buffer.lines().any(|line| line.starts_with(':')) {
+            assert!(
+                events.read_chunk().await,
+                "the stream ended before a keep-alive comment: {:?}",
+                events.buffer
+            );
         }
-    }
+    })
+    .await;
+    let seen = &events.buffer;
     assert!(
         seen.contains("notifications/subscriptions/acknowledged"),
         "{seen}"

@@ -1,11 +1,17 @@
 //! Attribute macros for `mcp-tools`. Use them through the `mcp_tools` crate, which re-exports
 //! them and documents them: `#[tool]`, `#[toolbox]` and `#[derive(ToolError)]`.
+//!
+//! Every macro runs the same pipeline (`expand`): `parse` builds the typed `model` (attribute
+//! lists through the shared `attr` parser), `validate` checks its rules, and `codegen` runs only
+//! when the `ctxt` collector holds no error, so all mistakes are reported in one build.
 
-mod error_derive;
+mod attr;
+mod codegen;
+mod ctxt;
 mod expand;
 mod model;
+mod naming;
 mod parse;
-mod resource_derive;
 mod validate;
 
 use proc_macro::TokenStream;
@@ -106,7 +112,7 @@ pub fn toolbox(args: TokenStream, input: TokenStream) -> TokenStream {
 /// ```
 #[proc_macro_derive(ToolError, attributes(code))]
 pub fn derive_tool_error(input: TokenStream) -> TokenStream {
-    error_derive::derive(input.into()).into()
+    expand::tool_error(input.into()).into()
 }
 
 /// Implements `mcp_tools::state::Resource` for a struct kept by a state store behind a handle.
@@ -137,5 +143,5 @@ pub fn derive_tool_error(input: TokenStream) -> TokenStream {
 /// deltas and `#[tool(mutates = .., touches = [..])]` name its top-level fields.
 #[proc_macro_derive(Resource, attributes(resource))]
 pub fn derive_resource(input: TokenStream) -> TokenStream {
-    resource_derive::derive(input.into()).into()
+    expand::resource(input.into()).into()
 }

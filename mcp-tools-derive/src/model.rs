@@ -1,10 +1,90 @@
-//! The typed model of a `#[tool]` function, built by `parse` and read by `validate` and `expand`.
+//! The typed model of what the macros read: tools (`#[tool]` functions and `#[toolbox]` methods),
+//! resources (`#[derive(Resource)]`) and tool errors (`#[derive(ToolError)]`). `parse` builds it,
+//! `validate` checks its rules, `codegen` turns it into code. Attribute values are already typed
+//! here: nothing downstream looks at an attribute's tokens again.
 
 use proc_macro2::Span;
-use syn::{Expr, Ident, LitBool, LitStr, Type, Visibility};
+use syn::{Attribute, Expr, Generics, Ident, LitBool, LitStr, Type, Visibility};
+
+use crate::attr::Key;
+use crate::naming::{handle_argument, snake_case, unraw};
+
+/// The keys of `#[tool(...)]`.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum ToolKey {
+    Name,
+    Title,
+    Description,
+    ReadOnly,
+    Destructive,
+    Idempotent,
+    OpenWorld,
+    Stateful(StatefulKind),
+    OnConflict,
+    Touches,
+    ExpectedVersion,
+    OperationId,
+}
+
+impl Key for ToolKey {
+    const ATTR: &'static str = "tool";
+    const NAMES: &'static [(&'static str, Self)] = &[
+        ("name", ToolKey::Name),
+        ("title", ToolKey::Title),
+        ("description", ToolKey::Description),
+        ("read_only", ToolKey::ReadOnly),
+        ("destructive", ToolKey::Destructive),
+        ("idempotent", ToolKey::Idempotent),
+        ("open_world", ToolKey::OpenWorld),
+        ("creates", ToolKey::Stateful(StatefulKind::Creates)),
+        ("reads", ToolKey::Stateful(StatefulKind::Reads)),
+        ("mutates", ToolKey::Stateful(StatefulKind::Mutates)),
+        ("on_conflict", ToolKey::OnConflict),
+        ("touches", ToolKey::Touches),
+        ("expected_version", ToolKey::ExpectedVersion),
+        ("operation_id", ToolKey::OperationId),
+    ];
+}
+
+/// The keys of `#[arg(...)]`.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum ArgKey {
+    Default,
+    Rename,
+    Description,
+}
+
+impl Key for ArgKey {
+    const ATTR: &'static str = "arg";
+    const NAMES: &'static [(&'static str, Self)] = &[
+        ("default", ArgKey::Default),
+        ("rename", ArgKey::Rename),
+        ("description", ArgKey::Description),
+    ];
+}
+
+/// The keys of `#[resource(...)]`.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum ResourceKey {
+    Kind,
+    Prefix,
+    TtlSecs,
+    Lifecycle,
+}
+
+impl Key for ResourceKey {
+    const ATTR: &'static str = "resource";
+    const NAMES: &'static [(&'static str, Self)] = &[
+        ("kind", ResourceKey::Kind),
+        ("prefix", ResourceKey::Prefix),
+        ("ttl_secs", ResourceKey::TtlSecs),
+        ("lifecycle", ResourceKey::Lifecycle),
+    ];
+}
 
 /// One tool: a free function or a method of a `#[toolbox]` impl.
 pub struct ToolFn {
+    pub place: Place,
     pub attrs: ToolAttrs,
     /// The doc comment, whole, with the one leading space of each line removed.
     pub doc: Option<String>,
@@ -20,6 +100,15 @@ pub struct ToolFn {
     pub return_span: Span,
 }
 
+/// Where the function sits.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Place {
+    /// A free function with `#[tool]`.
+    Free,
+    /// A method of an impl marked `#[toolbox]`.
+    Toolbox,
+}
+
 /// The `self` of a method.
 pub struct Receiver {
     pub span: Span,
@@ -33,20 +122,42 @@ pub struct ToolAttrs {
     pub name: Option<LitStr>,
     pub title: Option<LitStr>,
     pub description: Option<LitStr>,
-    pub read_only: Option<LitBool>,
-    pub destructive: Option<LitBool>,
-    pub idempotent: Option<LitBool>,
-    pub open_world: Option<LitBool>,
+    pub read_only: Option<Flag>,
+    pub destructive: Option<Flag>,
+    pub idempotent: Option<Flag>,
+    pub open_world: Option<Flag>,
     /// `creates = T`, `reads = T`, `mutates = T`, in the order written (more than one is an error).
-    pub stateful: Vec<StatefulAttr>,
-    /// `on_conflict = reject | rebase | reconfirm`.
-    pub on_conflict: Option<Ident>,
-    /// `touches = [field, ...]`, with the span of the key.
-    pub touches: Option<(Span, Vec<Ident>)>,
+    pub stateful: Vec<Stateful>,
+    pub on_conflict: Option<OnConflict>,
+    pub touches: Option<Touches>,
     /// `expected_version = false` opts out of the version precondition.
-    pub expected_version: Option<LitBool>,
+    pub expected_version: Option<Flag>,
     /// `operation_id = false` opts out of the idempotency key (`creates` and `mutates`).
-    pub operation_id: Option<LitBool>,
+    pub operation_id: Option<Flag>,
+}
+
+/// A boolean key: `key` alone is `true`, `key = false` is explicit.
+#[derive(Clone, Copy)]
+pub struct Flag {
+    pub value: bool,
+    /// The `true`/`false` literal, or the key when written alone.
+    pub span: Span,
+}
+
+impl From<LitBool> for Flag {
+    fn from(lit: LitBool) -> Self {
+        Flag {
+            value: lit.value,
+            span: lit.span,
+        }
+    }
+}
+
+impl Flag {
+    /// The literal, spanned where the user wrote it.
+    pub fn lit(self) -> LitBool {
+        LitBool::new(self.value, self.span)
+    }
 }
 
 /// What a stateful tool does with its resource.
@@ -58,20 +169,62 @@ pub enum StatefulKind {
 }
 
 impl StatefulKind {
-    pub fn key(self) -> &'static str {
-        match self {
-            StatefulKind::Creates => "creates",
-            StatefulKind::Reads => "reads",
-            StatefulKind::Mutates => "mutates",
-        }
+    /// The key that declares it, as users write it.
+    pub fn name(self) -> &'static str {
+        ToolKey::Stateful(self).name()
     }
 }
 
 /// One of `creates = T`, `reads = T`, `mutates = T`.
-pub struct StatefulAttr {
-    pub key: Ident,
+pub struct Stateful {
     pub kind: StatefulKind,
+    /// The key, where errors about a second kind point.
+    pub key_span: Span,
     pub ty: Type,
+    /// The last segment of `ty` without `r#`, which names the handle argument; `None` when
+    /// `ty` is not a path.
+    pub type_name: Option<String>,
+}
+
+/// How a mutation resolves a change that happened since the caller's version.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum ConflictPolicy {
+    /// Any intervening change refuses the call.
+    Reject,
+    /// Re-run on the newer version when the change touched none of `touches`.
+    Rebase,
+    /// The caller must confirm again.
+    Reconfirm,
+}
+
+impl ConflictPolicy {
+    const NAMES: &[(&str, ConflictPolicy)] = &[
+        ("reject", ConflictPolicy::Reject),
+        ("rebase", ConflictPolicy::Rebase),
+        ("reconfirm", ConflictPolicy::Reconfirm),
+    ];
+
+    /// The policy called `name` in `on_conflict = name`.
+    pub fn named(name: &str) -> Option<Self> {
+        Self::NAMES
+            .iter()
+            .find(|(known, _)| *known == name)
+            .map(|(_, policy)| *policy)
+    }
+}
+
+/// `on_conflict = reject | rebase | reconfirm`.
+pub struct OnConflict {
+    pub policy: ConflictPolicy,
+    /// The policy as written, where errors about it point.
+    pub span: Span,
+}
+
+/// `touches = [field, ...]`.
+pub struct Touches {
+    /// The key, where errors about it point.
+    pub span: Span,
+    pub fields: Vec<Ident>,
 }
 
 /// One parameter of the function.
@@ -87,8 +240,8 @@ pub struct Param {
 
 /// Where a parameter's value comes from.
 pub enum ParamKind {
-    /// The tool's arguments: a property of the input schema.
-    Argument,
+    /// The tool's arguments: a property of the input schema. `optional` for an `Option<T>`.
+    Argument { optional: bool },
     /// The request context, by value.
     Context,
     /// The request context, by reference.
@@ -129,12 +282,20 @@ pub enum Output {
     Unsupported(Span, &'static str),
 }
 
+/// The hints of `ToolAnnotations`, each `None` when it is not published.
+pub struct Hints {
+    pub read_only: Option<Flag>,
+    pub destructive: Option<Flag>,
+    pub idempotent: Option<Flag>,
+    pub open_world: Option<Flag>,
+}
+
 impl Param {
     /// The property name in the input schema.
     pub fn wire_name(&self) -> String {
         match &self.attrs.rename {
             Some(rename) => rename.value(),
-            None => crate::parse::unraw(&self.ident),
+            None => unraw(&self.ident),
         }
     }
 
@@ -152,7 +313,7 @@ impl ToolFn {
     pub fn name(&self) -> (String, Span) {
         match &self.attrs.name {
             Some(name) => (name.value(), name.span()),
-            None => (crate::parse::unraw(&self.ident), self.ident.span()),
+            None => (unraw(&self.ident), self.ident.span()),
         }
     }
 
@@ -163,39 +324,143 @@ impl ToolFn {
             None => self.doc.clone(),
         }
     }
-}
 
-impl ToolFn {
     /// The stateful kind, if the tool declares one.
-    pub fn stateful(&self) -> Option<&StatefulAttr> {
+    pub fn stateful(&self) -> Option<&Stateful> {
         self.attrs.stateful.first()
     }
 
-    /// The wire name of the handle argument: the resource type's name in `snake_case` + `_id`.
+    pub fn kind(&self) -> Option<StatefulKind> {
+        self.stateful().map(|stateful| stateful.kind)
+    }
+
+    /// The wire name of the handle argument of a `reads` or `mutates` tool.
     pub fn handle_name(&self) -> Option<String> {
         let stateful = self.stateful()?;
         if stateful.kind == StatefulKind::Creates {
             return None;
         }
-        let name = crate::parse::last_segment(&stateful.ty)
-            .map(|(ident, _)| crate::parse::unraw(ident))
-            .unwrap_or_else(|| "resource".to_owned());
-        Some(format!("{}_id", crate::resource_derive::snake_case(&name)))
+        Some(handle_argument(
+            stateful.type_name.as_deref().unwrap_or("resource"),
+        ))
     }
 
-    /// Whether a `mutates` tool takes `expected_version`.
+    /// Whether the input schema has `expected_version`: mutations, unless opted out.
     pub fn takes_expected_version(&self) -> bool {
-        self.attrs
-            .expected_version
-            .as_ref()
-            .is_none_or(|flag| flag.value)
+        self.kind() == Some(StatefulKind::Mutates)
+            && self.attrs.expected_version.is_none_or(|flag| flag.value)
     }
 
-    /// Whether a `creates` or `mutates` tool takes `operation_id`.
+    /// Whether the input schema has `operation_id`: creates and mutations, unless opted out.
     pub fn takes_operation_id(&self) -> bool {
-        self.attrs
-            .operation_id
-            .as_ref()
-            .is_none_or(|flag| flag.value)
+        matches!(
+            self.kind(),
+            Some(StatefulKind::Creates | StatefulKind::Mutates)
+        ) && self.attrs.operation_id.is_none_or(|flag| flag.value)
     }
+
+    /// The conflict policy of a mutation: `reject` unless written otherwise.
+    pub fn conflict_policy(&self) -> ConflictPolicy {
+        self.attrs
+            .on_conflict
+            .as_ref()
+            .map_or(ConflictPolicy::Reject, |on_conflict| on_conflict.policy)
+    }
+
+    /// The published hints: an explicit key wins; otherwise reads are read-only, and creates
+    /// and mutations with an operation id are idempotent (a retry with the same id replays).
+    pub fn hints(&self) -> Hints {
+        let derived = |flag: Option<Flag>, derive: bool| {
+            flag.or(derive.then_some(Flag {
+                value: true,
+                span: Span::call_site(),
+            }))
+        };
+        Hints {
+            read_only: derived(
+                self.attrs.read_only,
+                self.kind() == Some(StatefulKind::Reads),
+            ),
+            destructive: self.attrs.destructive,
+            idempotent: derived(self.attrs.idempotent, self.takes_operation_id()),
+            open_world: self.attrs.open_world,
+        }
+    }
+}
+
+/// A type deriving `Resource`.
+pub struct Resource {
+    pub ident: Ident,
+    pub attrs: ResourceAttrs,
+    /// The generics, when there are any (rejected by validation).
+    pub generics: Option<Generics>,
+    /// Whether it is a struct with named fields, the only shape a resource can have.
+    pub has_named_fields: bool,
+    /// `#[serde(...)]` keys on fields that would make the stored names differ from the Rust names.
+    pub field_renames: Vec<SerdeUse>,
+    /// Likewise on the type itself.
+    pub container_renames: Vec<SerdeUse>,
+}
+
+/// A `#[serde(...)]` attribute and the first unsupported key in it.
+pub struct SerdeUse {
+    pub attr: Attribute,
+    pub key: String,
+}
+
+/// The keys of `#[resource(...)]`.
+#[derive(Default)]
+pub struct ResourceAttrs {
+    pub kind: Option<LitStr>,
+    pub prefix: Option<LitStr>,
+    pub ttl_secs: Option<TtlSecs>,
+    /// A method `fn(&self) -> Lifecycle`.
+    pub lifecycle: Option<Ident>,
+}
+
+/// `ttl_secs = N`.
+pub struct TtlSecs {
+    pub secs: u64,
+    /// The number as written, where errors about it point.
+    pub span: Span,
+}
+
+impl Resource {
+    /// The kind: `kind = "..."` or the type name in `snake_case`.
+    pub fn kind(&self) -> String {
+        match &self.attrs.kind {
+            Some(kind) => kind.value(),
+            None => snake_case(&unraw(&self.ident)),
+        }
+    }
+}
+
+/// A type deriving `ToolError`.
+pub struct ToolErrorType {
+    pub ident: Ident,
+    pub generics: Generics,
+    pub codes: ErrorCodes,
+}
+
+/// Where the code of each value comes from.
+pub enum ErrorCodes {
+    /// One code per variant.
+    Enum(Vec<ErrorVariant>),
+    /// One code for the struct.
+    Struct(String),
+}
+
+/// A variant of an error enum.
+pub struct ErrorVariant {
+    pub ident: Ident,
+    pub fields: VariantFields,
+    pub code: String,
+}
+
+/// The shape of a variant, for its match pattern.
+#[derive(Clone, Copy)]
+pub enum VariantFields {
+    Named,
+    Unnamed,
+    Unit,
 }

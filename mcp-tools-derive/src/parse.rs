@@ -1,54 +1,320 @@
-//! From tokens to the typed model. Attribute syntax is checked here (unknown and duplicate keys,
-//! value types); rules about the function as a whole live in `validate`.
+//! From tokens to the typed model. Mistakes found here are the ones the model cannot hold:
+//! attribute syntax (unknown and repeated keys, values of the wrong form) and forms the macros
+//! do not accept at all (generic, `const`, `unsafe`, `extern` or variadic functions, `self`
+//! outside a toolbox, parameters that are patterns, unions). Rules about a well-formed model
+//! live in `validate`.
 
-use proc_macro2::{Span, TokenStream};
+use proc_macro2::{Span, TokenStream, TokenTree};
 use syn::meta::ParseNestedMeta;
-use syn::parse::Parser;
 use syn::spanned::Spanned;
 use syn::{
-    Attribute, Expr, ExprLit, FnArg, GenericArgument, Ident, Lit, LitBool, LitStr, Meta, Pat,
-    PathArguments, ReceiverKind, ReturnType, Signature, Type, Visibility,
+    Attribute, Data, DeriveInput, Expr, ExprLit, Fields, FnArg, GenericArgument, ItemImpl, Lit,
+    LitStr, Meta, Pat, PathArguments, ReceiverKind, ReturnType, Safety, Signature, Type,
+    Visibility,
 };
 
+use crate::attr::{self, Key};
+use crate::ctxt::Ctxt;
 use crate::model::{
-    ArgAttrs, ArgDefault, Output, Param, ParamKind, Receiver, StatefulAttr, StatefulKind,
-    ToolAttrs, ToolFn,
+    ArgAttrs, ArgDefault, ArgKey, ConflictPolicy, ErrorCodes, ErrorVariant, OnConflict, Output,
+    Param, ParamKind, Place, Receiver, Resource, ResourceAttrs, ResourceKey, SerdeUse, Stateful,
+    StatefulKind, ToolAttrs, ToolErrorType, ToolFn, ToolKey, Touches, TtlSecs, VariantFields,
 };
-use crate::validate::Errors;
+use crate::naming::{unraw, upper_snake_case};
 
-/// The keys `#[tool(...)]` accepts.
-pub const TOOL_KEYS: &[&str] = &[
-    "name",
-    "title",
-    "description",
-    "read_only",
-    "destructive",
-    "idempotent",
-    "open_world",
-    "creates",
-    "reads",
-    "mutates",
-    "on_conflict",
-    "touches",
-    "expected_version",
-    "operation_id",
-];
+/// Builds the model of a tool from the arguments of its `#[tool(...)]` and the function.
+pub fn tool_fn(
+    args: TokenStream,
+    fn_attrs: &[Attribute],
+    vis: &Visibility,
+    sig: &Signature,
+    place: Place,
+    cx: &Ctxt,
+) -> ToolFn {
+    let attrs = tool_attrs(args, cx);
+    signature(sig, place, cx);
+    let takes_resource = attrs
+        .stateful
+        .first()
+        .is_some_and(|stateful| stateful.kind != StatefulKind::Creates);
+    let mut receiver = None;
+    let mut params = Vec::new();
+    for input in &sig.inputs {
+        match input {
+            FnArg::Receiver(recv) => {
+                receiver = Some(Receiver {
+                    span: recv.self_token.span,
+                    is_shared_ref: matches!(recv.kind, ReceiverKind::Reference(_, _, None))
+                        && recv.mutability.is_none(),
+                });
+            }
+            FnArg::Typed(pat_type) => {
+                let attrs = arg_attrs(&pat_type.attrs, cx);
+                let doc = doc_text(&pat_type.attrs);
+                let ident = match &*pat_type.pat {
+                    Pat::Ident(pat) if pat.by_ref.is_none() && pat.subpat.is_none() => {
+                        pat.ident.clone()
+                    }
+                    other => {
+                        cx.error_spanned_by(
+                            other,
+                            "a tool parameter must be a plain name, because it becomes a named property of the input schema; bind it to a name and destructure it in the body",
+                        );
+                        continue;
+                    }
+                };
+                let mut kind = param_kind(&pat_type.ty);
+                if takes_resource
+                    && matches!(kind, ParamKind::Argument { .. })
+                    && let Type::Reference(reference) = &*pat_type.ty
+                {
+                    kind = ParamKind::Resource {
+                        mutable: reference.mutability.is_some(),
+                    };
+                }
+                params.push(Param {
+                    ident,
+                    kind,
+                    ty: (*pat_type.ty).clone(),
+                    attrs,
+                    doc,
+                });
+            }
+        }
+    }
+    ToolFn {
+        place,
+        attrs,
+        doc: doc_text(fn_attrs),
+        vis: vis.clone(),
+        ident: sig.ident.clone(),
+        is_async: sig.asyncness.is_some(),
+        async_span: sig.asyncness.map(|token| token.span),
+        receiver,
+        params,
+        output: output(&sig.output, sig.ident.span()),
+        return_span: match &sig.output {
+            ReturnType::Default => sig.ident.span(),
+            ReturnType::Type(_, ty) => ty.span(),
+        },
+    }
+}
 
-/// The keys `#[arg(...)]` accepts.
-pub const ARG_KEYS: &[&str] = &["default", "rename", "description"];
+/// Function forms no tool can have: the model has no room for them.
+fn signature(sig: &Signature, place: Place, cx: &Ctxt) {
+    if !sig.generics.params.is_empty() || sig.generics.where_clause.is_some() {
+        let span = if sig.generics.params.is_empty() {
+            sig.generics.where_clause.span()
+        } else {
+            sig.generics.span()
+        };
+        cx.error_at(
+            span,
+            "a tool function cannot be generic: its input and output schemas must be known when the server is built; use concrete types",
+        );
+    }
+    if let Some(constness) = &sig.constness {
+        cx.error_spanned_by(
+            constness,
+            "a tool function cannot be `const`; remove `const`",
+        );
+    }
+    if let Safety::Unsafe(unsafety) = &sig.safety {
+        cx.error_spanned_by(
+            unsafety,
+            "a tool function cannot be `unsafe`: the runtime calls it with arguments from the network; wrap the unsafe code in a safe function",
+        );
+    }
+    if let Some(abi) = &sig.abi {
+        cx.error_spanned_by(
+            abi,
+            "a tool function cannot have an `extern` ABI; remove it",
+        );
+    }
+    if let Some(variadic) = &sig.variadic {
+        cx.error_spanned_by(variadic, "a tool function cannot be variadic");
+    }
+    if place == Place::Free
+        && let Some(receiver) = sig.receiver()
+    {
+        cx.error_spanned_by(
+            receiver,
+            "`self` is only allowed in `#[tool]` methods of an impl block marked `#[mcp_tools::toolbox]`; add `#[mcp_tools::toolbox]` to the impl block, or make this a free function",
+        );
+    }
+}
 
-/// An identifier as written, without `r#`.
-pub fn unraw(ident: &Ident) -> String {
-    let text = ident.to_string();
-    match text.strip_prefix("r#") {
-        Some(rest) => rest.to_owned(),
-        None => text,
+/// The arguments of `#[tool(...)]`.
+fn tool_attrs(tokens: TokenStream, cx: &Ctxt) -> ToolAttrs {
+    let mut attrs = ToolAttrs::default();
+    attr::parse_tokens(cx, tokens, |key, meta| tool_key(key, meta, &mut attrs, cx));
+    attrs
+}
+
+fn tool_key(
+    key: ToolKey,
+    meta: &ParseNestedMeta,
+    attrs: &mut ToolAttrs,
+    cx: &Ctxt,
+) -> syn::Result<()> {
+    match key {
+        ToolKey::Name => attr::set(cx, meta, key, &mut attrs.name, attr::string(meta)?),
+        ToolKey::Title => attr::set(cx, meta, key, &mut attrs.title, attr::string(meta)?),
+        ToolKey::Description => {
+            attr::set(cx, meta, key, &mut attrs.description, attr::string(meta)?)
+        }
+        ToolKey::ReadOnly => attr::set(
+            cx,
+            meta,
+            key,
+            &mut attrs.read_only,
+            attr::flag(meta)?.into(),
+        ),
+        ToolKey::Destructive => attr::set(
+            cx,
+            meta,
+            key,
+            &mut attrs.destructive,
+            attr::flag(meta)?.into(),
+        ),
+        ToolKey::Idempotent => attr::set(
+            cx,
+            meta,
+            key,
+            &mut attrs.idempotent,
+            attr::flag(meta)?.into(),
+        ),
+        ToolKey::OpenWorld => attr::set(
+            cx,
+            meta,
+            key,
+            &mut attrs.open_world,
+            attr::flag(meta)?.into(),
+        ),
+        ToolKey::Stateful(kind) => {
+            let ty = attr::ty(
+                meta,
+                format!("expected the resource type: `{} = Basket`", key.name()),
+            )?;
+            attrs.stateful.push(Stateful {
+                kind,
+                key_span: meta.path.span(),
+                type_name: last_segment(&ty).map(|(ident, _)| unraw(ident)),
+                ty,
+            });
+            Ok(())
+        }
+        ToolKey::OnConflict => {
+            let policy = attr::ident(
+                meta,
+                "expected a policy: `on_conflict = reject`, `rebase` or `reconfirm`",
+            )?;
+            let name = policy.to_string();
+            let Some(known) = ConflictPolicy::named(&name) else {
+                cx.error_spanned_by(
+                    &policy,
+                    format!(
+                        "unknown conflict policy `{name}`: expected `reject` (any intervening change refuses), `rebase` (re-run when the change touched none of `touches`) or `reconfirm` (consequential: the caller must confirm again)"
+                    ),
+                );
+                return Ok(());
+            };
+            let on_conflict = OnConflict {
+                policy: known,
+                span: policy.span(),
+            };
+            attr::set(cx, meta, key, &mut attrs.on_conflict, on_conflict)
+        }
+        ToolKey::Touches => {
+            let fields =
+                attr::ident_list(meta, "expected a list of fields: `touches = [field, ...]`")?;
+            let touches = Touches {
+                span: meta.path.span(),
+                fields,
+            };
+            attr::set(cx, meta, key, &mut attrs.touches, touches)
+        }
+        ToolKey::ExpectedVersion => attr::set(
+            cx,
+            meta,
+            key,
+            &mut attrs.expected_version,
+            attr::flag(meta)?.into(),
+        ),
+        ToolKey::OperationId => attr::set(
+            cx,
+            meta,
+            key,
+            &mut attrs.operation_id,
+            attr::flag(meta)?.into(),
+        ),
+    }
+}
+
+/// Every `#[arg(...)]` of a parameter.
+fn arg_attrs(attrs: &[Attribute], cx: &Ctxt) -> ArgAttrs {
+    let mut out = ArgAttrs::default();
+    for arg in attrs.iter().filter(|attr| attr.path().is_ident("arg")) {
+        out.span.get_or_insert(arg.span());
+        attr::parse_attr(cx, arg, |key, meta| match key {
+            ArgKey::Rename => attr::set(cx, meta, key, &mut out.rename, attr::string(meta)?),
+            ArgKey::Description => {
+                attr::set(cx, meta, key, &mut out.description, attr::string(meta)?)
+            }
+            ArgKey::Default => {
+                let default = match attr::optional_expr(meta)? {
+                    Some(expr) => ArgDefault::Expr(Box::new(expr)),
+                    None => ArgDefault::Trait,
+                };
+                attr::set(cx, meta, key, &mut out.default, default)
+            }
+        });
+    }
+    out
+}
+
+/// Whether `attr` is `#[tool]`, under any path (`#[mcp_tools::tool]`).
+pub fn is_tool_attr(attr: &Attribute) -> bool {
+    attr.path()
+        .segments
+        .last()
+        .is_some_and(|segment| segment.ident == "tool")
+}
+
+/// The arguments of a `#[tool]` or `#[tool(...)]` method attribute inside a toolbox.
+pub fn method_tool_args(attr: &Attribute, cx: &Ctxt) -> TokenStream {
+    match &attr.meta {
+        Meta::Path(_) => TokenStream::new(),
+        Meta::List(list) => list.tokens.clone(),
+        Meta::NameValue(nv) => {
+            cx.error_spanned_by(nv, "write `#[tool]` or `#[tool(key = value, ...)]`");
+            TokenStream::new()
+        }
+    }
+}
+
+/// Impl forms no toolbox can have.
+pub fn toolbox_impl(args: &TokenStream, item: &ItemImpl, cx: &Ctxt) {
+    if !args.is_empty() {
+        cx.error_spanned_by(args, "`#[toolbox]` takes no arguments; remove them");
+    }
+    if !item.generics.params.is_empty() {
+        cx.error_spanned_by(
+            &item.generics,
+            "a `#[toolbox]` impl cannot be generic: tool schemas must be known when the server is built",
+        );
+    }
+    if let Some((path, _)) = &item.trait_ {
+        cx.error_spanned_by(
+            path,
+            "`#[toolbox]` goes on an inherent impl (`impl MyServer { ... }`), not a trait impl",
+        );
     }
 }
 
 /// The whole doc comment of `attrs`: one leading space per line removed, outer blank lines
 /// trimmed. `None` when there is no text.
-pub fn doc_text(attrs: &[Attribute]) -> Option<String> {
+fn doc_text(attrs: &[Attribute]) -> Option<String> {
     let mut lines = Vec::new();
     for attr in attrs {
         if !attr.path().is_ident("doc") {
@@ -70,276 +336,8 @@ pub fn doc_text(attrs: &[Attribute]) -> Option<String> {
     (!text.is_empty()).then(|| text.to_owned())
 }
 
-/// Parses the arguments of `#[tool(...)]`, recording every mistake.
-pub fn tool_attrs(tokens: TokenStream, errors: &mut Errors) -> ToolAttrs {
-    let mut attrs = ToolAttrs::default();
-    let parser = syn::meta::parser(|meta| tool_key(&meta, &mut attrs, errors));
-    if let Err(error) = parser.parse2(tokens) {
-        errors.push(error);
-    }
-    attrs
-}
-
-fn tool_key(meta: &ParseNestedMeta, attrs: &mut ToolAttrs, errors: &mut Errors) -> syn::Result<()> {
-    let key = meta.path.get_ident().map(unraw).unwrap_or_default();
-    match key.as_str() {
-        "name" => set(meta, &mut attrs.name, "name", errors, string_value),
-        "title" => set(meta, &mut attrs.title, "title", errors, string_value),
-        "description" => set(
-            meta,
-            &mut attrs.description,
-            "description",
-            errors,
-            string_value,
-        ),
-        "read_only" => set(meta, &mut attrs.read_only, "read_only", errors, flag_value),
-        "destructive" => set(
-            meta,
-            &mut attrs.destructive,
-            "destructive",
-            errors,
-            flag_value,
-        ),
-        "idempotent" => set(
-            meta,
-            &mut attrs.idempotent,
-            "idempotent",
-            errors,
-            flag_value,
-        ),
-        "open_world" => set(
-            meta,
-            &mut attrs.open_world,
-            "open_world",
-            errors,
-            flag_value,
-        ),
-        "creates" | "reads" | "mutates" => {
-            let kind = match key.as_str() {
-                "creates" => StatefulKind::Creates,
-                "reads" => StatefulKind::Reads,
-                _ => StatefulKind::Mutates,
-            };
-            if !meta.input.peek(syn::Token![=]) {
-                return Err(meta.error(format!("expected the resource type: `{key} = Basket`")));
-            }
-            let ty: Type = meta.value()?.parse()?;
-            let ident = meta
-                .path
-                .get_ident()
-                .cloned()
-                .unwrap_or_else(|| Ident::new(&key, meta.path.span()));
-            attrs.stateful.push(StatefulAttr {
-                key: ident,
-                kind,
-                ty,
-            });
-            Ok(())
-        }
-        "on_conflict" => set(
-            meta,
-            &mut attrs.on_conflict,
-            "on_conflict",
-            errors,
-            |meta| {
-                if !meta.input.peek(syn::Token![=]) {
-                    return Err(meta.error(
-                        "expected a policy: `on_conflict = reject`, `rebase` or `reconfirm`",
-                    ));
-                }
-                meta.value()?.parse::<Ident>().map_err(|error| {
-                    syn::Error::new(
-                        error.span(),
-                        "expected a policy: `on_conflict = reject`, `rebase` or `reconfirm`",
-                    )
-                })
-            },
-        ),
-        "touches" => set(meta, &mut attrs.touches, "touches", errors, |meta| {
-            let span = meta.path.span();
-            if !meta.input.peek(syn::Token![=]) {
-                return Err(meta.error("expected a list of fields: `touches = [field, ...]`"));
-            }
-            let input = meta.value()?;
-            let content;
-            syn::bracketed!(content in input);
-            let fields =
-                syn::punctuated::Punctuated::<Ident, syn::Token![,]>::parse_terminated(&content)?;
-            Ok((span, fields.into_iter().collect()))
-        }),
-        "expected_version" => set(
-            meta,
-            &mut attrs.expected_version,
-            "expected_version",
-            errors,
-            flag_value,
-        ),
-        "operation_id" => set(
-            meta,
-            &mut attrs.operation_id,
-            "operation_id",
-            errors,
-            flag_value,
-        ),
-        _ => unknown_key(meta, "tool", TOOL_KEYS, errors),
-    }
-}
-
-/// Reads one key's value into `slot`, reporting a repeated key.
-fn set<T>(
-    meta: &ParseNestedMeta,
-    slot: &mut Option<T>,
-    key: &str,
-    errors: &mut Errors,
-    value: fn(&ParseNestedMeta) -> syn::Result<T>,
-) -> syn::Result<()> {
-    let parsed = value(meta)?;
-    if slot.is_some() {
-        errors.spanned(
-            &meta.path,
-            format!("`{key}` specified more than once; remove the repeated `{key}`"),
-        );
-    } else {
-        *slot = Some(parsed);
-    }
-    Ok(())
-}
-
-fn string_value(meta: &ParseNestedMeta) -> syn::Result<LitStr> {
-    let key = meta.path.get_ident().map(unraw).unwrap_or_default();
-    if !meta.input.peek(syn::Token![=]) {
-        return Err(meta.error(format!("expected a string: `{key} = \"...\"`")));
-    }
-    let expr: Expr = meta.value()?.parse()?;
-    match expr {
-        Expr::Lit(ExprLit {
-            lit: Lit::Str(lit), ..
-        }) => Ok(lit),
-        other => Err(syn::Error::new_spanned(
-            other,
-            format!("expected a string literal: `{key} = \"...\"`"),
-        )),
-    }
-}
-
-/// `key` alone means `true`; `key = true` / `key = false` are explicit.
-fn flag_value(meta: &ParseNestedMeta) -> syn::Result<LitBool> {
-    if !meta.input.peek(syn::Token![=]) {
-        return Ok(LitBool::new(true, meta.path.span()));
-    }
-    let expr: Expr = meta.value()?.parse()?;
-    match expr {
-        Expr::Lit(ExprLit {
-            lit: Lit::Bool(lit),
-            ..
-        }) => Ok(lit),
-        other => {
-            let key = meta.path.get_ident().map(unraw).unwrap_or_default();
-            Err(syn::Error::new_spanned(
-                other,
-                format!("expected `true` or `false`: write `{key}` or `{key} = false`"),
-            ))
-        }
-    }
-}
-
-/// Records an unknown key with a did-you-mean, then skips its value so parsing goes on.
-fn unknown_key(
-    meta: &ParseNestedMeta,
-    attr: &str,
-    known: &[&str],
-    errors: &mut Errors,
-) -> syn::Result<()> {
-    let key = meta.path.get_ident().map(unraw).unwrap_or_else(|| {
-        let path = &meta.path;
-        quote::quote!(#path).to_string()
-    });
-    let hint = match did_you_mean(&key, known) {
-        Some(best) => format!("did you mean `{best}`?"),
-        None => format!(
-            "expected one of {}",
-            known
-                .iter()
-                .map(|k| format!("`{k}`"))
-                .collect::<Vec<_>>()
-                .join(", ")
-        ),
-    };
-    errors.spanned(
-        &meta.path,
-        format!("unknown key `{key}` in `#[{attr}(...)]`: {hint}"),
-    );
-    if meta.input.peek(syn::Token![=]) {
-        let _: Expr = meta.value()?.parse()?;
-    } else if meta.input.peek(syn::token::Paren) {
-        let _content;
-        syn::parenthesized!(_content in meta.input);
-    }
-    Ok(())
-}
-
-/// The known key closest to `key`, if close enough to be a likely typo.
-fn did_you_mean<'a>(key: &str, known: &[&'a str]) -> Option<&'a str> {
-    known
-        .iter()
-        .map(|candidate| (levenshtein(key, candidate), *candidate))
-        .filter(|(distance, candidate)| *distance <= (candidate.len().max(3) / 3).max(2))
-        .min_by_key(|(distance, _)| *distance)
-        .map(|(_, candidate)| candidate)
-}
-
-fn levenshtein(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut row: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut previous = row[0];
-        row[0] = i + 1;
-        for (j, cb) in b.iter().enumerate() {
-            let substitution = previous + usize::from(ca != *cb);
-            previous = row[j + 1];
-            row[j + 1] = substitution.min(row[j] + 1).min(row[j + 1] + 1);
-        }
-    }
-    row[b.len()]
-}
-
-/// Parses every `#[arg(...)]` of a parameter.
-fn arg_attrs(attrs: &[Attribute], errors: &mut Errors) -> ArgAttrs {
-    let mut out = ArgAttrs::default();
-    for attr in attrs.iter().filter(|attr| attr.path().is_ident("arg")) {
-        out.span.get_or_insert(attr.span());
-        let result = attr.parse_nested_meta(|meta| {
-            let key = meta.path.get_ident().map(unraw).unwrap_or_default();
-            match key.as_str() {
-                "rename" => set(&meta, &mut out.rename, "rename", errors, string_value),
-                "description" => set(
-                    &meta,
-                    &mut out.description,
-                    "description",
-                    errors,
-                    string_value,
-                ),
-                "default" => set(&meta, &mut out.default, "default", errors, default_value),
-                _ => unknown_key(&meta, "arg", ARG_KEYS, errors),
-            }
-        });
-        if let Err(error) = result {
-            errors.push(error);
-        }
-    }
-    out
-}
-
-fn default_value(meta: &ParseNestedMeta) -> syn::Result<ArgDefault> {
-    if meta.input.peek(syn::Token![=]) {
-        Ok(ArgDefault::Expr(Box::new(meta.value()?.parse()?)))
-    } else {
-        Ok(ArgDefault::Trait)
-    }
-}
-
 /// The last segment of a path type, with its generic arguments.
-pub fn last_segment(ty: &Type) -> Option<(&Ident, &PathArguments)> {
+fn last_segment(ty: &Type) -> Option<(&syn::Ident, &PathArguments)> {
     match ty {
         Type::Path(path) if path.qself.is_none() => path
             .path
@@ -353,7 +351,7 @@ pub fn last_segment(ty: &Type) -> Option<(&Ident, &PathArguments)> {
 }
 
 /// The type arguments of `Name<...>`.
-pub fn type_arguments(arguments: &PathArguments) -> Vec<&Type> {
+fn type_arguments(arguments: &PathArguments) -> Vec<&Type> {
     match arguments {
         PathArguments::AngleBracketed(angle) => angle
             .args
@@ -367,6 +365,7 @@ pub fn type_arguments(arguments: &PathArguments) -> Vec<&Type> {
     }
 }
 
+/// Where a parameter's value comes from, by its type's last path segment.
 fn param_kind(ty: &Type) -> ParamKind {
     if let Type::Reference(reference) = ty
         && reference.mutability.is_none()
@@ -377,12 +376,13 @@ fn param_kind(ty: &Type) -> ParamKind {
     match last_segment(ty) {
         Some((ident, PathArguments::None)) if ident == "Context" => ParamKind::Context,
         Some((ident, PathArguments::AngleBracketed(_))) if ident == "State" => ParamKind::Extract,
-        _ => ParamKind::Argument,
+        Some((ident, _)) if ident == "Option" => ParamKind::Argument { optional: true },
+        _ => ParamKind::Argument { optional: false },
     }
 }
 
 /// Classifies the return type.
-pub fn output(ret: &ReturnType, fn_span: Span) -> Output {
+fn output(ret: &ReturnType, fn_span: Span) -> Output {
     match ret {
         ReturnType::Default => Output::Unit(fn_span),
         ReturnType::Type(_, ty) => {
@@ -449,95 +449,155 @@ fn value_output(ty: &Type) -> Output {
     }
 }
 
-/// Builds the model of a function, removing the `#[arg]` attributes and doc comments of its
-/// parameters from `sig` (rustc accepts neither on parameters) so it can be re-emitted as is.
-pub fn tool_fn(
-    attrs: ToolAttrs,
-    fn_attrs: &[Attribute],
-    vis: &Visibility,
-    sig: &mut Signature,
-    errors: &mut Errors,
-) -> ToolFn {
-    let mut receiver = None;
-    let mut params = Vec::new();
-    let takes_resource = attrs
-        .stateful
-        .first()
-        .is_some_and(|stateful| stateful.kind != StatefulKind::Creates);
-    for input in sig.inputs.iter_mut() {
-        match input {
-            FnArg::Receiver(recv) => {
-                receiver = Some(Receiver {
-                    span: recv.self_token.span,
-                    is_shared_ref: matches!(recv.kind, ReceiverKind::Reference(_, _, None))
-                        && recv.mutability.is_none(),
-                });
-            }
-            FnArg::Typed(pat_type) => {
-                let attrs = arg_attrs(&pat_type.attrs, errors);
-                let doc = doc_text(&pat_type.attrs);
-                pat_type
-                    .attrs
-                    .retain(|attr| !attr.path().is_ident("arg") && !attr.path().is_ident("doc"));
-                let ident = match &*pat_type.pat {
-                    Pat::Ident(pat) if pat.by_ref.is_none() && pat.subpat.is_none() => {
-                        pat.ident.clone()
-                    }
-                    other => {
-                        errors.spanned(
-                            other,
-                            "a tool parameter must be a plain name, because it becomes a named property of the input schema; bind it to a name and destructure it in the body",
-                        );
-                        continue;
-                    }
-                };
-                let mut kind = param_kind(&pat_type.ty);
-                if takes_resource
-                    && matches!(kind, ParamKind::Argument)
-                    && let Type::Reference(reference) = &*pat_type.ty
-                {
-                    kind = ParamKind::Resource {
-                        mutable: reference.mutability.is_some(),
-                    };
-                }
-                params.push(Param {
-                    ident,
-                    kind,
-                    ty: (*pat_type.ty).clone(),
-                    attrs,
-                    doc,
-                });
-            }
+/// Builds the model of a type deriving `Resource`.
+pub fn resource(input: &DeriveInput, cx: &Ctxt) -> Resource {
+    let attrs = resource_attrs(&input.attrs, cx);
+    let generics = (!input.generics.params.is_empty() || input.generics.where_clause.is_some())
+        .then(|| input.generics.clone());
+    let mut has_named_fields = false;
+    let mut field_renames = Vec::new();
+    if let Data::Struct(data) = &input.data
+        && let Fields::Named(fields) = &data.fields
+    {
+        has_named_fields = true;
+        for field in &fields.named {
+            field_renames.extend(serde_uses(&field.attrs, &["rename", "flatten", "alias"]));
         }
     }
-    ToolFn {
+    Resource {
+        ident: input.ident.clone(),
         attrs,
-        doc: doc_text(fn_attrs),
-        vis: vis.clone(),
-        ident: sig.ident.clone(),
-        is_async: sig.asyncness.is_some(),
-        async_span: sig.asyncness.map(|token| token.span),
-        receiver,
-        params,
-        output: output(&sig.output, sig.ident.span()),
-        return_span: match &sig.output {
-            ReturnType::Default => sig.ident.span(),
-            ReturnType::Type(_, ty) => ty.span(),
-        },
+        generics,
+        has_named_fields,
+        field_renames,
+        container_renames: serde_uses(
+            &input.attrs,
+            &["rename_all", "rename", "tag", "untagged", "transparent"],
+        ),
     }
+}
+
+fn resource_attrs(attrs: &[Attribute], cx: &Ctxt) -> ResourceAttrs {
+    let mut out = ResourceAttrs::default();
+    for resource in attrs.iter().filter(|a| a.path().is_ident("resource")) {
+        attr::parse_attr(cx, resource, |key, meta| match key {
+            ResourceKey::Kind => attr::set(cx, meta, key, &mut out.kind, attr::string(meta)?),
+            ResourceKey::Prefix => attr::set(cx, meta, key, &mut out.prefix, attr::string(meta)?),
+            ResourceKey::TtlSecs => {
+                let lit = attr::int(meta, "expected a number of seconds: `ttl_secs = 3600`")?;
+                match lit.base10_parse::<u64>() {
+                    Ok(secs) => {
+                        let ttl = TtlSecs {
+                            secs,
+                            span: lit.span(),
+                        };
+                        attr::set(cx, meta, key, &mut out.ttl_secs, ttl)
+                    }
+                    Err(error) => {
+                        cx.syn_error(error);
+                        Ok(())
+                    }
+                }
+            }
+            ResourceKey::Lifecycle => {
+                let method = attr::ident(
+                    meta,
+                    "expected the name of a method `fn(&self) -> mcp_tools::state::Lifecycle`: `lifecycle = method_name`",
+                )?;
+                attr::set(cx, meta, key, &mut out.lifecycle, method)
+            }
+        });
+    }
+    out
+}
+
+/// Each `#[serde(...)]` of `attrs` that uses one of `keys`, with the first such key.
+fn serde_uses(attrs: &[Attribute], keys: &[&str]) -> Vec<SerdeUse> {
+    attrs
+        .iter()
+        .filter(|attr| attr.path().is_ident("serde"))
+        .filter_map(|attr| {
+            find_key(attr, keys).map(|key| SerdeUse {
+                attr: attr.clone(),
+                key,
+            })
+        })
+        .collect()
+}
+
+/// The first of `keys` used as a key inside `#[serde(...)]`.
+fn find_key(attr: &Attribute, keys: &[&str]) -> Option<String> {
+    let Meta::List(list) = &attr.meta else {
+        return None;
+    };
+    let mut expect_key = true;
+    for token in list.tokens.clone() {
+        match &token {
+            TokenTree::Ident(ident) if expect_key && keys.iter().any(|k| ident == k) => {
+                return Some(ident.to_string());
+            }
+            TokenTree::Punct(punct) if punct.as_char() == ',' => expect_key = true,
+            _ => expect_key = false,
+        }
+    }
+    None
+}
+
+/// Builds the model of a type deriving `ToolError`; `None` for a union, which has no variant to
+/// take a code from.
+pub fn tool_error(input: &DeriveInput, cx: &Ctxt) -> Option<ToolErrorType> {
+    let ident = &input.ident;
+    let codes = match &input.data {
+        Data::Enum(data) => ErrorCodes::Enum(
+            data.variants
+                .iter()
+                .map(|variant| ErrorVariant {
+                    ident: variant.ident.clone(),
+                    fields: match variant.fields {
+                        Fields::Named(_) => VariantFields::Named,
+                        Fields::Unnamed(_) => VariantFields::Unnamed,
+                        Fields::Unit => VariantFields::Unit,
+                    },
+                    code: code_attr(&variant.attrs, cx)
+                        .map(|lit| lit.value())
+                        .unwrap_or_else(|| upper_snake_case(&variant.ident)),
+                })
+                .collect(),
+        ),
+        Data::Struct(_) => ErrorCodes::Struct(
+            code_attr(&input.attrs, cx)
+                .map(|lit| lit.value())
+                .unwrap_or_else(|| upper_snake_case(ident)),
+        ),
+        Data::Union(_) => {
+            cx.error_spanned_by(ident, "`ToolError` cannot be derived for a union");
+            return None;
+        }
+    };
+    Some(ToolErrorType {
+        ident: ident.clone(),
+        generics: input.generics.clone(),
+        codes,
+    })
+}
+
+/// `#[code = "..."]`.
+fn code_attr(attrs: &[Attribute], cx: &Ctxt) -> Option<LitStr> {
+    let attr = attrs.iter().find(|attr| attr.path().is_ident("code"))?;
+    if let Meta::NameValue(nv) = &attr.meta
+        && let Expr::Lit(ExprLit {
+            lit: Lit::Str(lit), ..
+        }) = &nv.value
+    {
+        return Some(lit.clone());
+    }
+    cx.error_spanned_by(attr, "write the code as `#[code = \"NOT_FOUND\"]`");
+    None
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn suggests_the_closest_key() {
-        assert_eq!(did_you_mean("readonly", TOOL_KEYS), Some("read_only"));
-        assert_eq!(did_you_mean("titel", TOOL_KEYS), Some("title"));
-        assert_eq!(did_you_mean("renmae", ARG_KEYS), Some("rename"));
-        assert_eq!(did_you_mean("frobnicate", TOOL_KEYS), None);
-    }
 
     #[test]
     fn keeps_the_whole_doc_comment() {
@@ -579,5 +639,53 @@ mod tests {
             output(&alias, Span::call_site()),
             Output::Unsupported(..)
         ));
+    }
+
+    #[test]
+    fn attribute_values_are_typed_once() {
+        let cx = Ctxt::new();
+        let attrs = tool_attrs(
+            quote::quote!(
+                mutates = crate::m::ShoppingCart,
+                on_conflict = rebase,
+                touches = [a],
+                operation_id = false
+            ),
+            &cx,
+        );
+        cx.check().unwrap();
+        let stateful = &attrs.stateful[0];
+        assert!(stateful.kind == StatefulKind::Mutates);
+        assert_eq!(stateful.type_name.as_deref(), Some("ShoppingCart"));
+        assert!(attrs.on_conflict.unwrap().policy == ConflictPolicy::Rebase);
+        assert_eq!(attrs.touches.unwrap().fields.len(), 1);
+        assert!(!attrs.operation_id.unwrap().value);
+    }
+
+    #[test]
+    fn an_unknown_policy_is_refused_where_it_is_written() {
+        let cx = Ctxt::new();
+        let attrs = tool_attrs(quote::quote!(on_conflict = last_write_wins), &cx);
+        assert!(attrs.on_conflict.is_none());
+        let message = cx.check().unwrap_err().to_string();
+        assert!(
+            message.starts_with("unknown conflict policy `last_write_wins`"),
+            "{message}"
+        );
+    }
+
+    #[test]
+    fn resource_keys_get_the_shared_hints() {
+        let input: DeriveInput = syn::parse_quote! {
+            #[resource(prefx = "bsk", ttl_secs = 60)]
+            struct Basket { a: u32 }
+        };
+        let cx = Ctxt::new();
+        let resource = resource(&input, &cx);
+        assert_eq!(resource.attrs.ttl_secs.map(|ttl| ttl.secs), Some(60));
+        assert_eq!(
+            cx.check().unwrap_err().to_string(),
+            "unknown key `prefx` in `#[resource(...)]`: did you mean `prefix`?"
+        );
     }
 }

@@ -1,106 +1,26 @@
-//! Semantic rules, checked on the model. Every mistake is recorded with its span and all of them
+//! The rules of a well-formed model. Every broken rule is recorded with its span and all of them
 //! are reported together, so one build shows them all.
 
 use std::collections::HashMap;
-use std::fmt::Display;
 
 use proc_macro2::Span;
 use quote::ToTokens;
-use syn::spanned::Spanned;
-use syn::{Safety, Signature, Type};
+use syn::Type;
 
-use crate::model::{ArgDefault, Output, ParamKind, StatefulKind, ToolFn};
+use crate::attr::Key;
+use crate::ctxt::Ctxt;
+use crate::model::{
+    ConflictPolicy, Output, Param, ParamKind, Place, Resource, StatefulKind, ToolFn, ToolKey,
+};
+use crate::naming::{
+    is_reserved_argument, is_valid_handle_prefix, is_valid_resource_kind, is_valid_tool_name,
+};
 
-/// Accumulates errors; `finish` combines them into one.
-#[derive(Default)]
-pub struct Errors(Option<syn::Error>);
-
-impl Errors {
-    pub fn push(&mut self, error: syn::Error) {
-        match &mut self.0 {
-            Some(first) => first.combine(error),
-            None => self.0 = Some(error),
-        }
-    }
-
-    pub fn at(&mut self, span: Span, message: impl Display) {
-        self.push(syn::Error::new(span, message));
-    }
-
-    pub fn spanned(&mut self, tokens: impl ToTokens, message: impl Display) {
-        self.push(syn::Error::new_spanned(tokens, message));
-    }
-
-    pub fn finish(self) -> Result<(), syn::Error> {
-        match self.0 {
-            Some(error) => Err(error),
-            None => Ok(()),
-        }
-    }
-}
-
-/// Argument names the runtime keeps for itself (optimistic concurrency, operation resumption,
-/// protocol metadata).
-pub const RESERVED_NAMES: &[&str] = &["expected_version", "operation_id", "_meta"];
-
-/// Where the function sits.
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub enum Place {
-    /// A free function with `#[tool]`.
-    Free,
-    /// A method of an impl marked `#[toolbox]`.
-    Toolbox,
-}
-
-/// Rules on the signature itself.
-pub fn signature(sig: &Signature, place: Place, errors: &mut Errors) {
-    if !sig.generics.params.is_empty() || sig.generics.where_clause.is_some() {
-        let span = if sig.generics.params.is_empty() {
-            sig.generics.where_clause.span()
-        } else {
-            sig.generics.span()
-        };
-        errors.at(
-            span,
-            "a tool function cannot be generic: its input and output schemas must be known when the server is built; use concrete types",
-        );
-    }
-    if let Some(constness) = &sig.constness {
-        errors.spanned(
-            constness,
-            "a tool function cannot be `const`; remove `const`",
-        );
-    }
-    if let Safety::Unsafe(unsafety) = &sig.safety {
-        errors.spanned(
-            unsafety,
-            "a tool function cannot be `unsafe`: the runtime calls it with arguments from the network; wrap the unsafe code in a safe function",
-        );
-    }
-    if let Some(abi) = &sig.abi {
-        errors.spanned(
-            abi,
-            "a tool function cannot have an `extern` ABI; remove it",
-        );
-    }
-    if let Some(variadic) = &sig.variadic {
-        errors.spanned(variadic, "a tool function cannot be variadic");
-    }
-    if place == Place::Free
-        && let Some(receiver) = sig.receiver()
-    {
-        errors.spanned(
-            receiver,
-            "`self` is only allowed in `#[tool]` methods of an impl block marked `#[mcp_tools::toolbox]`; add `#[mcp_tools::toolbox]` to the impl block, or make this a free function",
-        );
-    }
-}
-
-/// Rules on the modelled tool.
-pub fn tool(tool: &ToolFn, place: Place, errors: &mut Errors) {
+/// Rules on one tool.
+pub fn tool(tool: &ToolFn, cx: &Ctxt) {
     let (name, name_span) = tool.name();
     if !is_valid_tool_name(&name) {
-        errors.at(
+        cx.error_at(
             name_span,
             format!(
                 "invalid tool name `{name}`: a tool name is 1 to 64 characters of `A-Z a-z 0-9 _ . / -`; choose another with `#[tool(name = \"...\")]`"
@@ -110,10 +30,10 @@ pub fn tool(tool: &ToolFn, place: Place, errors: &mut Errors) {
     if let Some(title) = &tool.attrs.title
         && title.value().trim().is_empty()
     {
-        errors.spanned(title, "the title is empty; remove `title` or give it text");
+        cx.error_spanned_by(title, "the title is empty; remove `title` or give it text");
     }
     match tool.description() {
-        None => errors.at(
+        None => cx.error_at(
             tool.ident.span(),
             format!(
                 "tool `{name}` has no description: models choose tools by it; add a doc comment (`/// What the tool does.`) or `#[tool(description = \"...\")]`"
@@ -121,7 +41,7 @@ pub fn tool(tool: &ToolFn, place: Place, errors: &mut Errors) {
         ),
         Some(text) if text.trim().is_empty() => {
             if let Some(description) = &tool.attrs.description {
-                errors.spanned(
+                cx.error_spanned_by(
                     description,
                     "the description is empty; say what the tool does",
                 );
@@ -129,11 +49,11 @@ pub fn tool(tool: &ToolFn, place: Place, errors: &mut Errors) {
         }
         Some(_) => {}
     }
-    if place == Place::Toolbox
+    if tool.place == Place::Toolbox
         && let Some(receiver) = &tool.receiver
         && !receiver.is_shared_ref
     {
-        errors.at(
+        cx.error_at(
             receiver.span,
             "a tool method takes `&self`: the toolbox is shared between concurrent calls; use `&self` with interior mutability",
         );
@@ -142,11 +62,11 @@ pub fn tool(tool: &ToolFn, place: Place, errors: &mut Errors) {
     let mut seen: HashMap<String, Span> = HashMap::new();
     let mut context_params = 0;
     for param in &tool.params {
-        match param.kind {
-            ParamKind::Argument => {}
+        let optional = match param.kind {
+            ParamKind::Argument { optional } => optional,
             ParamKind::Resource { .. } => {
                 if let Some(span) = param.attrs.span {
-                    errors.at(
+                    cx.error_at(
                         span,
                         "`#[arg]` does not apply to the resource parameter: the store passes the resource in; remove it",
                     );
@@ -157,25 +77,25 @@ pub fn tool(tool: &ToolFn, place: Place, errors: &mut Errors) {
                 if matches!(param.kind, ParamKind::Context | ParamKind::ContextRef) {
                     context_params += 1;
                     if context_params == 2 {
-                        errors.spanned(
+                        cx.error_spanned_by(
                             &param.ty,
                             "the context is already a parameter of this tool; take it once",
                         );
                     }
                 }
                 if let Some(span) = param.attrs.span {
-                    errors.at(
+                    cx.error_at(
                         span,
                         "`#[arg]` does not apply to a parameter taken from the request context; remove it",
                     );
                 }
                 continue;
             }
-        }
-        check_argument_type(&param.ty, errors);
+        };
+        argument_type(&param.ty, cx);
         let wire = param.wire_name();
-        if RESERVED_NAMES.contains(&wire.as_str()) {
-            errors.at(
+        if is_reserved_argument(&wire) {
+            cx.error_at(
                 param.wire_span(),
                 format!(
                     "`{wire}` is a reserved argument name (the runtime uses `expected_version`, `operation_id` and `_meta`); rename the parameter or use `#[arg(rename = \"...\")]`"
@@ -183,25 +103,21 @@ pub fn tool(tool: &ToolFn, place: Place, errors: &mut Errors) {
             );
         }
         if wire.is_empty() {
-            errors.at(param.wire_span(), "an argument name cannot be empty");
+            cx.error_at(param.wire_span(), "an argument name cannot be empty");
         }
         if let Some(first) = seen.get(&wire) {
-            let mut error = syn::Error::new(
+            cx.error_at(
                 param.wire_span(),
                 format!(
                     "two parameters have the wire name `{wire}`; give one of them another name with `#[arg(rename = \"...\")]`"
                 ),
             );
-            error.combine(syn::Error::new(*first, format!("`{wire}` first used here")));
-            errors.push(error);
+            cx.error_at(*first, format!("`{wire}` first used here"));
         } else {
             seen.insert(wire, param.wire_span());
         }
-        if let (Some(ArgDefault::Trait | ArgDefault::Expr(_)), Some((ident, _))) =
-            (&param.attrs.default, crate::parse::last_segment(&param.ty))
-            && ident == "Option"
-        {
-            errors.spanned(
+        if optional && param.attrs.default.is_some() {
+            cx.error_spanned_by(
                 &param.ty,
                 "an `Option` parameter is already optional (absent means `None`); remove `#[arg(default)]` or use a non-`Option` type",
             );
@@ -211,47 +127,50 @@ pub fn tool(tool: &ToolFn, place: Place, errors: &mut Errors) {
     if let Some(handle) = tool.handle_name()
         && let Some(first) = seen.get(&handle)
     {
-        errors.at(
+        cx.error_at(
             *first,
             format!(
                 "`{handle}` is the handle argument this stateful tool adds; rename the parameter or use `#[arg(rename = \"...\")]`"
             ),
         );
     }
-    stateful(tool, errors);
-    check_output(&tool.output, errors);
+    stateful(tool, cx);
+    output(&tool.output, cx);
 }
 
 /// Rules of the stateful kinds (`creates`, `reads`, `mutates`) and their keys.
-fn stateful(tool: &ToolFn, errors: &mut Errors) {
+fn stateful(tool: &ToolFn, cx: &Ctxt) {
     for extra in tool.attrs.stateful.iter().skip(1) {
-        errors.spanned(
-            &extra.key,
+        cx.error_at(
+            extra.key_span,
             format!(
                 "a tool has one stateful kind, and this one already has `{}`; split it into two tools",
-                tool.attrs.stateful[0].kind.key()
+                tool.attrs.stateful[0].kind.name()
             ),
         );
     }
-    let kind = tool.stateful().map(|stateful| stateful.kind);
+    let kind = tool.kind();
     if kind != Some(StatefulKind::Mutates) {
-        let applies = |key: &str| match kind {
-            Some(other) => format!(
-                "`{key}` applies to `mutates` tools only, and this tool `{}` its resource; remove `{key}`",
-                other.key()
-            ),
-            None => format!(
-                "`{key}` applies to `mutates = Resource` tools only; declare `mutates = ...` or remove `{key}`"
-            ),
+        let applies = |key: ToolKey| {
+            let key = key.name();
+            match kind {
+                Some(other) => format!(
+                    "`{key}` applies to `mutates` tools only, and this tool `{}` its resource; remove `{key}`",
+                    other.name()
+                ),
+                None => format!(
+                    "`{key}` applies to `mutates = Resource` tools only; declare `mutates = ...` or remove `{key}`"
+                ),
+            }
         };
-        if let Some(policy) = &tool.attrs.on_conflict {
-            errors.spanned(policy, applies("on_conflict"));
+        if let Some(on_conflict) = &tool.attrs.on_conflict {
+            cx.error_at(on_conflict.span, applies(ToolKey::OnConflict));
         }
-        if let Some((span, _)) = &tool.attrs.touches {
-            errors.at(*span, applies("touches"));
+        if let Some(touches) = &tool.attrs.touches {
+            cx.error_at(touches.span, applies(ToolKey::Touches));
         }
         if let Some(flag) = &tool.attrs.expected_version {
-            errors.spanned(flag, applies("expected_version"));
+            cx.error_at(flag.span, applies(ToolKey::ExpectedVersion));
         }
     }
     if !matches!(
@@ -262,17 +181,16 @@ fn stateful(tool: &ToolFn, errors: &mut Errors) {
         let message = match kind {
             Some(other) => format!(
                 "`operation_id` applies to `creates` and `mutates` tools only, and this tool `{}` its resource; remove `operation_id`",
-                other.key()
+                other.name()
             ),
             None => "`operation_id` applies to `creates = Resource` and `mutates = Resource` tools only; declare one or remove `operation_id`".to_owned(),
         };
-        errors.spanned(flag, message);
+        cx.error_at(flag.span, message);
     }
     let Some(stateful) = tool.stateful() else {
         return;
     };
-    let ty = &stateful.ty;
-    let ty_text = ty.to_token_stream().to_string().replace(' ', "");
+    let ty_text = stateful.ty.to_token_stream().to_string().replace(' ', "");
     let resources: Vec<_> = tool
         .params
         .iter()
@@ -282,11 +200,11 @@ fn stateful(tool: &ToolFn, errors: &mut Errors) {
         })
         .collect();
     for (extra, _) in resources.iter().skip(1) {
-        errors.spanned(
+        cx.error_spanned_by(
             &extra.ty,
             format!(
                 "a `{}` tool takes one resource; this parameter is a second borrowed value (tool arguments are owned values)",
-                stateful.kind.key()
+                stateful.kind.name()
             ),
         );
     }
@@ -295,17 +213,20 @@ fn stateful(tool: &ToolFn, errors: &mut Errors) {
             if let Some(flag) = &tool.attrs.read_only
                 && flag.value
             {
-                errors.spanned(flag, "a `creates` tool stores a new resource, so it is not read-only; remove `read_only`");
+                cx.error_at(
+                    flag.span,
+                    "a `creates` tool stores a new resource, so it is not read-only; remove `read_only`",
+                );
             }
         }
         StatefulKind::Reads => match resources.first() {
-            None => errors.at(
+            None => cx.error_at(
                 tool.ident.span(),
                 format!(
                     "a `reads = {ty_text}` tool receives the current state as a `&{ty_text}` parameter; add one, e.g. `resource: &{ty_text}`"
                 ),
             ),
-            Some((param, true)) => errors.spanned(
+            Some((param, true)) => cx.error_spanned_by(
                 &param.ty,
                 format!(
                     "a `reads` tool cannot change the resource, so it takes `&{ty_text}`, not `&mut {ty_text}`; to change it, declare `mutates = {ty_text}` instead"
@@ -313,100 +234,97 @@ fn stateful(tool: &ToolFn, errors: &mut Errors) {
             ),
             Some((_, false)) => {}
         },
-        StatefulKind::Mutates => {
-            if let Some(span) = tool.async_span {
-                errors.at(
-                    span,
-                    "a `mutates` transition cannot be `async`: it runs inside the store's atomic boundary (one transaction) and may run again on rebase; make it a synchronous `fn` and do any I/O in another tool",
-                );
-            }
-            if let Some(receiver) = &tool.receiver {
-                errors.at(
-                    receiver.span,
-                    "a `mutates` transition cannot take `self`: it may run on a store worker and again on rebase; make it an associated function without `self`",
-                );
-            }
-            if let Some(flag) = &tool.attrs.read_only
-                && flag.value
-            {
-                errors.spanned(flag, "a `mutates` tool changes its resource, so it is not read-only; remove `read_only`");
-            }
-            for param in &tool.params {
-                if matches!(
-                    param.kind,
-                    ParamKind::Context | ParamKind::ContextRef | ParamKind::Extract
-                ) {
-                    errors.spanned(
-                        &param.ty,
-                        "a `mutates` transition cannot take request-context values: it runs inside the store's atomic boundary and must depend only on the resource and its arguments; remove this parameter",
-                    );
-                }
-            }
-            match resources.first() {
-                None => errors.at(
-                    tool.ident.span(),
-                    format!(
-                        "a `mutates = {ty_text}` tool changes the resource it is given: add a `&mut {ty_text}` parameter, e.g. `resource: &mut {ty_text}`"
-                    ),
-                ),
-                Some((param, false)) => errors.spanned(
-                    &param.ty,
-                    format!(
-                        "a `mutates` tool changes the resource, so it takes `&mut {ty_text}`; for a tool that only looks, declare `reads = {ty_text}`"
-                    ),
-                ),
-                Some((_, true)) => {}
-            }
-            let policy = tool.attrs.on_conflict.as_ref().map(|p| p.to_string());
-            if let Some(name) = &policy
-                && !matches!(name.as_str(), "reject" | "rebase" | "reconfirm")
-            {
-                errors.spanned(
-                    tool.attrs.on_conflict.as_ref(),
-                    format!(
-                        "unknown conflict policy `{name}`: expected `reject` (any intervening change refuses), `rebase` (re-run when the change touched none of `touches`) or `reconfirm` (consequential: the caller must confirm again)"
-                    ),
-                );
-            }
-            match (&policy, &tool.attrs.touches) {
-                (Some(name), None) if name == "rebase" => errors.spanned(
-                    tool.attrs.on_conflict.as_ref(),
-                    "`on_conflict = rebase` needs the fields the transition works on: add `touches = [field, ...]`",
-                ),
-                (policy, Some((span, _))) if policy.as_deref() != Some("rebase") => errors.at(
-                    *span,
-                    "`touches` only matters with `on_conflict = rebase`; add it or remove `touches`",
-                ),
-                (_, Some((span, fields))) if fields.is_empty() => errors.at(
-                    *span,
-                    "`touches` is empty: name the top-level fields the transition reads or writes",
-                ),
-                _ => {}
-            }
-            if !tool.takes_expected_version()
-                && let Some(policy) = &tool.attrs.on_conflict
-            {
-                errors.spanned(
-                    policy,
-                    "without `expected_version` there is no conflict to resolve: remove `on_conflict` or `expected_version = false`",
-                );
-            }
-        }
+        StatefulKind::Mutates => mutation(tool, &ty_text, resources.first().copied(), cx),
     }
 }
 
-fn check_argument_type(ty: &Type, errors: &mut Errors) {
+/// Rules of a `mutates` transition; `resource` is its resource parameter, if it has one, and
+/// whether that is `&mut`.
+fn mutation(tool: &ToolFn, ty_text: &str, resource: Option<(&Param, bool)>, cx: &Ctxt) {
+    if let Some(span) = tool.async_span {
+        cx.error_at(
+            span,
+            "a `mutates` transition cannot be `async`: it runs inside the store's atomic boundary (one transaction) and may run again on rebase; make it a synchronous `fn` and do any I/O in another tool",
+        );
+    }
+    if let Some(receiver) = &tool.receiver {
+        cx.error_at(
+            receiver.span,
+            "a `mutates` transition cannot take `self`: it may run on a store worker and again on rebase; make it an associated function without `self`",
+        );
+    }
+    if let Some(flag) = &tool.attrs.read_only
+        && flag.value
+    {
+        cx.error_at(
+            flag.span,
+            "a `mutates` tool changes its resource, so it is not read-only; remove `read_only`",
+        );
+    }
+    for param in &tool.params {
+        if matches!(
+            param.kind,
+            ParamKind::Context | ParamKind::ContextRef | ParamKind::Extract
+        ) {
+            cx.error_spanned_by(
+                &param.ty,
+                "a `mutates` transition cannot take request-context values: it runs inside the store's atomic boundary and must depend only on the resource and its arguments; remove this parameter",
+            );
+        }
+    }
+    match resource {
+        None => cx.error_at(
+            tool.ident.span(),
+            format!(
+                "a `mutates = {ty_text}` tool changes the resource it is given: add a `&mut {ty_text}` parameter, e.g. `resource: &mut {ty_text}`"
+            ),
+        ),
+        Some((param, false)) => cx.error_spanned_by(
+            &param.ty,
+            format!(
+                "a `mutates` tool changes the resource, so it takes `&mut {ty_text}`; for a tool that only looks, declare `reads = {ty_text}`"
+            ),
+        ),
+        Some((_, true)) => {}
+    }
+    let policy = tool.attrs.on_conflict.as_ref();
+    match (policy, &tool.attrs.touches) {
+        (Some(on_conflict), None) if on_conflict.policy == ConflictPolicy::Rebase => cx.error_at(
+            on_conflict.span,
+            "`on_conflict = rebase` needs the fields the transition works on: add `touches = [field, ...]`",
+        ),
+        (_, Some(touches)) if tool.conflict_policy() != ConflictPolicy::Rebase => cx.error_at(
+            touches.span,
+            "`touches` only matters with `on_conflict = rebase`; add it or remove `touches`",
+        ),
+        (_, Some(touches)) if touches.fields.is_empty() => cx.error_at(
+            touches.span,
+            "`touches` is empty: name the top-level fields the transition reads or writes",
+        ),
+        _ => {}
+    }
+    if !tool.takes_expected_version()
+        && let Some(on_conflict) = policy
+    {
+        cx.error_at(
+            on_conflict.span,
+            "without `expected_version` there is no conflict to resolve: remove `on_conflict` or `expected_version = false`",
+        );
+    }
+}
+
+fn argument_type(ty: &Type, cx: &Ctxt) {
     match ty {
-        Type::Reference(_) => errors.spanned(
+        Type::Reference(_) => cx.error_spanned_by(
             ty,
             "a tool parameter cannot be borrowed: arguments are decoded into owned values; use an owned type (`String` for `&str`, `Vec<T>` for `&[T]`)",
         ),
-        Type::ImplTrait(_) => errors.spanned(
+        Type::ImplTrait(_) => cx.error_spanned_by(
             ty,
             "a tool parameter cannot be `impl Trait`: its schema must be known; use a concrete type",
         ),
         Type::Infer(_) | Type::Never(_) | Type::Ptr(_) | Type::FnPtr(_) | Type::TraitObject(_) => {
-            errors.spanned(
+            cx.error_spanned_by(
                 ty,
                 "this type cannot be a tool parameter; use a type that implements `Deserialize` and `JsonSchema`",
             )
@@ -415,46 +333,88 @@ fn check_argument_type(ty: &Type, errors: &mut Errors) {
     }
 }
 
-fn check_output(output: &Output, errors: &mut Errors) {
+fn output(output: &Output, cx: &Ctxt) {
     match output {
-        Output::Unit(span) => errors.at(
+        Output::Unit(span) => cx.error_at(
             *span,
             "a tool must return a value the model can read; return `String`, a `Serialize + JsonSchema` type, or a `Result` of one",
         ),
-        Output::Unsupported(span, reason) => errors.at(*span, reason),
-        Output::Result { ok, .. } => check_output(ok, errors),
+        Output::Unsupported(span, reason) => cx.error_at(*span, reason),
+        Output::Result { ok, .. } => self::output(ok, cx),
         Output::Plain(_) | Output::Structured(_) => {}
     }
 }
 
-/// `^[A-Za-z0-9_./-]{1,64}$`, the rule the runtime enforces when the server is built.
-pub fn is_valid_tool_name(name: &str) -> bool {
-    (1..=64).contains(&name.len())
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'/' | b'-'))
+/// A `#[toolbox]` impl publishes at least one tool.
+pub fn toolbox(tools: &[ToolFn], impl_token: syn::token::Impl, cx: &Ctxt) {
+    if tools.is_empty() {
+        cx.error_spanned_by(
+            impl_token,
+            "this `#[toolbox]` impl has no `#[tool]` methods; mark the methods to publish with `#[tool]`",
+        );
+    }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn tool_names() {
-        assert!(is_valid_tool_name("math/add.v2-beta_1"));
-        assert!(is_valid_tool_name(&"a".repeat(64)));
-        assert!(!is_valid_tool_name(&"a".repeat(65)));
-        assert!(!is_valid_tool_name(""));
-        assert!(!is_valid_tool_name("read file"));
+/// Rules on a type deriving `Resource`.
+pub fn resource(resource: &Resource, cx: &Ctxt) {
+    if let Some(generics) = &resource.generics {
+        cx.error_spanned_by(
+            generics,
+            "a resource cannot be generic: its kind, handle prefix and schema are fixed; use a concrete type",
+        );
     }
-
-    #[test]
-    fn errors_accumulate() {
-        let mut errors = Errors::default();
-        assert!(Errors::default().finish().is_ok());
-        errors.at(Span::call_site(), "first");
-        errors.at(Span::call_site(), "second");
-        let combined = errors.finish().unwrap_err();
-        assert_eq!(combined.into_iter().count(), 2);
+    if !resource.has_named_fields {
+        cx.error_at(
+            resource.ident.span(),
+            "a resource is a struct with named fields: deltas and `touches = [...]` name its top-level fields",
+        );
+    }
+    for rename in &resource.field_renames {
+        cx.error_spanned_by(
+            &rename.attr,
+            format!(
+                "`#[serde({})]` is not supported on a resource field: deltas and `touches` name the top-level fields by their Rust names; remove it",
+                rename.key
+            ),
+        );
+    }
+    for rename in &resource.container_renames {
+        cx.error_spanned_by(
+            &rename.attr,
+            format!(
+                "`#[serde({})]` is not supported on a resource: it is stored and diffed as a JSON object whose keys are its field names; remove it",
+                rename.key
+            ),
+        );
+    }
+    match &resource.attrs.prefix {
+        Some(prefix) if !is_valid_handle_prefix(&prefix.value()) => cx.error_spanned_by(
+            prefix,
+            "a handle prefix is 1 to 16 lowercase ASCII letters or digits, e.g. `prefix = \"bsk\"`",
+        ),
+        Some(_) => {}
+        None => cx.error_at(
+            resource.ident.span(),
+            format!(
+                "resource `{}` needs a handle prefix: add `#[resource(prefix = \"...\")]` (handles look like `<prefix>_<random>`)",
+                resource.ident
+            ),
+        ),
+    }
+    if let Some(kind) = &resource.attrs.kind
+        && !is_valid_resource_kind(&kind.value())
+    {
+        cx.error_spanned_by(
+            kind,
+            "a resource kind is lowercase ASCII letters, digits and `_`, e.g. `kind = \"basket\"`",
+        );
+    }
+    if let Some(ttl) = &resource.attrs.ttl_secs
+        && ttl.secs == 0
+    {
+        cx.error_at(
+            ttl.span,
+            "`ttl_secs` must be at least 1; leave it out to keep resources forever",
+        );
     }
 }

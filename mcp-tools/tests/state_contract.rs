@@ -1,15 +1,16 @@
 //! One contract suite for every state store: each scenario is a generic function, instantiated for
 //! `MemoryStore` and `SqliteStore` by the `contract!` macro at the bottom.
 
+use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use mcp_tools::state::{
     Applied, ConflictPolicy, CreateRequest, Fingerprint, Lifecycle, ManualClock, MemoryStore,
-    MutationOutcome, MutationRequest, ReadOutcome, ReadRequest, RecordedOutcome, Recovery,
-    Rejected, Resource, SqliteStore, StaleView, StateStore, StoreConfig, StoreError, Transition,
-    code, format_rfc3339,
+    MutationOutcome, MutationRequest, PruneReport, ReadOutcome, ReadRequest, RecordedOutcome,
+    Recovery, Rejected, Resource, SqliteStore, StaleView, StateStore, StoreConfig, StoreError,
+    Transition, code, format_rfc3339,
 };
 use mcp_tools::{Principal, ToolError};
 use schemars::JsonSchema;
@@ -65,6 +66,22 @@ fn alice() -> Principal {
     Principal::subject("alice")
 }
 
+/// How long any single store call or join may take before the test fails instead of hanging.
+const STEP: Duration = Duration::from_secs(30);
+
+/// Awaits `future`, failing the test with `what` if it takes longer than [`STEP`].
+async fn within<T>(what: &str, future: impl Future<Output = T>) -> T {
+    within_for(STEP, what, future).await
+}
+
+/// Awaits `future`, failing the test with `what` if it takes longer than `limit`.
+async fn within_for<T>(limit: Duration, what: &str, future: impl Future<Output = T>) -> T {
+    match tokio::time::timeout(limit, future).await {
+        Ok(value) => value,
+        Err(_) => panic!("timed out after {limit:?}: {what}"),
+    }
+}
+
 fn config(clock: &ManualClock) -> StoreConfig {
     StoreConfig {
         clock: Arc::new(clock.clone()),
@@ -74,9 +91,18 @@ fn config(clock: &ManualClock) -> StoreConfig {
 
 async fn create<S: StateStore>(store: &S, principal: Principal, basket: &Basket) -> String {
     let request = CreateRequest::typed(principal, basket).unwrap();
-    expect_applied(&store.create(request).await.unwrap())
+    expect_applied(&create_outcome(store, request).await)
         .handle
         .clone()
+}
+
+async fn create_outcome<S: StateStore>(store: &S, request: CreateRequest) -> MutationOutcome {
+    let what = format!("a create of a {}", request.kind.kind);
+    within(&what, store.create(request)).await.unwrap()
+}
+
+async fn prune<S: StateStore>(store: &S) -> PruneReport {
+    within("a prune", store.prune()).await.unwrap()
 }
 
 /// How many resources a store actually holds, whatever its outcomes said.
@@ -110,7 +136,9 @@ async fn read<S: StateStore>(store: &S, principal: Principal, handle: &str) -> R
         principal,
         handle: handle.to_owned(),
     };
-    store.read(request).await.unwrap()
+    within(&format!("a read of {handle}"), store.read(request))
+        .await
+        .unwrap()
 }
 
 async fn state<S: StateStore>(store: &S, handle: &str) -> (u64, Basket) {
@@ -210,7 +238,10 @@ async fn mutate<S: StateStore>(
     request: MutationRequest,
     transition: Transition,
 ) -> MutationOutcome {
-    store.mutate(request, transition).await.unwrap()
+    let what = format!("a mutation of {}", request.handle);
+    within(&what, store.mutate(request, transition))
+        .await
+        .unwrap()
 }
 
 type Open<'a, S> = &'a dyn Fn(StoreConfig) -> S;
@@ -219,7 +250,7 @@ async fn create_and_read<S: StateStore>(open: Open<'_, S>) {
     let clock = ManualClock::at_millis(T0);
     let store = open(config(&clock));
     let request = CreateRequest::typed(alice(), &laptop()).unwrap();
-    let outcome = store.create(request).await.unwrap();
+    let outcome = create_outcome(&store, request).await;
     assert_matches_schema(&outcome);
     let created = expect_applied(&outcome).clone();
     assert_eq!(created.result, Value::Null);
@@ -576,7 +607,7 @@ async fn not_found_hides_existence<S: StateStore>(open: Open<'_, S>) {
     let mallory = Principal::subject("mallory");
     let unknown = mcp_tools::state::mint_handle("bsk").unwrap();
     let note = CreateRequest::typed(mallory.clone(), &Note { text: "n".into() }).unwrap();
-    let note = expect_applied(&store.create(note).await.unwrap())
+    let note = expect_applied(&create_outcome(&store, note).await)
         .handle
         .clone();
     let calls = Arc::new(AtomicUsize::new(0));
@@ -696,12 +727,12 @@ async fn ledger_retention<S: StateStore>(open: Open<'_, S>) {
     let calls = Arc::new(AtomicUsize::new(0));
     let send = |payload: u32| request(alice(), &handle, "m", None, Some("op"), json!(payload));
     expect_applied(&mutate(&store, send(1), set_memory(1, &calls)).await);
-    assert_eq!(store.prune().await.unwrap().ledger_records, 0);
+    assert_eq!(prune(&store).await.ledger_records, 0);
     clock.advance(Duration::from_secs(5 * 60));
     let replay = mutate(&store, send(1), set_memory(1, &calls)).await;
     assert!(matches!(replay, MutationOutcome::Replayed(_)));
     clock.advance(Duration::from_secs(6 * 60));
-    assert_eq!(store.prune().await.unwrap().ledger_records, 1);
+    assert_eq!(prune(&store).await.ledger_records, 1);
     // Forgotten: the id is free again.
     expect_applied(&mutate(&store, send(2), set_memory(2, &calls)).await);
     assert_eq!(calls.load(Ordering::SeqCst), 2);
@@ -731,14 +762,14 @@ async fn expired_resources_are_reclaimed<S: StateStore + CountResources>(open: O
     clock.advance(Duration::from_secs(31 * 60));
     let expired = |outcome: ReadOutcome| matches!(outcome, ReadOutcome::Rejected(rejected) if rejected.code == "EXPIRED");
     assert!(expired(read(&store, alice(), &handle).await));
-    assert_eq!(store.prune().await.unwrap().resources, 0);
+    assert_eq!(prune(&store).await.resources, 0);
     // Still within the grace period: expired, not forgotten.
     clock.advance(Duration::from_secs(8 * 60));
-    assert_eq!(store.prune().await.unwrap().resources, 0);
+    assert_eq!(prune(&store).await.resources, 0);
     assert!(expired(read(&store, alice(), &handle).await));
     assert_eq!(store.resources(), 2);
     clock.advance(Duration::from_secs(2 * 60));
-    assert_eq!(store.prune().await.unwrap().resources, 1);
+    assert_eq!(prune(&store).await.resources, 1);
     let ReadOutcome::Rejected(rejected) = read(&store, alice(), &handle).await else {
         panic!("a reclaimed handle is still readable")
     };
@@ -750,7 +781,7 @@ async fn expired_resources_are_reclaimed<S: StateStore + CountResources>(open: O
     );
     assert_eq!(store.resources(), 1);
     assert_eq!(state(&store, &live).await.0, 1);
-    assert_eq!(store.prune().await.unwrap().resources, 0);
+    assert_eq!(prune(&store).await.resources, 0);
 }
 
 /// 200 concurrent requests with one operation id: one transition, 199 identical replays.
@@ -775,8 +806,11 @@ async fn same_operation_id_storm<S: StateStore + Clone>(open: Open<'_, S>) {
     }
     let mut applied = Vec::new();
     let mut replayed = Vec::new();
-    for task in tasks {
-        match task.await.unwrap() {
+    for (index, task) in tasks.into_iter().enumerate() {
+        match within(&format!("storm request {index}"), task)
+            .await
+            .unwrap()
+        {
             MutationOutcome::Applied(a) => applied.push(a),
             MutationOutcome::Replayed(r) => replayed.push(r),
             other => panic!("unexpected {other:?}"),
@@ -804,10 +838,7 @@ async fn idempotent_create<S: StateStore + CountResources>(open: Open<'_, S>) {
     let clock = ManualClock::at_millis(T0);
     let store = open(config(&clock));
     let before = store.resources();
-    let first = store
-        .create(create_request(alice(), "c-1", &laptop()))
-        .await
-        .unwrap();
+    let first = create_outcome(&store, create_request(alice(), "c-1", &laptop())).await;
     assert_matches_schema(&first);
     let created = expect_applied(&first).clone();
     assert_eq!(created.version, 1);
@@ -815,10 +846,7 @@ async fn idempotent_create<S: StateStore + CountResources>(open: Open<'_, S>) {
 
     // The first response was lost; the retry, a little later, gets the recorded outcome.
     clock.advance(Duration::from_secs(30));
-    let retry = store
-        .create(create_request(alice(), "c-1", &laptop()))
-        .await
-        .unwrap();
+    let retry = create_outcome(&store, create_request(alice(), "c-1", &laptop())).await;
     assert_matches_schema(&retry);
     let MutationOutcome::Replayed(replayed) = &retry else {
         panic!("expected replayed, got {retry:?}");
@@ -841,10 +869,7 @@ async fn idempotent_create<S: StateStore + CountResources>(open: Open<'_, S>) {
         json!(32),
     );
     expect_applied(&mutate(&store, send, set_memory(32, &calls)).await);
-    let again = store
-        .create(create_request(alice(), "c-1", &laptop()))
-        .await
-        .unwrap();
+    let again = create_outcome(&store, create_request(alice(), "c-1", &laptop())).await;
     let applied = again.applied().unwrap();
     assert_eq!(
         (applied.handle.as_str(), applied.version),
@@ -856,26 +881,21 @@ async fn idempotent_create<S: StateStore + CountResources>(open: Open<'_, S>) {
     // The same id with another payload is refused, and nothing is created.
     let mut other = laptop();
     other.memory_gib = 64;
-    let reused = store
-        .create(create_request(alice(), "c-1", &other))
-        .await
-        .unwrap();
+    let reused = create_outcome(&store, create_request(alice(), "c-1", &other)).await;
     assert_matches_schema(&reused);
     expect_rejected(&reused, code::OPERATION_ID_REUSED);
     assert!(reused.is_error());
     // Creates and mutations share one ledger: a mutation's id cannot mint a resource.
-    let crossed = store
-        .create(create_request(alice(), "m-1", &laptop()))
-        .await
-        .unwrap();
+    let crossed = create_outcome(&store, create_request(alice(), "m-1", &laptop())).await;
     expect_rejected(&crossed, code::OPERATION_ID_REUSED);
     assert_eq!(store.resources(), before + 1);
 
     // The ledger is keyed by principal: another caller's id is its own.
-    let bob = store
-        .create(create_request(Principal::subject("bob"), "c-1", &laptop()))
-        .await
-        .unwrap();
+    let bob = create_outcome(
+        &store,
+        create_request(Principal::subject("bob"), "c-1", &laptop()),
+    )
+    .await;
     assert_ne!(expect_applied(&bob).handle, created.handle);
     assert_eq!(store.resources(), before + 2);
 }
@@ -887,23 +907,14 @@ async fn create_ledger_retention<S: StateStore + CountResources>(open: Open<'_, 
         ledger_retention: Duration::from_secs(10 * 60),
         ..config(&clock)
     });
-    let first = store
-        .create(create_request(alice(), "c", &laptop()))
-        .await
-        .unwrap();
+    let first = create_outcome(&store, create_request(alice(), "c", &laptop())).await;
     let handle = expect_applied(&first).handle.clone();
     clock.advance(Duration::from_secs(5 * 60));
-    let replay = store
-        .create(create_request(alice(), "c", &laptop()))
-        .await
-        .unwrap();
+    let replay = create_outcome(&store, create_request(alice(), "c", &laptop())).await;
     assert!(matches!(replay, MutationOutcome::Replayed(_)));
     clock.advance(Duration::from_secs(6 * 60));
-    assert_eq!(store.prune().await.unwrap().ledger_records, 1);
-    let later = store
-        .create(create_request(alice(), "c", &laptop()))
-        .await
-        .unwrap();
+    assert_eq!(prune(&store).await.ledger_records, 1);
+    let later = create_outcome(&store, create_request(alice(), "c", &laptop())).await;
     assert_ne!(expect_applied(&later).handle, handle);
     assert_eq!(store.resources(), 2);
 }
@@ -926,12 +937,16 @@ async fn create_storm<S: StateStore + Clone + CountResources>(
                 Some(id) => create_request(alice(), id, &laptop()),
                 None => CreateRequest::typed(alice(), &laptop()).unwrap(),
             };
-            store.create(request).await.unwrap()
+            create_outcome(&store, request).await
         }));
     }
     let mut outcomes = Vec::new();
-    for task in tasks {
-        outcomes.push(task.await.unwrap());
+    for (agent, task) in tasks.into_iter().enumerate() {
+        outcomes.push(
+            within(&format!("create agent {agent}"), task)
+                .await
+                .unwrap(),
+        );
     }
     (outcomes, stores[0].resources() - before)
 }
@@ -1026,8 +1041,10 @@ async fn read_modify_write<S: StateStore + Clone>(stores: &[S], agents: usize, o
         }));
     }
     let (mut applied, mut stale) = (0, 0);
-    for task in tasks {
-        let (a, s) = task.await.unwrap();
+    for (agent, task) in tasks.into_iter().enumerate() {
+        let (a, s) = within(&format!("read-modify-write agent {agent}"), task)
+            .await
+            .unwrap();
         applied += a;
         stale += s;
     }
@@ -1245,7 +1262,11 @@ async fn sqlite_transition_panic_rolls_back() {
         state["memory_gib"] = json!(64);
         panic!("transition bug")
     });
-    let failed = store.mutate(send, panicking).await;
+    let failed = within(
+        "a mutation whose transition panics",
+        store.mutate(send, panicking),
+    )
+    .await;
     assert!(matches!(failed, Err(StoreError::Task(_))), "got {failed:?}");
     assert_eq!(state(&store, &handle).await.0, 1);
     let calls = Arc::new(AtomicUsize::new(0));
@@ -1279,7 +1300,8 @@ async fn memory_failed_request_leaves_no_ledger_slot() {
         let store = store.clone();
         async move { store.mutate(send, panicking).await }
     });
-    assert!(task.await.is_err(), "the transition did not panic");
+    let joined = within("the task of a panicking transition", task).await;
+    assert!(joined.is_err(), "the transition did not panic");
     assert_eq!(store.ledger_count_for_tests(), 0);
     assert_eq!(state(&store, &handle).await.0, 1);
     // The id is free, and a recorded outcome keeps its slot.
@@ -1294,6 +1316,28 @@ async fn memory_failed_request_leaves_no_ledger_slot() {
     ));
     assert_eq!(store.ledger_count_for_tests(), 1);
     assert_eq!(calls.load(Ordering::SeqCst), 1);
+}
+
+/// The durability option reaches the connection that commits: NORMAL by default, FULL on request.
+#[test]
+fn sqlite_applies_the_synchronous_option_to_its_writer() {
+    use mcp_tools::state::{SqliteOptions, Synchronous};
+    let fixture = Fixture::new();
+    let default = fixture.sqlite(StoreConfig::default());
+    assert_eq!(
+        default.synchronous_for_tests().unwrap(),
+        Synchronous::Normal
+    );
+    let full = SqliteStore::open_with(
+        fixture.dir.path().join("full.db"),
+        StoreConfig::default(),
+        SqliteOptions {
+            synchronous: Synchronous::Full,
+            ..SqliteOptions::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(full.synchronous_for_tests().unwrap(), Synchronous::Full);
 }
 
 /// A file with the layout of earlier pre-release versions is refused, not misread.
@@ -1365,10 +1409,9 @@ fn on_own_thread<T: Send + 'static>(
 }
 
 async fn answered<T>(what: &str, answer: tokio::sync::oneshot::Receiver<T>) -> T {
-    match tokio::time::timeout(UNBLOCKED, answer).await {
-        Ok(answer) => answer.expect("the worker thread panicked"),
-        Err(_) => panic!("timed out after {UNBLOCKED:?}: {what}"),
-    }
+    within_for(UNBLOCKED, what, answer)
+        .await
+        .expect("the worker thread panicked")
 }
 
 /// Lets a held transition go when dropped, so a failing test does not leave it, and whatever

@@ -5,7 +5,7 @@ use std::panic::{self, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 use serde_json::Value;
@@ -259,11 +259,32 @@ fn panic_message(payload: &(dyn Any + Send)) -> String {
     format!("the store task panicked: {message}")
 }
 
+/// Switches the file to WAL and returns the journal mode in force. The switch needs the file to
+/// itself for a moment, and SQLite answers "database is locked" at once, without the busy
+/// handler, while another process opening the same new file holds it: wait as the busy timeout
+/// would.
+fn wal_mode(connection: &Connection, busy_timeout: Duration) -> Result<String, StoreError> {
+    let deadline = Instant::now() + busy_timeout;
+    loop {
+        match connection.query_row("PRAGMA journal_mode = WAL", [], |row| row.get(0)) {
+            Err(rusqlite::Error::SqliteFailure(error, _))
+                if matches!(
+                    error.code,
+                    rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked
+                ) && Instant::now() < deadline =>
+            {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            result => return Ok(result?),
+        }
+    }
+}
+
 /// Opens a connection with the settings every connection of the store shares.
 pub(crate) fn connect(path: &Path, options: &SqliteOptions) -> Result<Connection, StoreError> {
     let connection = Connection::open(path)?;
     connection.busy_timeout(options.busy_timeout)?;
-    let mode: String = connection.query_row("PRAGMA journal_mode = WAL", [], |row| row.get(0))?;
+    let mode = wal_mode(&connection, options.busy_timeout)?;
     if !mode.eq_ignore_ascii_case("wal") {
         return Err(StoreError::Backend(format!(
             "SQLite refused WAL mode for {} (journal mode {mode})",

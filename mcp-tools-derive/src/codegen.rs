@@ -1,0 +1,699 @@
+//! Code generation from a validated model. Every runtime item is named by absolute path
+//! (`::mcp_tools::...`); serde and schemars are reached through `::mcp_tools::__private`, so users
+//! need not depend on them.
+
+use proc_macro2::TokenStream;
+use quote::{format_ident, quote, quote_spanned};
+use syn::spanned::Spanned;
+use syn::{FnArg, Ident, ItemFn, ItemImpl, Signature, Type};
+
+use crate::model::{
+    ArgDefault, ConflictPolicy, ErrorCodes, Flag, Output, ParamKind, Resource, Stateful,
+    StatefulKind, ToolErrorType, ToolFn, VariantFields,
+};
+use crate::naming::unraw;
+
+/// Removes the `#[arg]` attributes and doc comments of the parameters, which rustc accepts on
+/// neither, so the function can be emitted as written.
+pub fn strip_param_attrs(sig: &mut Signature) {
+    for input in sig.inputs.iter_mut() {
+        if let FnArg::Typed(pat_type) = input {
+            pat_type
+                .attrs
+                .retain(|attr| !attr.path().is_ident("arg") && !attr.path().is_ident("doc"));
+        }
+    }
+}
+
+/// `#[tool]` on a free function: the function, a zero-sized type of the same name and its
+/// `Tool` impl.
+pub fn tool_item(item: &ItemFn, tool: &ToolFn) -> TokenStream {
+    let ident = &tool.ident;
+    let vis = &tool.vis;
+    let (name, _) = tool.name();
+    let struct_doc = format!(
+        "The `{name}` tool: register it with `tools![{ident}]` or `ToolSet::new().with({ident}::tool())`."
+    );
+    let body = tool_impl(tool, &quote!(#ident), &quote!(#ident));
+    quote! {
+        #item
+
+        #[doc = #struct_doc]
+        #[allow(non_camel_case_types, dead_code)]
+        #[derive(Clone, Copy, Debug, Default)]
+        #vis struct #ident {}
+
+        #[doc(hidden)]
+        const _: () = {
+            #[automatically_derived]
+            impl #ident {
+                /// The tool, to add to a `ToolSet`.
+                pub const fn tool() -> Self {
+                    #ident {}
+                }
+            }
+
+            #body
+        };
+    }
+}
+
+/// `#[toolbox]`: the impl, one wrapper type per tool method holding the shared `Arc<Self>`,
+/// their `Tool` impls and `tool_set()`. `used_paths` re-imports the consumed `#[tool]` paths.
+pub fn toolbox_item(item: &ItemImpl, tools: &[ToolFn], used_paths: &[TokenStream]) -> TokenStream {
+    let self_ty = &item.self_ty;
+    let wrappers: Vec<_> = tools
+        .iter()
+        .map(|tool| format_ident!("__McpTool_{}", unraw(&tool.ident)))
+        .collect();
+    let bodies = tools.iter().zip(&wrappers).map(|(tool, wrapper)| {
+        let method = &tool.ident;
+        let callee = if tool.receiver.is_some() {
+            quote!(self.0.#method)
+        } else {
+            quote!(<#self_ty>::#method)
+        };
+        let body = tool_impl(tool, &quote!(#wrapper), &callee);
+        quote!(const _: () = { #body };)
+    });
+    quote! {
+        #item
+
+        #[doc(hidden)]
+        const _: () = {
+            #(#used_paths)*
+
+            #(
+                #[allow(non_camel_case_types)]
+                pub struct #wrappers(::std::sync::Arc<#self_ty>);
+            )*
+
+            #[automatically_derived]
+            impl #self_ty {
+                /// The `#[tool]` methods of this impl as a `ToolSet`, all sharing `self`.
+                pub fn tool_set(self: ::std::sync::Arc<Self>) -> ::mcp_tools::ToolSet {
+                    ::mcp_tools::ToolSet::new()
+                        #(.with(#wrappers(::std::sync::Arc::clone(&self))))*
+                }
+            }
+
+            #(#bodies)*
+        };
+    }
+}
+
+/// What the parameters become: fields of the arguments struct, assertions and helpers, values
+/// extracted from the request context, and the arguments of the call.
+struct Arguments {
+    fields: Vec<TokenStream>,
+    helpers: Vec<TokenStream>,
+    extractions: Vec<TokenStream>,
+    call_args: Vec<TokenStream>,
+}
+
+fn arguments(tool: &ToolFn) -> Arguments {
+    let mutates = tool.kind() == Some(StatefulKind::Mutates);
+    let mut out = Arguments {
+        fields: Vec::new(),
+        helpers: Vec::new(),
+        extractions: Vec::new(),
+        call_args: Vec::new(),
+    };
+    for (index, param) in tool.params.iter().enumerate() {
+        let ty = &param.ty;
+        let ident = &param.ident;
+        match param.kind {
+            ParamKind::Resource { .. } => out.call_args.push(quote!(__mcp_resource)),
+            ParamKind::Context => out
+                .call_args
+                .push(quote!(::core::clone::Clone::clone(&__mcp_cx))),
+            ParamKind::ContextRef => out.call_args.push(quote!(&__mcp_cx)),
+            ParamKind::Extract => {
+                let var = format_ident!("__mcp_extracted_{}", index);
+                out.extractions.push(quote_spanned! {ty.span()=>
+                    let #var = match <#ty as ::mcp_tools::__private::FromContext>::from_context(&__mcp_cx) {
+                        ::core::result::Result::Ok(value) => value,
+                        ::core::result::Result::Err(error) => {
+                            return ::mcp_tools::__private::Outcome(
+                                ::mcp_tools::IntoCallToolResult::into_reply(error.into_result()),
+                            );
+                        }
+                    };
+                });
+                out.call_args.push(quote!(#var));
+            }
+            ParamKind::Argument { .. } => {
+                out.helpers.push(quote_spanned! {ty.span()=>
+                    const _: () = ::mcp_tools::__private::assert_parameter::<#ty>();
+                });
+                let mut attrs = Vec::new();
+                let doc = param
+                    .attrs
+                    .description
+                    .as_ref()
+                    .map(|d| d.value())
+                    .or_else(|| param.doc.clone());
+                if let Some(doc) = doc {
+                    attrs.push(quote!(#[doc = #doc]));
+                }
+                let wire = param.wire_name();
+                if *ident != wire {
+                    attrs.push(quote!(#[serde(rename = #wire)]));
+                }
+                match &param.attrs.default {
+                    Some(ArgDefault::Trait) => attrs.push(quote!(#[serde(default)])),
+                    Some(ArgDefault::Expr(expr)) => {
+                        let function = format_ident!("__mcp_default_{}", index);
+                        let path = function.to_string();
+                        out.helpers.push(quote! {
+                            fn #function() -> #ty {
+                                #expr
+                            }
+                        });
+                        attrs.push(quote!(#[serde(default = #path)]));
+                    }
+                    None => {}
+                }
+                out.fields.push(quote!(#(#attrs)* pub #ident: #ty));
+                if mutates {
+                    // The transition may run again on rebase: each run gets its own copy.
+                    out.call_args.push(quote_spanned! {ty.span()=>
+                        ::mcp_tools::__private::stateful::fresh::<#ty>(&__mcp_args.#ident)
+                    });
+                } else {
+                    out.call_args.push(quote!(__mcp_args.#ident));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// What differs between the `Tool` impl of a plain tool and of a stateful one.
+struct ImplParts {
+    /// `type Args`, also the type of the `call` input.
+    args: TokenStream,
+    /// `type Output`, also what `call` returns.
+    output: TokenStream,
+    /// The body of `input_schema`, with `generator` in scope.
+    input_schema: TokenStream,
+    /// The generator parameter of `output_schema`: `_generator` where the schema is fixed.
+    output_generator: Ident,
+    output_schema: TokenStream,
+    /// The lints `call` allows.
+    call_lints: TokenStream,
+    /// The name of the `call` input.
+    input: Ident,
+    call_body: TokenStream,
+}
+
+/// The arguments struct, the assertions and the `Tool` impl for `target`, whose `call` invokes
+/// `callee(...)`.
+fn tool_impl(tool: &ToolFn, target: &TokenStream, callee: &TokenStream) -> TokenStream {
+    let Arguments {
+        mut fields,
+        mut helpers,
+        extractions,
+        call_args,
+    } = arguments(tool);
+    let await_ = tool.is_async.then(|| quote!(.await));
+    let call = quote!(#callee(#(#call_args),*) #await_);
+    let parts = match tool.stateful() {
+        None => plain_parts(tool, &call, &extractions, &mut helpers),
+        Some(stateful) => stateful_parts(
+            tool,
+            stateful,
+            &call,
+            &extractions,
+            &mut fields,
+            &mut helpers,
+        ),
+    };
+    let ImplParts {
+        args,
+        output,
+        input_schema,
+        output_generator,
+        output_schema,
+        call_lints,
+        input,
+        call_body,
+    } = parts;
+    let info = info(tool);
+    let args_struct = args_struct(&fields);
+    quote! {
+        #args_struct
+
+        #(#helpers)*
+
+        #[automatically_derived]
+        impl ::mcp_tools::Tool for #target {
+            type Args = #args;
+            type Output = #output;
+
+            fn info(&self) -> ::mcp_tools::ToolInfo {
+                #info
+            }
+
+            fn input_schema(
+                &self,
+                generator: &mut ::mcp_tools::__private::schemars::SchemaGenerator,
+            ) -> ::mcp_tools::__private::serde_json::Value {
+                #input_schema
+            }
+
+            fn output_schema(
+                &self,
+                #output_generator: &mut ::mcp_tools::__private::schemars::SchemaGenerator,
+            ) -> ::core::option::Option<::mcp_tools::__private::serde_json::Value> {
+                #output_schema
+            }
+
+            #[allow(#call_lints)]
+            async fn call(
+                &self,
+                #input: #args,
+                __mcp_cx: ::mcp_tools::Context,
+            ) -> #output {
+                #call_body
+            }
+        }
+    }
+}
+
+/// The `ToolInfo`: name, description, title and annotations.
+fn info(tool: &ToolFn) -> TokenStream {
+    let (name, _) = tool.name();
+    let description = tool.description().unwrap_or_default();
+    let title = tool
+        .attrs
+        .title
+        .as_ref()
+        .map(|title| quote!(.title(#title)));
+    let annotations = annotations(tool);
+    quote! {
+        ::mcp_tools::ToolInfo::new(#name, #description)
+            #title
+            .annotations(#annotations)
+    }
+}
+
+/// The published hints (`readOnlyHint`, `destructiveHint`, `idempotentHint`, `openWorldHint`).
+fn annotations(tool: &ToolFn) -> TokenStream {
+    let hint = |flag: Option<Flag>| match flag {
+        Some(flag) => {
+            let value = flag.lit();
+            quote!(::core::option::Option::Some(#value))
+        }
+        None => quote!(::core::option::Option::None),
+    };
+    let hints = tool.hints();
+    let read_only = hint(hints.read_only);
+    let destructive = hint(hints.destructive);
+    let idempotent = hint(hints.idempotent);
+    let open_world = hint(hints.open_world);
+    quote! {
+        ::mcp_tools::ToolAnnotations {
+            title: ::core::option::Option::None,
+            read_only_hint: #read_only,
+            destructive_hint: #destructive,
+            idempotent_hint: #idempotent,
+            open_world_hint: #open_world,
+        }
+    }
+}
+
+/// A plain tool: the function's value converts into the result.
+fn plain_parts(
+    tool: &ToolFn,
+    call: &TokenStream,
+    extractions: &[TokenStream],
+    helpers: &mut Vec<TokenStream>,
+) -> ImplParts {
+    let (out_ty, convert) = output_type(&tool.output, helpers);
+    let ret = tool.return_span;
+    let output_schema = quote_spanned! {ret=>
+        <#out_ty as ::mcp_tools::IntoCallToolResult>::output_schema(generator)
+    };
+    let into_result = quote_spanned! {ret=>
+        ::mcp_tools::__private::Outcome(::mcp_tools::IntoCallToolResult::into_reply(__mcp_out))
+    };
+    ImplParts {
+        args: quote!(__McpArgs),
+        output: quote!(::mcp_tools::__private::Outcome),
+        input_schema: quote!(::mcp_tools::__private::input_schema::<__McpArgs>(generator)),
+        output_generator: format_ident!("generator"),
+        output_schema,
+        call_lints: quote!(unused_variables),
+        input: format_ident!("__mcp_args"),
+        call_body: quote! {
+            #(#extractions)*
+            let __mcp_out = #call;
+            let __mcp_out: #out_ty = #convert;
+            #into_result
+        },
+    }
+}
+
+/// The type the return value converts into and the conversion of `__mcp_out`; pushes the
+/// assertions that point at the return type when it cannot be a result.
+fn output_type(output: &Output, helpers: &mut Vec<TokenStream>) -> (TokenStream, TokenStream) {
+    match output {
+        Output::Plain(ty) => (quote!(#ty), quote!(__mcp_out)),
+        Output::Structured(ty) => {
+            helpers.push(assert_output(ty));
+            (
+                quote!(::mcp_tools::Structured<#ty>),
+                quote!(::mcp_tools::Structured(__mcp_out)),
+            )
+        }
+        Output::Result { ok, err } => {
+            helpers.push(assert_error(err));
+            match &**ok {
+                Output::Structured(ty) => {
+                    helpers.push(assert_output(ty));
+                    (
+                        quote!(::core::result::Result<::mcp_tools::Structured<#ty>, #err>),
+                        quote!(__mcp_out.map(::mcp_tools::Structured)),
+                    )
+                }
+                Output::Plain(ty) => (quote!(::core::result::Result<#ty, #err>), quote!(__mcp_out)),
+                // Rejected by validation.
+                _ => (quote!(::mcp_tools::CallToolResult), quote!(__mcp_out)),
+            }
+        }
+        // Rejected by validation.
+        Output::Unit(_) | Output::Unsupported(..) => {
+            (quote!(::mcp_tools::CallToolResult), quote!(__mcp_out))
+        }
+    }
+}
+
+fn assert_output(ty: &Type) -> TokenStream {
+    quote_spanned! {ty.span()=>
+        const _: () = ::mcp_tools::__private::assert_output::<#ty>();
+    }
+}
+
+fn assert_error(err: &Type) -> TokenStream {
+    quote_spanned! {err.span()=>
+        const _: () = ::mcp_tools::__private::assert_error::<#err>();
+    }
+}
+
+/// A `creates`, `reads` or `mutates` tool: the function's result goes through the registered
+/// state store, and the outcome is the tool result. Adds the injected arguments to `fields`.
+fn stateful_parts(
+    tool: &ToolFn,
+    stateful: &Stateful,
+    call: &TokenStream,
+    extractions: &[TokenStream],
+    fields: &mut Vec<TokenStream>,
+    helpers: &mut Vec<TokenStream>,
+) -> ImplParts {
+    let resource = &stateful.ty;
+    let kind = stateful.kind;
+    let name = tool.name().0;
+    helpers.push(quote_spanned! {resource.span()=>
+        const _: () = ::mcp_tools::__private::stateful::assert_resource::<#resource>();
+    });
+
+    let handle = tool.handle_name().unwrap_or_default();
+    let expected_version = tool.takes_expected_version();
+    let operation_id = tool.takes_operation_id();
+    let mut injected = Vec::new();
+    if kind != StatefulKind::Creates {
+        injected.push(quote! {
+            #[serde(rename = #handle)]
+            pub __mcp_handle: ::std::string::String
+        });
+    }
+    if expected_version {
+        injected.push(quote! {
+            #[serde(rename = "expected_version")]
+            #[schemars(range(min = 1))]
+            pub __mcp_expected_version: u64
+        });
+    }
+    if operation_id {
+        injected.push(quote! {
+            #[serde(rename = "operation_id")]
+            #[schemars(length(min = 1, max = 200))]
+            pub __mcp_operation_id: ::std::string::String
+        });
+    }
+    injected.append(fields);
+    *fields = injected;
+
+    // `touches = [field, ...]`: each must be a field of the resource. A field access in dead code
+    // makes rustc name the bad field and list the real ones.
+    if let Some(touches) = &tool.attrs.touches {
+        let accesses = touches.fields.iter().map(|field| {
+            quote_spanned! {field.span()=>
+                let _ = &__mcp_resource.#field;
+            }
+        });
+        helpers.push(quote! {
+            #[allow(dead_code, unreachable_code)]
+            fn __mcp_touches_are_fields(__mcp_resource: &#resource) {
+                #(#accesses)*
+            }
+        });
+    }
+
+    let ret = tool.return_span;
+    // The function's value as `Result<T, ToolError>` / `Result<T, E>`.
+    let (ok_ty, as_result) = match &tool.output {
+        Output::Result { ok, err } => {
+            helpers.push(assert_error(err));
+            let ok_ty = match &**ok {
+                Output::Plain(ty) | Output::Structured(ty) => quote!(#ty),
+                _ => quote!(()),
+            };
+            (
+                ok_ty,
+                quote!(#call.map_err(::mcp_tools::__private::stateful::tool_error)),
+            )
+        }
+        Output::Plain(ty) | Output::Structured(ty) => (
+            quote!(#ty),
+            quote!(::core::result::Result::Ok::<_, ::mcp_tools::ToolError>(#call)),
+        ),
+        Output::Unit(_) | Output::Unsupported(..) => (quote!(()), quote!(#call)),
+    };
+    if kind != StatefulKind::Creates {
+        helpers.push(quote_spanned! {ret=>
+            const _: () = ::mcp_tools::__private::assert_output::<#ok_ty>();
+        });
+    }
+
+    let store = quote! {
+        let __mcp_store = match ::mcp_tools::__private::stateful::store(&__mcp_cx) {
+            ::core::result::Result::Ok(store) => store,
+            ::core::result::Result::Err(result) => return result,
+        };
+    };
+    let operation = if operation_id {
+        quote!(::core::option::Option::Some(__mcp_args.__mcp_operation_id))
+    } else {
+        quote!(::core::option::Option::None)
+    };
+    let (output_schema, body) = match kind {
+        StatefulKind::Creates => (
+            quote!(::mcp_tools::__private::stateful::mutation_output_schema()),
+            quote! {
+                #store
+                let __mcp_spec = ::mcp_tools::__private::stateful::CreateSpec::<#resource> {
+                    tool: #name,
+                    operation_id: #operation,
+                    resource: ::core::marker::PhantomData,
+                };
+                #(#extractions)*
+                let __mcp_made: ::core::result::Result<#resource, ::mcp_tools::ToolError> =
+                    #as_result;
+                ::mcp_tools::__private::stateful::create::<#resource>(
+                    &__mcp_store,
+                    &__mcp_cx,
+                    __mcp_spec,
+                    &__mcp_raw,
+                    __mcp_made,
+                ).await
+            },
+        ),
+        StatefulKind::Reads => (
+            quote!(::mcp_tools::__private::stateful::read_output_schema()),
+            quote! {
+                #store
+                #(#extractions)*
+                let (__mcp_snapshot, __mcp_current) = match ::mcp_tools::__private::stateful::read::<#resource>(
+                    &__mcp_store,
+                    &__mcp_cx,
+                    __mcp_args.__mcp_handle,
+                ).await {
+                    ::core::result::Result::Ok(read) => read,
+                    ::core::result::Result::Err(result) => return result,
+                };
+                let __mcp_resource = &__mcp_current;
+                let __mcp_view: ::core::result::Result<#ok_ty, ::mcp_tools::ToolError> = #as_result;
+                ::mcp_tools::__private::stateful::read_result(__mcp_snapshot, __mcp_view)
+            },
+        ),
+        StatefulKind::Mutates => {
+            let policy = match tool.conflict_policy() {
+                ConflictPolicy::Rebase => {
+                    let touches: Vec<String> = tool
+                        .attrs
+                        .touches
+                        .iter()
+                        .flat_map(|touches| touches.fields.iter().map(unraw))
+                        .collect();
+                    quote! {
+                        ::mcp_tools::__private::stateful::ConflictPolicy::Rebase {
+                            touches: ::std::vec![#(::std::string::String::from(#touches)),*],
+                        }
+                    }
+                }
+                ConflictPolicy::Reconfirm => {
+                    quote!(::mcp_tools::__private::stateful::ConflictPolicy::Reconfirm)
+                }
+                ConflictPolicy::Reject => {
+                    quote!(::mcp_tools::__private::stateful::ConflictPolicy::Reject)
+                }
+            };
+            let expected = if expected_version {
+                quote!(::core::option::Option::Some(
+                    __mcp_args.__mcp_expected_version
+                ))
+            } else {
+                quote!(::core::option::Option::None)
+            };
+            (
+                quote!(::mcp_tools::__private::stateful::mutation_output_schema()),
+                quote! {
+                    #store
+                    let __mcp_spec = ::mcp_tools::__private::stateful::MutationSpec {
+                        tool: #name,
+                        policy: #policy,
+                        handle: __mcp_args.__mcp_handle,
+                        expected_version: #expected,
+                        operation_id: #operation,
+                        resource: ::core::marker::PhantomData,
+                    };
+                    let __mcp_transition = ::mcp_tools::__private::stateful::Transition::typed(
+                        move |__mcp_resource: &mut #resource| #as_result,
+                    );
+                    ::mcp_tools::__private::stateful::mutate::<#resource>(
+                        &__mcp_store,
+                        &__mcp_cx,
+                        __mcp_spec,
+                        &__mcp_raw,
+                        __mcp_transition,
+                    ).await
+                },
+            )
+        }
+    };
+
+    ImplParts {
+        args: quote!(::mcp_tools::__private::stateful::WithRaw<__McpArgs>),
+        output: quote!(::mcp_tools::CallToolResult),
+        input_schema: quote! {
+            ::mcp_tools::__private::stateful::input_schema::<__McpArgs, #resource>(
+                generator,
+                ::mcp_tools::__private::stateful::Injected {
+                    handle: #handle,
+                    expected_version: #expected_version,
+                    operation_id: #operation_id,
+                },
+            )
+        },
+        output_generator: format_ident!("_generator"),
+        output_schema: quote!(::core::option::Option::Some(#output_schema)),
+        call_lints: quote!(unused_variables, unused_mut),
+        input: format_ident!("__mcp_input"),
+        call_body: quote! {
+            let ::mcp_tools::__private::stateful::WithRaw { raw: __mcp_raw, args: __mcp_args } = __mcp_input;
+            #body
+        },
+    }
+}
+
+/// The hidden struct the arguments decode into: serde names the field in decode errors and
+/// schemars sees the parameters' docs.
+fn args_struct(fields: &[TokenStream]) -> TokenStream {
+    quote! {
+        #[derive(::mcp_tools::__private::serde::Deserialize, ::mcp_tools::__private::schemars::JsonSchema)]
+        #[serde(crate = "::mcp_tools::__private::serde", deny_unknown_fields)]
+        #[schemars(crate = "::mcp_tools::__private::schemars")]
+        #[allow(non_camel_case_types, non_snake_case)]
+        pub struct __McpArgs {
+            #(#fields,)*
+        }
+    }
+}
+
+/// `impl Resource` for a validated resource.
+pub fn resource(resource: &Resource) -> TokenStream {
+    let ident = &resource.ident;
+    let kind = resource.kind();
+    let prefix = resource
+        .attrs
+        .prefix
+        .as_ref()
+        .map(|prefix| prefix.value())
+        .unwrap_or_default();
+    let ttl = match &resource.attrs.ttl_secs {
+        Some(ttl) => {
+            let secs = ttl.secs;
+            quote!(::core::option::Option::Some(::core::time::Duration::from_secs(#secs)))
+        }
+        None => quote!(::core::option::Option::None),
+    };
+    let lifecycle = resource.attrs.lifecycle.as_ref().map(|method| {
+        quote_spanned! {method.span()=>
+            fn lifecycle(&self) -> ::mcp_tools::state::Lifecycle {
+                #ident::#method(self)
+            }
+        }
+    });
+    quote! {
+        #[automatically_derived]
+        impl ::mcp_tools::state::Resource for #ident {
+            const KIND: &'static str = #kind;
+            const PREFIX: &'static str = #prefix;
+            const TTL: ::core::option::Option<::core::time::Duration> = #ttl;
+            #lifecycle
+        }
+    }
+}
+
+/// `impl IntoToolError`: the code of each value, the message from `Display`.
+pub fn tool_error(error: &ToolErrorType) -> TokenStream {
+    let ident = &error.ident;
+    let (impl_generics, ty_generics, where_clause) = error.generics.split_for_impl();
+    let code = match &error.codes {
+        ErrorCodes::Enum(variants) => {
+            let arms = variants.iter().map(|variant| {
+                let name = &variant.ident;
+                let code = &variant.code;
+                let pattern = match variant.fields {
+                    VariantFields::Named => quote!(#ident::#name { .. }),
+                    VariantFields::Unnamed => quote!(#ident::#name(..)),
+                    VariantFields::Unit => quote!(#ident::#name),
+                };
+                quote!(#pattern => #code,)
+            });
+            quote!(match &self { #(#arms)* })
+        }
+        ErrorCodes::Struct(code) => quote!(#code),
+    };
+    quote! {
+        #[automatically_derived]
+        impl #impl_generics ::mcp_tools::IntoToolError for #ident #ty_generics #where_clause {
+            fn into_tool_error(self) -> ::mcp_tools::ToolError {
+                let code: &'static str = #code;
+                ::mcp_tools::ToolError::new(code, ::std::string::ToString::to_string(&self))
+            }
+        }
+    }
+}
