@@ -104,3 +104,31 @@ impl Envelope {
         Ok(Envelope { id, method, params })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_batch_is_refused_as_a_batch() {
+        let error = Envelope::from_value(json!([
+            { "jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {} }
+        ]))
+        .unwrap_err();
+        assert_eq!(error.code(), -32600);
+        assert!(error.message().starts_with("Batch"), "{}", error.message());
+    }
+
+    #[test]
+    fn a_message_with_a_result_or_an_error_is_refused_even_when_it_names_a_method() {
+        for member in ["result", "error"] {
+            let mut message =
+                json!({ "jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {} });
+            message[member] = json!({});
+            let error = Envelope::from_value(message).unwrap_err();
+            assert_eq!(error.code(), -32600, "{member}");
+            assert_eq!(error.id(), Some(&RequestId::Number(1)), "{member}");
+        }
+    }
+}

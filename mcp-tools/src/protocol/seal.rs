@@ -264,4 +264,70 @@ mod request_state_tests {
         );
         assert!(seal.open_request_state(&binding, "garbage").is_err());
     }
+
+    #[test]
+    fn a_sealed_state_expires_fifteen_minutes_after_it_was_sealed() {
+        let seal = Seal::new(b"k");
+        let args = json!({});
+        let binding = Binding {
+            target: "tool",
+            principal: "",
+            arguments: &args,
+        };
+        // Read from the system clock here, so a `now()` that ignores it cannot pass.
+        let wall = || {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_secs()
+        };
+        let before = wall();
+        let sealed = URL_SAFE_NO_PAD
+            .decode(seal.request_state(&binding, None))
+            .unwrap();
+        let after = wall();
+        let payload: Value = serde_json::from_slice(&sealed[..sealed.len() - TAG_LEN]).unwrap();
+        let expiry = payload["e"].as_u64().unwrap();
+        // A client that takes minutes to answer an elicitation must still be able to retry.
+        assert!(
+            (before + 15 * 60..=after + 15 * 60).contains(&expiry),
+            "expiry {expiry} is not 15 minutes after {before}"
+        );
+    }
+
+    /// Seals `payload` as `seal` would, so a test can choose the expiry.
+    fn sealed_with(seal: &Seal, payload: Value) -> String {
+        let payload = payload.to_string();
+        let tag = seal.tag(REQUEST_STATE_DOMAIN, &[payload.as_bytes()]);
+        let mut bytes = payload.into_bytes();
+        bytes.extend_from_slice(&tag);
+        URL_SAFE_NO_PAD.encode(bytes)
+    }
+
+    #[test]
+    fn a_sealed_state_opens_through_its_expiry_second_and_not_after() {
+        let seal = Seal::new(b"k");
+        let args = json!({});
+        let binding = Binding {
+            target: "tool",
+            principal: "",
+            arguments: &args,
+        };
+        let b = digest(&binding);
+        let past = sealed_with(&seal, json!({ "b": b, "e": now() - 1, "s": 1 }));
+        let error = seal.open_request_state(&binding, &past).unwrap_err();
+        assert!(error.message().contains("expired"), "{}", error.message());
+        // Retried only when the clock ticks between sealing and opening.
+        let opened_in_its_second = (0..5).any(|_| {
+            let second = now();
+            let due = sealed_with(&seal, json!({ "b": b, "e": second, "s": 1 }));
+            let opened = seal.open_request_state(&binding, &due);
+            if now() != second {
+                return false;
+            }
+            assert_eq!(opened.unwrap(), Some(json!(1)));
+            true
+        });
+        assert!(opened_in_its_second, "the clock never held still");
+    }
 }

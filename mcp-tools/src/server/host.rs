@@ -157,4 +157,23 @@ mod tests {
                 .is_err()
         );
     }
+
+    #[test]
+    fn a_suffix_after_the_last_colon_that_is_not_a_port_stays_part_of_the_host() {
+        // Otherwise `localhost:evil.example.com` would pass as `localhost`.
+        assert_eq!(strip_port("localhost:8080"), "localhost");
+        assert_eq!(strip_port("localhost:evil"), "localhost:evil");
+        let policy = HostPolicy::loopback();
+        for refused in ["localhost:evil.example.com", "127.0.0.1:80a"] {
+            assert!(
+                policy.check(&headers(refused, None), None).is_err(),
+                "{refused}"
+            );
+        }
+        assert!(
+            policy
+                .check(&headers("localhost", Some("http://localhost:evil")), None)
+                .is_err()
+        );
+    }
 }

@@ -159,3 +159,168 @@ impl IntoCallToolResult for InputRequired {
         Reply::InputRequired(self)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    fn declared(capabilities: Value) -> Map<String, Value> {
+        capabilities.as_object().unwrap().clone()
+    }
+
+    /// One request the builders do not make (another elicitation mode, raw sampling params).
+    fn asking(method: &str, params: Value) -> InputRequired {
+        let mut input = InputRequired::new();
+        input.requests.insert(
+            "q".to_owned(),
+            json!({ "method": method, "params": params }),
+        );
+        input
+    }
+
+    #[test]
+    fn roots_are_missing_only_when_the_client_did_not_declare_them() {
+        let input = InputRequired::new()
+            .sample("s", json!({ "messages": [], "maxTokens": 1 }))
+            .list_roots("where");
+        assert_eq!(
+            input.requests["where"],
+            json!({ "method": "roots/list", "params": {} })
+        );
+        assert!(
+            input.requests.contains_key("s"),
+            "earlier requests are kept"
+        );
+        let roots = InputRequired::new().list_roots("where");
+        assert_eq!(
+            roots.missing_capabilities(&declared(json!({}))),
+            declared(json!({ "roots": {} }))
+        );
+        assert!(
+            roots
+                .missing_capabilities(&declared(json!({ "roots": {} })))
+                .is_empty()
+        );
+    }
+
+    #[test]
+    fn an_elicitation_mode_is_served_only_when_the_client_declared_it() {
+        let form = InputRequired::new().elicit("f", "Name?", json!({ "type": "object" }));
+        // `elicitation: {}` declares the form mode only.
+        for serving in [
+            json!({ "elicitation": {} }),
+            json!({ "elicitation": { "form": {} } }),
+        ] {
+            assert!(
+                form.missing_capabilities(&declared(serving.clone()))
+                    .is_empty(),
+                "{serving}"
+            );
+        }
+        for lacking in [json!({}), json!({ "elicitation": { "url": {} } })] {
+            assert_eq!(
+                form.missing_capabilities(&declared(lacking.clone())),
+                declared(json!({ "elicitation": {} })),
+                "{lacking}"
+            );
+        }
+        let url = asking(
+            "elicitation/create",
+            json!({ "mode": "url", "message": "Sign in", "url": "https://example.com/", "elicitationId": "e" }),
+        );
+        assert!(
+            url.missing_capabilities(&declared(json!({ "elicitation": { "url": {} } })))
+                .is_empty()
+        );
+        for lacking in [
+            json!({}),
+            json!({ "elicitation": {} }),
+            json!({ "elicitation": { "form": {} } }),
+        ] {
+            assert_eq!(
+                url.missing_capabilities(&declared(lacking.clone())),
+                declared(json!({ "elicitation": { "url": {} } })),
+                "{lacking}"
+            );
+        }
+    }
+
+    #[test]
+    fn sampling_with_tools_needs_the_tools_sub_capability() {
+        let plain = asking(
+            "sampling/createMessage",
+            json!({ "messages": [], "maxTokens": 1 }),
+        );
+        assert!(
+            plain
+                .missing_capabilities(&declared(json!({ "sampling": {} })))
+                .is_empty()
+        );
+        assert_eq!(
+            plain.missing_capabilities(&declared(json!({}))),
+            declared(json!({ "sampling": {} }))
+        );
+        // `tools: null` offers no tools.
+        let null_tools = asking(
+            "sampling/createMessage",
+            json!({ "messages": [], "maxTokens": 1, "tools": null }),
+        );
+        assert!(
+            null_tools
+                .missing_capabilities(&declared(json!({ "sampling": {} })))
+                .is_empty()
+        );
+        let with_tools = InputRequired::new().sample(
+            "s",
+            json!({ "messages": [], "maxTokens": 1,
+                    "tools": [{ "name": "t", "inputSchema": { "type": "object" } }] }),
+        );
+        for lacking in [json!({}), json!({ "sampling": {} })] {
+            assert_eq!(
+                with_tools.missing_capabilities(&declared(lacking.clone())),
+                declared(json!({ "sampling": { "tools": {} } })),
+                "{lacking}"
+            );
+        }
+        assert!(
+            with_tools
+                .missing_capabilities(&declared(json!({ "sampling": { "tools": {} } })))
+                .is_empty()
+        );
+    }
+
+    #[derive(serde::Serialize, schemars::JsonSchema)]
+    struct Point {
+        x: i64,
+    }
+
+    #[test]
+    fn a_reply_that_may_ask_for_input_publishes_the_schema_of_its_result() {
+        let schema = <ToolReply<crate::Structured<Point>> as IntoCallToolResult>::output_schema(
+            &mut schemars::SchemaGenerator::default(),
+        );
+        assert!(schema.is_some());
+        assert_eq!(
+            schema,
+            crate::Structured::<Point>::output_schema(&mut schemars::SchemaGenerator::default())
+        );
+    }
+
+    #[test]
+    fn a_request_for_input_where_none_can_be_asked_is_an_error_result() {
+        assert_eq!(
+            ToolReply::Complete("done").into_call_tool_result(),
+            CallToolResult::text("done")
+        );
+        let asked = InputRequired::new().list_roots("where");
+        for result in [
+            ToolReply::<&'static str>::InputRequired(asked.clone()).into_call_tool_result(),
+            asked.into_call_tool_result(),
+        ] {
+            assert!(result.is_error);
+            assert_eq!(
+                result.structured_content.as_ref().unwrap()["code"],
+                "INPUT_REQUIRED"
+            );
+        }
+    }
+}
