@@ -11,7 +11,9 @@
 mod basket;
 
 use mcp_tools::McpServer;
-use mcp_tools::state::{MemoryStore, SqliteStore, Store, StoreConfig};
+use std::sync::Arc;
+
+use mcp_tools::store::{MemoryStore, SqliteStore, Store, StoreConfig};
 
 struct Options {
     bind: String,
@@ -60,11 +62,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let store = match &options.db {
         Some(path) => {
             println!("basket server: state in the SQLite file {path}");
-            Store::new(SqliteStore::open(path, StoreConfig::default())?)
+            Arc::new(SqliteStore::open(path, StoreConfig::default())?) as Arc<dyn Store>
         }
         None => {
             println!("basket server: state in memory (lost when the server stops)");
-            Store::new(MemoryStore::default())
+            Arc::new(MemoryStore::default())
         }
     };
     println!("basket server: MCP endpoint http://{}/mcp", options.bind);
@@ -75,7 +77,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
              only to retry the same change.",
         )
         .tools(basket::tool_set())
-        .state(store)
+        .store(store)
         .build()?
         .serve(options.bind.as_str())
         .await?;

@@ -17,7 +17,7 @@ mod basket;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use mcp_tools::McpServer;
-use mcp_tools::state::{MemoryStore, Store};
+use mcp_tools::store::MemoryStore;
 use serde_json::{Value, json};
 
 struct Client {
@@ -204,7 +204,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             println!("Started the basket server in this process at {url} (state in memory).\n");
             let server = McpServer::builder("basket", env!("CARGO_PKG_VERSION"))
                 .tools(basket::tool_set())
-                .state(Store::new(MemoryStore::default()))
+                .store(MemoryStore::default())
                 .build()?;
             let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
             let serving = tokio::spawn(server.serve_listener(listener, async {

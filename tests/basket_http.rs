@@ -11,14 +11,14 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use mcp_tools::state::{ManualClock, MemoryStore, SqliteStore, Store, StoreConfig};
+use mcp_tools::store::{ManualClock, MemoryStore, SqliteStore, Store, StoreConfig};
 use serde_json::{Value, json};
 
 use basket_client::{Agent, authenticated_server, operation_id, outcome, server, show};
 use common::TestServer;
 
 async fn memory_server() -> (TestServer, Agent) {
-    let server = TestServer::start(server(Store::new(MemoryStore::default()))).await;
+    let server = TestServer::start(server(MemoryStore::default())).await;
     let agent = Agent::connect(&server.url(), None).await;
     (server, agent)
 }
@@ -238,7 +238,7 @@ async fn a_retry_after_a_lost_response_replays_and_a_changed_payload_is_refused(
 #[tokio::test]
 async fn a_create_retried_after_a_lost_response_replays_the_same_basket() {
     let store = MemoryStore::default();
-    let server = TestServer::start(server(Store::new(store.clone()))).await;
+    let server = TestServer::start(server(store.clone())).await;
     let agent = Agent::connect(&server.url(), None).await;
     let arguments = json!({"operation_id": "create-lost-1", "model": "Laptop 16"});
     let first = agent.call("basket_create", arguments.clone()).await;
@@ -293,7 +293,7 @@ async fn a_create_retried_after_a_lost_response_replays_the_same_basket() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn fifty_concurrent_creates_with_one_operation_id_make_one_basket() {
     let store = MemoryStore::default();
-    let server = TestServer::start(server(Store::new(store.clone()))).await;
+    let server = TestServer::start(server(store.clone())).await;
     let agent = Agent::connect(&server.url(), None).await;
     let calls: Vec<_> = (0..50)
         .map(|_| {
@@ -379,7 +379,7 @@ async fn an_expired_basket_answers_expired() {
         clock: Arc::new(clock.clone()),
         ..StoreConfig::default()
     });
-    let server = TestServer::start(server(Store::new(store))).await;
+    let server = TestServer::start(server(store)).await;
     let agent = Agent::connect(&server.url(), None).await;
     let handle = agent.create().await;
     let created = agent.call("basket_get", json!({"basket_id": handle})).await;
@@ -454,7 +454,7 @@ async fn checkout_asks_for_reconfirmation_then_the_basket_is_terminal() {
 
 #[tokio::test]
 async fn another_principals_basket_is_not_found_like_an_unknown_one() {
-    let server = TestServer::start(authenticated_server(Store::new(MemoryStore::default()))).await;
+    let server = TestServer::start(authenticated_server(MemoryStore::default())).await;
     let alice = Agent::connect(&server.url(), Some("alice")).await;
     let bob = Agent::connect(&server.url(), Some("bob")).await;
     let handle = alice.create().await;
@@ -485,7 +485,7 @@ async fn a_stale_view_past_the_kept_history_has_no_delta() {
         history_limit: 2,
         ..StoreConfig::default()
     });
-    let server = TestServer::start(server(Store::new(store))).await;
+    let server = TestServer::start(server(store)).await;
     let agent = Agent::connect(&server.url(), None).await;
     let handle = agent.create().await;
     for text in ["a", "b", "c"] {
@@ -536,7 +536,9 @@ async fn a_domain_error_is_a_rejection_with_its_code() {
 
 /// A basket server over `store` keeping enough history that every concurrent change planned
 /// from an older version gets its delta.
-async fn long_history_server(store: impl FnOnce(StoreConfig) -> Store) -> (TestServer, Agent) {
+async fn long_history_server(
+    store: impl FnOnce(StoreConfig) -> std::sync::Arc<dyn Store>,
+) -> (TestServer, Agent) {
     let server = TestServer::start(server(store(StoreConfig {
         history_limit: 10_000,
         ..StoreConfig::default()
@@ -671,7 +673,7 @@ async fn note_agent(agent: Agent, handle: String, index: usize) -> Acknowledged 
 }
 
 async fn concurrent_rebases_keep_every_acknowledged_change(
-    store: impl FnOnce(StoreConfig) -> Store,
+    store: impl FnOnce(StoreConfig) -> std::sync::Arc<dyn Store>,
 ) {
     let (_server, agent) = long_history_server(store).await;
     let handle = agent.create().await;
@@ -743,7 +745,7 @@ async fn concurrent_rebases_keep_every_acknowledged_change(
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn concurrent_rebases_keep_every_acknowledged_change_in_memory() {
     concurrent_rebases_keep_every_acknowledged_change(|config| {
-        Store::new(MemoryStore::new(config))
+        std::sync::Arc::new(MemoryStore::new(config))
     })
     .await;
 }
@@ -752,7 +754,7 @@ async fn concurrent_rebases_keep_every_acknowledged_change_in_memory() {
 async fn concurrent_rebases_keep_every_acknowledged_change_in_sqlite() {
     let path = basket_client::temp_db("rebase-race");
     concurrent_rebases_keep_every_acknowledged_change(|config| {
-        Store::new(SqliteStore::open(&path, config).unwrap())
+        std::sync::Arc::new(SqliteStore::open(&path, config).unwrap())
     })
     .await;
     basket_client::remove_db(&path);
@@ -838,7 +840,7 @@ async fn one_operation_id_raced_with_two_payloads_applies_exactly_the_winner_in_
 async fn one_operation_id_raced_with_two_payloads_applies_exactly_the_winner_in_sqlite() {
     let path = basket_client::temp_db("payload-race");
     let store = SqliteStore::open(&path, StoreConfig::default()).unwrap();
-    let server = TestServer::start(server(Store::new(store))).await;
+    let server = TestServer::start(server(store)).await;
     let agent = Agent::connect(&server.url(), None).await;
     one_operation_id_raced_with_two_payloads(&agent, 20, "sqlite").await;
     drop(server);

@@ -11,7 +11,7 @@ mod common;
 
 use std::collections::{BTreeSet, HashMap};
 
-use mcp_tools::state::{MemoryStore, Resource, SqliteStore, Store, StoreConfig};
+use mcp_tools::store::{Entity, MemoryStore, SqliteStore, Store, StoreConfig};
 use mcp_tools::{McpServer, tool, tools};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -22,8 +22,8 @@ use common::{TestServer, compile};
 
 /// A second kind of resource on the same server and store, so a handle can be well formed,
 /// exist, and still not be a basket.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema, Resource)]
-#[resource(kind = "voucher", prefix = "vch")]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema, Entity)]
+#[entity(kind = "voucher", prefix = "vch")]
 struct Voucher {
     /// The amount, in cents.
     amount: u32,
@@ -44,10 +44,10 @@ fn voucher_get(voucher: &Voucher) -> Voucher {
     voucher.clone()
 }
 
-fn server(store: Store) -> McpServer {
+fn server(store: impl Store) -> McpServer {
     McpServer::builder("basket", "0.0.0")
         .tools(basket::tool_set().merge(tools![voucher_create, voucher_get]))
-        .state(store)
+        .store(store)
         .build()
         .unwrap()
 }
@@ -105,7 +105,7 @@ fn not_found() -> Expect {
     Expect::Rejected("NOT_FOUND", Some("stop"))
 }
 
-async fn bad_inputs_leave_the_basket_unchanged(store: Store) {
+async fn bad_inputs_leave_the_basket_unchanged(store: impl Store) {
     let server = TestServer::start(server(store)).await;
     let agent = Agent::connect(&server.url(), None).await;
     let handle = agent.create().await;
@@ -448,14 +448,14 @@ async fn input_schemas(server: &TestServer) -> HashMap<String, Value> {
 
 #[tokio::test]
 async fn bad_inputs_get_their_exact_answer_and_leave_the_basket_unchanged_in_memory() {
-    bad_inputs_leave_the_basket_unchanged(Store::new(MemoryStore::default())).await;
+    bad_inputs_leave_the_basket_unchanged(MemoryStore::default()).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_inputs_get_their_exact_answer_and_leave_the_basket_unchanged_in_sqlite() {
     let path = temp_db("bad-inputs");
     let store = SqliteStore::open(&path, StoreConfig::default()).unwrap();
-    bad_inputs_leave_the_basket_unchanged(Store::new(store)).await;
+    bad_inputs_leave_the_basket_unchanged(store).await;
     remove_db(&path);
 }
 
@@ -463,7 +463,7 @@ async fn bad_inputs_get_their_exact_answer_and_leave_the_basket_unchanged_in_sql
 /// nothing applied.
 #[tokio::test]
 async fn an_expected_version_from_the_future_is_a_stale_view_without_delta() {
-    let server = TestServer::start(server(Store::new(MemoryStore::default()))).await;
+    let server = TestServer::start(server(MemoryStore::default())).await;
     let agent = Agent::connect(&server.url(), None).await;
     let handle = agent.create().await;
     let before = agent.get(&handle).await;

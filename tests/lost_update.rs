@@ -9,7 +9,7 @@ mod basket;
 mod basket_client;
 mod common;
 
-use mcp_tools::state::{MemoryStore, SqliteStore, Store, StoreConfig};
+use mcp_tools::store::{MemoryStore, SqliteStore, StoreConfig};
 
 use basket_client::{Counts, remove_db, server, temp_db};
 use common::TestServer;
@@ -28,7 +28,7 @@ fn assert_no_lost_update(run: (Counts, u64, u64)) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn no_lost_update_on_the_memory_store() {
-    let server = TestServer::start(server(Store::new(MemoryStore::default()))).await;
+    let server = TestServer::start(server(MemoryStore::default())).await;
     assert_no_lost_update(workload("memory", &[server.url()]).await);
 }
 
@@ -36,7 +36,7 @@ async fn no_lost_update_on_the_memory_store() {
 async fn no_lost_update_on_sqlite() {
     let path = temp_db("one-server");
     let store = SqliteStore::open(&path, StoreConfig::default()).unwrap();
-    let server = TestServer::start(server(Store::new(store))).await;
+    let server = TestServer::start(server(store)).await;
     assert_no_lost_update(workload("sqlite", &[server.url()]).await);
     drop(server);
     remove_db(&path);
@@ -47,8 +47,8 @@ async fn no_lost_update_on_two_servers_sharing_one_sqlite_file() {
     let path = temp_db("two-servers");
     let first = SqliteStore::open(&path, StoreConfig::default()).unwrap();
     let second = SqliteStore::open(&path, StoreConfig::default()).unwrap();
-    let one = TestServer::start(server(Store::new(first))).await;
-    let two = TestServer::start(server(Store::new(second))).await;
+    let one = TestServer::start(server(first)).await;
+    let two = TestServer::start(server(second)).await;
     assert_no_lost_update(workload("sqlite, two servers", &[one.url(), two.url()]).await);
     drop((one, two));
     remove_db(&path);
@@ -60,7 +60,7 @@ async fn without_the_version_check_the_same_workload_loses_updates() {
         unchecked_versions_for_tests: true,
         ..StoreConfig::default()
     });
-    let server = TestServer::start(server(Store::new(store))).await;
+    let server = TestServer::start(server(store)).await;
     let (counts, memory, _) = workload("memory, version check off", &[server.url()]).await;
     assert_eq!(counts.stale_retries, 0, "nothing is ever refused");
     assert_eq!(counts.applied, AGENTS as u64 * INCREMENTS);

@@ -380,8 +380,8 @@ async fn toolbox_methods_share_the_server_struct() {
 }
 
 /// A resource for the `creates` opt-out below.
-#[derive(Clone, Serialize, serde::Deserialize, JsonSchema, mcp_tools::state::Resource)]
-#[resource(prefix = "tkt")]
+#[derive(Clone, Serialize, serde::Deserialize, JsonSchema, mcp_tools::store::Entity)]
+#[entity(prefix = "tkt")]
 struct Ticket {
     title: String,
 }
@@ -400,11 +400,11 @@ fn ticket_open_once(title: String) -> Ticket {
 
 #[tokio::test]
 async fn creates_take_an_operation_id_unless_they_opt_out() {
-    use mcp_tools::state::{MemoryStore, Store};
+    use mcp_tools::store::MemoryStore;
     let store = MemoryStore::default();
     let server = McpServer::builder("tickets", "0.0.0")
         .tools(tools![ticket_open, ticket_open_once])
-        .state(Store::new(store.clone()))
+        .store(store.clone())
         .build()
         .unwrap();
     let client = TestClient::new(server);

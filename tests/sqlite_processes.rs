@@ -15,7 +15,7 @@ use std::sync::mpsc;
 
 use serde_json::json;
 
-use mcp_tools::state::{SqliteOptions, SqliteStore, Store, StoreConfig, Synchronous};
+use mcp_tools::store::{SqliteOptions, SqliteStore, StoreConfig, Synchronous};
 
 use basket_client::{Agent, assert_no_lost_update, remove_db, server, temp_db, workload};
 
@@ -63,7 +63,7 @@ fn a_child_process_serves_the_basket_from_the_file_it_is_given() {
             })
             .await;
         };
-        server(Store::new(store))
+        server(store)
             .serve_listener(listener, parent_gone)
             .await
             .unwrap();

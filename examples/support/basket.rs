@@ -2,14 +2,14 @@
 //! Shared by `examples/basket.rs`, `examples/lost_update_demo.rs` and the end-to-end tests.
 #![allow(dead_code)]
 
-use mcp_tools::state::{Lifecycle, Resource};
+use mcp_tools::store::{Entity, Lifecycle};
 use mcp_tools::{ToolError, ToolSet, tool, tools};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 /// A laptop configuration being put together, then checked out.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema, Resource)]
-#[resource(kind = "basket", prefix = "bsk", ttl_secs = 86400, lifecycle = lifecycle)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema, Entity)]
+#[entity(kind = "basket", prefix = "bsk", ttl_secs = 86400, lifecycle = lifecycle)]
 pub struct Basket {
     /// The laptop model.
     pub model: String,

@@ -240,6 +240,16 @@ fn tool_impl(tool: &ToolFn, target: &TokenStream, callee: &TokenStream) -> Token
         call_body,
     } = parts;
     let info = info(tool);
+    let entity_kind = tool.stateful().map(|stateful| {
+        let ty = &stateful.ty;
+        quote! {
+            fn entity_kind(&self) -> ::core::option::Option<&'static str> {
+                ::core::option::Option::Some(
+                    <#ty as ::mcp_tools::__private::stateful::Entity>::KIND,
+                )
+            }
+        }
+    });
     let args_struct = args_struct(&fields);
     quote! {
         #args_struct
@@ -268,6 +278,8 @@ fn tool_impl(tool: &ToolFn, target: &TokenStream, callee: &TokenStream) -> Token
             ) -> ::core::option::Option<::mcp_tools::__private::serde_json::Value> {
                 #output_schema
             }
+
+            #entity_kind
 
             #[allow(#call_lints)]
             async fn call(
@@ -651,14 +663,14 @@ pub fn resource(resource: &Resource) -> TokenStream {
     };
     let lifecycle = resource.attrs.lifecycle.as_ref().map(|method| {
         quote_spanned! {method.span()=>
-            fn lifecycle(&self) -> ::mcp_tools::state::Lifecycle {
+            fn lifecycle(&self) -> ::mcp_tools::store::Lifecycle {
                 #ident::#method(self)
             }
         }
     });
     quote! {
         #[automatically_derived]
-        impl ::mcp_tools::state::Resource for #ident {
+        impl ::mcp_tools::store::Entity for #ident {
             const KIND: &'static str = #kind;
             const PREFIX: &'static str = #prefix;
             const TTL: ::core::option::Option<::core::time::Duration> = #ttl;

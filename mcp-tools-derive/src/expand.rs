@@ -77,7 +77,7 @@ pub fn toolbox(args: TokenStream, input: TokenStream) -> TokenStream {
     }
 }
 
-/// `#[derive(Resource)]`.
+/// `#[derive(Entity)]`.
 pub fn resource(input: TokenStream) -> TokenStream {
     let input = match syn::parse2::<DeriveInput>(input) {
         Ok(input) => input,

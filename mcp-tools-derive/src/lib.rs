@@ -57,8 +57,8 @@ use proc_macro::TokenStream;
 ///
 /// * **Stateful kinds**: `creates = R`, `reads = R` (a `&R` parameter) and `mutates = R` (a
 ///   synchronous transition over a `&mut R` parameter) run the function against the state store
-///   registered with `.state(mcp_tools::state::Store::new(..))`, where `R` derives
-///   `mcp_tools::state::Resource`. A mutation takes `on_conflict = reject | rebase | reconfirm`,
+///   registered with `.state(mcp_tools::store::Store::new(..))`, where `R` derives
+///   `mcp_tools::store::Entity`. A mutation takes `on_conflict = reject | rebase | reconfirm`,
 ///   `touches = [field, ...]` (with `rebase`), `expected_version = false` and
 ///   `operation_id = false`; a create takes `operation_id = false`. The macro adds the handle
 ///   argument (`basket_id` for `Basket`), `expected_version` and `operation_id` (to creates too)
@@ -115,13 +115,13 @@ pub fn derive_tool_error(input: TokenStream) -> TokenStream {
     expand::tool_error(input.into()).into()
 }
 
-/// Implements `mcp_tools::state::Resource` for a struct kept by a state store behind a handle.
+/// Implements `mcp_tools::store::Entity` for a struct kept by a state store behind a handle.
 ///
 /// ```ignore
-/// use mcp_tools::state::{Lifecycle, Resource};
+/// use mcp_tools::store::{Entity, Lifecycle};
 ///
-/// #[derive(Clone, Serialize, Deserialize, JsonSchema, Resource)]
-/// #[resource(kind = "basket", prefix = "bsk", ttl_secs = 86400, lifecycle = lifecycle)]
+/// #[derive(Clone, Serialize, Deserialize, JsonSchema, Entity)]
+/// #[entity(kind = "basket", prefix = "bsk", ttl_secs = 86400, lifecycle = lifecycle)]
 /// struct Basket { memory_gib: u32, storage_gib: u32, checked_out: bool }
 ///
 /// impl Basket {
@@ -141,7 +141,7 @@ pub fn derive_tool_error(input: TokenStream) -> TokenStream {
 ///
 /// The type must be a non-generic struct with named fields, without serde renames: conflict
 /// deltas and `#[tool(mutates = .., touches = [..])]` name its top-level fields.
-#[proc_macro_derive(Resource, attributes(resource))]
-pub fn derive_resource(input: TokenStream) -> TokenStream {
+#[proc_macro_derive(Entity, attributes(entity))]
+pub fn derive_entity(input: TokenStream) -> TokenStream {
     expand::resource(input.into()).into()
 }

@@ -1,5 +1,5 @@
 //! The typed model of what the macros read: tools (`#[tool]` functions and `#[toolbox]` methods),
-//! resources (`#[derive(Resource)]`) and tool errors (`#[derive(ToolError)]`). `parse` builds it,
+//! resources (`#[derive(Entity)]`) and tool errors (`#[derive(ToolError)]`). `parse` builds it,
 //! `validate` checks its rules, `codegen` turns it into code. Attribute values are already typed
 //! here: nothing downstream looks at an attribute's tokens again.
 
@@ -63,7 +63,7 @@ impl Key for ArgKey {
     ];
 }
 
-/// The keys of `#[resource(...)]`.
+/// The keys of `#[entity(...)]`.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub enum ResourceKey {
     Kind,
@@ -73,7 +73,7 @@ pub enum ResourceKey {
 }
 
 impl Key for ResourceKey {
-    const ATTR: &'static str = "resource";
+    const ATTR: &'static str = "entity";
     const NAMES: &'static [(&'static str, Self)] = &[
         ("kind", ResourceKey::Kind),
         ("prefix", ResourceKey::Prefix),
@@ -341,7 +341,7 @@ impl ToolFn {
             return None;
         }
         Some(handle_argument(
-            stateful.type_name.as_deref().unwrap_or("resource"),
+            stateful.type_name.as_deref().unwrap_or("entity"),
         ))
     }
 
@@ -408,7 +408,7 @@ pub struct SerdeUse {
     pub key: String,
 }
 
-/// The keys of `#[resource(...)]`.
+/// The keys of `#[entity(...)]`.
 #[derive(Default)]
 pub struct ResourceAttrs {
     pub kind: Option<LitStr>,

@@ -194,7 +194,7 @@ fn tool_key(
         ToolKey::Stateful(kind) => {
             let ty = attr::ty(
                 meta,
-                format!("expected the resource type: `{} = Basket`", key.name()),
+                format!("expected the entity type: `{} = Basket`", key.name()),
             )?;
             attrs.stateful.push(Stateful {
                 kind,
@@ -479,7 +479,7 @@ pub fn resource(input: &DeriveInput, cx: &Ctxt) -> Resource {
 
 fn resource_attrs(attrs: &[Attribute], cx: &Ctxt) -> ResourceAttrs {
     let mut out = ResourceAttrs::default();
-    for resource in attrs.iter().filter(|a| a.path().is_ident("resource")) {
+    for resource in attrs.iter().filter(|a| a.path().is_ident("entity")) {
         attr::parse_attr(cx, resource, |key, meta| match key {
             ResourceKey::Kind => attr::set(cx, meta, key, &mut out.kind, attr::string(meta)?),
             ResourceKey::Prefix => attr::set(cx, meta, key, &mut out.prefix, attr::string(meta)?),
@@ -502,7 +502,7 @@ fn resource_attrs(attrs: &[Attribute], cx: &Ctxt) -> ResourceAttrs {
             ResourceKey::Lifecycle => {
                 let method = attr::ident(
                     meta,
-                    "expected the name of a method `fn(&self) -> mcp_tools::state::Lifecycle`: `lifecycle = method_name`",
+                    "expected the name of a method `fn(&self) -> mcp_tools::store::Lifecycle`: `lifecycle = method_name`",
                 )?;
                 attr::set(cx, meta, key, &mut out.lifecycle, method)
             }
@@ -677,7 +677,7 @@ mod tests {
     #[test]
     fn resource_keys_get_the_shared_hints() {
         let input: DeriveInput = syn::parse_quote! {
-            #[resource(prefx = "bsk", ttl_secs = 60)]
+            #[entity(prefx = "bsk", ttl_secs = 60)]
             struct Basket { a: u32 }
         };
         let cx = Ctxt::new();
@@ -685,7 +685,7 @@ mod tests {
         assert_eq!(resource.attrs.ttl_secs.map(|ttl| ttl.secs), Some(60));
         assert_eq!(
             cx.check().unwrap_err().to_string(),
-            "unknown key `prefx` in `#[resource(...)]`: did you mean `prefix`?"
+            "unknown key `prefx` in `#[entity(...)]`: did you mean `prefix`?"
         );
     }
 }

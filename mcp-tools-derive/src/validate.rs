@@ -68,7 +68,7 @@ pub fn tool(tool: &ToolFn, cx: &Ctxt) {
                 if let Some(span) = param.attrs.span {
                     cx.error_at(
                         span,
-                        "`#[arg]` does not apply to the resource parameter: the store passes the resource in; remove it",
+                        "`#[arg]` does not apply to the entity parameter: the store passes the entity in; remove it",
                     );
                 }
                 continue;
@@ -155,7 +155,7 @@ fn stateful(tool: &ToolFn, cx: &Ctxt) {
             let key = key.name();
             match kind {
                 Some(other) => format!(
-                    "`{key}` applies to `mutates` tools only, and this tool `{}` its resource; remove `{key}`",
+                    "`{key}` applies to `mutates` tools only, and this tool `{}` its entity; remove `{key}`",
                     other.name()
                 ),
                 None => format!(
@@ -180,7 +180,7 @@ fn stateful(tool: &ToolFn, cx: &Ctxt) {
     {
         let message = match kind {
             Some(other) => format!(
-                "`operation_id` applies to `creates` and `mutates` tools only, and this tool `{}` its resource; remove `operation_id`",
+                "`operation_id` applies to `creates` and `mutates` tools only, and this tool `{}` its entity; remove `operation_id`",
                 other.name()
             ),
             None => "`operation_id` applies to `creates = Resource` and `mutates = Resource` tools only; declare one or remove `operation_id`".to_owned(),
@@ -203,7 +203,7 @@ fn stateful(tool: &ToolFn, cx: &Ctxt) {
         cx.error_spanned_by(
             &extra.ty,
             format!(
-                "a `{}` tool takes one resource; this parameter is a second borrowed value (tool arguments are owned values)",
+                "a `{}` tool takes one entity; this parameter is a second borrowed value (tool arguments are owned values)",
                 stateful.kind.name()
             ),
         );
@@ -215,7 +215,7 @@ fn stateful(tool: &ToolFn, cx: &Ctxt) {
             {
                 cx.error_at(
                     flag.span,
-                    "a `creates` tool stores a new resource, so it is not read-only; remove `read_only`",
+                    "a `creates` tool stores a new entity, so it is not read-only; remove `read_only`",
                 );
             }
         }
@@ -223,13 +223,13 @@ fn stateful(tool: &ToolFn, cx: &Ctxt) {
             None => cx.error_at(
                 tool.ident.span(),
                 format!(
-                    "a `reads = {ty_text}` tool receives the current state as a `&{ty_text}` parameter; add one, e.g. `resource: &{ty_text}`"
+                    "a `reads = {ty_text}` tool receives the current state as a `&{ty_text}` parameter; add one, e.g. `entity: &{ty_text}`"
                 ),
             ),
             Some((param, true)) => cx.error_spanned_by(
                 &param.ty,
                 format!(
-                    "a `reads` tool cannot change the resource, so it takes `&{ty_text}`, not `&mut {ty_text}`; to change it, declare `mutates = {ty_text}` instead"
+                    "a `reads` tool cannot change the entity, so it takes `&{ty_text}`, not `&mut {ty_text}`; to change it, declare `mutates = {ty_text}` instead"
                 ),
             ),
             Some((_, false)) => {}
@@ -258,7 +258,7 @@ fn mutation(tool: &ToolFn, ty_text: &str, resource: Option<(&Param, bool)>, cx: 
     {
         cx.error_at(
             flag.span,
-            "a `mutates` tool changes its resource, so it is not read-only; remove `read_only`",
+            "a `mutates` tool changes its entity, so it is not read-only; remove `read_only`",
         );
     }
     for param in &tool.params {
@@ -268,7 +268,7 @@ fn mutation(tool: &ToolFn, ty_text: &str, resource: Option<(&Param, bool)>, cx: 
         ) {
             cx.error_spanned_by(
                 &param.ty,
-                "a `mutates` transition cannot take request-context values: it runs inside the store's atomic boundary and must depend only on the resource and its arguments; remove this parameter",
+                "a `mutates` transition cannot take request-context values: it runs inside the store's atomic boundary and must depend only on the entity and its arguments; remove this parameter",
             );
         }
     }
@@ -276,13 +276,13 @@ fn mutation(tool: &ToolFn, ty_text: &str, resource: Option<(&Param, bool)>, cx: 
         None => cx.error_at(
             tool.ident.span(),
             format!(
-                "a `mutates = {ty_text}` tool changes the resource it is given: add a `&mut {ty_text}` parameter, e.g. `resource: &mut {ty_text}`"
+                "a `mutates = {ty_text}` tool changes the entity it is given: add a `&mut {ty_text}` parameter, e.g. `entity: &mut {ty_text}`"
             ),
         ),
         Some((param, false)) => cx.error_spanned_by(
             &param.ty,
             format!(
-                "a `mutates` tool changes the resource, so it takes `&mut {ty_text}`; for a tool that only looks, declare `reads = {ty_text}`"
+                "a `mutates` tool changes the entity, so it takes `&mut {ty_text}`; for a tool that only looks, declare `reads = {ty_text}`"
             ),
         ),
         Some((_, true)) => {}
@@ -360,20 +360,20 @@ pub fn resource(resource: &Resource, cx: &Ctxt) {
     if let Some(generics) = &resource.generics {
         cx.error_spanned_by(
             generics,
-            "a resource cannot be generic: its kind, handle prefix and schema are fixed; use a concrete type",
+            "an entity cannot be generic: its kind, handle prefix and schema are fixed; use a concrete type",
         );
     }
     if !resource.has_named_fields {
         cx.error_at(
             resource.ident.span(),
-            "a resource is a struct with named fields: deltas and `touches = [...]` name its top-level fields",
+            "an entity is a struct with named fields: deltas and `touches = [...]` name its top-level fields",
         );
     }
     for rename in &resource.field_renames {
         cx.error_spanned_by(
             &rename.attr,
             format!(
-                "`#[serde({})]` is not supported on a resource field: deltas and `touches` name the top-level fields by their Rust names; remove it",
+                "`#[serde({})]` is not supported on an entity field: deltas and `touches` name the top-level fields by their Rust names; remove it",
                 rename.key
             ),
         );
@@ -382,7 +382,7 @@ pub fn resource(resource: &Resource, cx: &Ctxt) {
         cx.error_spanned_by(
             &rename.attr,
             format!(
-                "`#[serde({})]` is not supported on a resource: it is stored and diffed as a JSON object whose keys are its field names; remove it",
+                "`#[serde({})]` is not supported on an entity: it is stored and diffed as a JSON object whose keys are its field names; remove it",
                 rename.key
             ),
         );
@@ -396,7 +396,7 @@ pub fn resource(resource: &Resource, cx: &Ctxt) {
         None => cx.error_at(
             resource.ident.span(),
             format!(
-                "resource `{}` needs a handle prefix: add `#[resource(prefix = \"...\")]` (handles look like `<prefix>_<random>`)",
+                "entity `{}` needs a handle prefix: add `#[entity(prefix = \"...\")]` (handles look like `<prefix>_<random>`)",
                 resource.ident
             ),
         ),
@@ -406,7 +406,7 @@ pub fn resource(resource: &Resource, cx: &Ctxt) {
     {
         cx.error_spanned_by(
             kind,
-            "a resource kind is lowercase ASCII letters, digits and `_`, e.g. `kind = \"basket\"`",
+            "an entity kind is lowercase ASCII letters, digits and `_`, e.g. `kind = \"basket\"`",
         );
     }
     if let Some(ttl) = &resource.attrs.ttl_secs
@@ -414,7 +414,7 @@ pub fn resource(resource: &Resource, cx: &Ctxt) {
     {
         cx.error_at(
             ttl.span,
-            "`ttl_secs` must be at least 1; leave it out to keep resources forever",
+            "`ttl_secs` must be at least 1; leave it out to keep entities forever",
         );
     }
 }

@@ -9,7 +9,7 @@
 //! Every case changes the same JSON state (`{"name", "count", "tags"}`: `count += 1`) on one
 //! resource, one writer, each change based on the version the previous one produced.
 //!
-//! - **versioned** (`StateStore::mutate` through the public API, awaited on a tokio runtime): the
+//! - **versioned** (`Store::mutate` through the public API, awaited on a tokio runtime): the
 //!   caller builds the tool arguments and their fingerprint and sends a fresh operation id with the
 //!   expected version; the store runs the full boundary: operation-id ledger lookup, ownership,
 //!   kind, lifecycle and expiry checks, version comparison, the transition on a copy of the
@@ -35,15 +35,15 @@ use std::time::{Duration, Instant};
 
 use criterion::Criterion;
 use mcp_tools::Principal;
-use mcp_tools::state::{
-    CreateRequest, Fingerprint, ManualClock, MemoryStore, MutationOutcome, MutationRequest,
-    ResourceKind, SqliteOptions, SqliteStore, StateStore, StoreConfig, Synchronous, Transition,
+use mcp_tools::store::{
+    CreateRequest, EntityKind, Fingerprint, ManualClock, MemoryStore, MutationOutcome,
+    MutationRequest, SqliteOptions, SqliteStore, Store, StoreConfig, Synchronous, Transition,
 };
 use rusqlite::{Connection, TransactionBehavior, params};
 use serde_json::{Value, json};
 use tokio::runtime::Runtime;
 
-const COUNTER: ResourceKind = ResourceKind::new("counter", "ctr");
+const COUNTER: EntityKind = EntityKind::new("counter", "ctr");
 
 fn initial() -> Value {
     json!({ "name": "bench", "count": 0, "tags": ["a", "b"] })
@@ -73,7 +73,7 @@ struct Versioned<S> {
     next_id: u64,
 }
 
-impl<S: StateStore> Versioned<S> {
+impl<S: Store> Versioned<S> {
     fn new(runtime: &Runtime, store: S, clock: ManualClock) -> Self {
         let request = CreateRequest::new(COUNTER, Principal::subject("bench"), initial());
         let created = runtime.block_on(store.create(request)).unwrap();

@@ -49,10 +49,6 @@ pub mod testing;
 mod tools;
 mod transport;
 
-/// Earlier name of [`store`], kept while the macros move over.
-#[doc(hidden)]
-pub use store as state;
-
 /// Content blocks of tool results.
 pub mod content {
     pub use crate::tools::content::*;
@@ -99,7 +95,7 @@ pub use resources::{Resource, ResourceContents, ResourceSet, ResourceTemplate};
 pub use server::{BuildError, DEFAULT_BODY_LIMIT, McpServer, McpServerBuilder};
 #[cfg(feature = "sqlite")]
 pub use store::SqliteStore;
-pub use store::{MemoryStore, MutationOutcome, StateStore};
+pub use store::{MemoryStore, MutationOutcome, Store};
 pub use tools::content::{CallToolResult, Content, IntoToolError, ToolError};
 pub use tools::extract::{FromContext, MISSING_STATE, State};
 pub use tools::input::{InputRequired, ToolReply};

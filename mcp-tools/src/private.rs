@@ -14,7 +14,7 @@ pub use crate::tools::extract::FromContext;
 /// Support for the stateful tool kinds (`creates`, `reads`, `mutates`).
 pub mod stateful {
     pub use crate::store::tool_support::*;
-    pub use crate::store::{ConflictPolicy, Resource, Store, Transition};
+    pub use crate::store::{ConflictPolicy, Entity, SharedStore, Transition};
 }
 
 /// Holds for every type a `#[tool]` parameter may have.

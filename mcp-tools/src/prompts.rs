@@ -213,8 +213,13 @@ impl PromptSet {
 
     /// Adds a prompt (replacing one of the same name).
     pub fn with(mut self, prompt: Prompt) -> Self {
-        self.prompts.retain(|p| p.name != prompt.name);
         self.prompts.push(prompt);
+        self
+    }
+
+    /// Appends every prompt of `other`. Two prompts of one name fail the server's build.
+    pub fn merge(mut self, other: PromptSet) -> Self {
+        self.prompts.extend(other.prompts);
         self
     }
 

@@ -268,8 +268,15 @@ impl ResourceSet {
 
     /// Adds a listed resource.
     pub fn with(mut self, resource: Resource) -> Self {
-        self.resources.retain(|r| r.uri != resource.uri);
         self.resources.push(resource);
+        self
+    }
+
+    /// Appends every resource and template of `other`. Two resources of one URI (or two templates
+    /// of one URI template) fail the server's build.
+    pub fn merge(mut self, other: ResourceSet) -> Self {
+        self.resources.extend(other.resources);
+        self.templates.extend(other.templates);
         self
     }
 

@@ -6,10 +6,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use mcp_tools::state::{
-    Applied, ConflictPolicy, CreateRequest, Fingerprint, Lifecycle, ManualClock, MemoryStore,
-    MutationOutcome, MutationRequest, PruneReport, ReadOutcome, ReadRequest, RecordedOutcome,
-    Recovery, Rejected, Resource, SqliteStore, StaleView, StateStore, StoreConfig, StoreError,
+use mcp_tools::store::{
+    Applied, ConflictPolicy, CreateRequest, Entity, Fingerprint, Lifecycle, ManualClock,
+    MemoryStore, MutationOutcome, MutationRequest, PruneReport, ReadOutcome, ReadRequest,
+    RecordedOutcome, Recovery, Rejected, SqliteStore, StaleView, Store, StoreConfig, StoreError,
     Transition, code, format_rfc3339,
 };
 use mcp_tools::{Principal, ToolError};
@@ -26,7 +26,7 @@ struct Basket {
     count: u64,
 }
 
-impl Resource for Basket {
+impl Entity for Basket {
     const KIND: &'static str = "basket";
     const PREFIX: &'static str = "bsk";
     const TTL: Option<Duration> = Some(Duration::from_secs(3600));
@@ -44,7 +44,7 @@ struct Note {
     text: String,
 }
 
-impl Resource for Note {
+impl Entity for Note {
     const KIND: &'static str = "note";
     const PREFIX: &'static str = "nte";
 }
@@ -89,19 +89,19 @@ fn config(clock: &ManualClock) -> StoreConfig {
     }
 }
 
-async fn create<S: StateStore>(store: &S, principal: Principal, basket: &Basket) -> String {
+async fn create<S: Store>(store: &S, principal: Principal, basket: &Basket) -> String {
     let request = CreateRequest::typed(principal, basket).unwrap();
     expect_applied(&create_outcome(store, request).await)
         .handle
         .clone()
 }
 
-async fn create_outcome<S: StateStore>(store: &S, request: CreateRequest) -> MutationOutcome {
+async fn create_outcome<S: Store>(store: &S, request: CreateRequest) -> MutationOutcome {
     let what = format!("a create of a {}", request.kind.kind);
     within(&what, store.create(request)).await.unwrap()
 }
 
-async fn prune<S: StateStore>(store: &S) -> PruneReport {
+async fn prune<S: Store>(store: &S) -> PruneReport {
     within("a prune", store.prune()).await.unwrap()
 }
 
@@ -130,7 +130,7 @@ fn create_request(principal: Principal, operation_id: &str, basket: &Basket) -> 
         .operation(operation_id, Fingerprint::of_call("create", &arguments))
 }
 
-async fn read<S: StateStore>(store: &S, principal: Principal, handle: &str) -> ReadOutcome {
+async fn read<S: Store>(store: &S, principal: Principal, handle: &str) -> ReadOutcome {
     let request = ReadRequest {
         kind: Basket::kind(),
         principal,
@@ -141,7 +141,7 @@ async fn read<S: StateStore>(store: &S, principal: Principal, handle: &str) -> R
         .unwrap()
 }
 
-async fn state<S: StateStore>(store: &S, handle: &str) -> (u64, Basket) {
+async fn state<S: Store>(store: &S, handle: &str) -> (u64, Basket) {
     match read(store, alice(), handle).await {
         ReadOutcome::Current(snapshot) => (
             snapshot.version,
@@ -233,7 +233,7 @@ fn assert_matches_schema(outcome: &MutationOutcome) {
     assert_eq!(&back, outcome);
 }
 
-async fn mutate<S: StateStore>(
+async fn mutate<S: Store>(
     store: &S,
     request: MutationRequest,
     transition: Transition,
@@ -246,7 +246,7 @@ async fn mutate<S: StateStore>(
 
 type Open<'a, S> = &'a dyn Fn(StoreConfig) -> S;
 
-async fn create_and_read<S: StateStore>(open: Open<'_, S>) {
+async fn create_and_read<S: Store>(open: Open<'_, S>) {
     let clock = ManualClock::at_millis(T0);
     let store = open(config(&clock));
     let request = CreateRequest::typed(alice(), &laptop()).unwrap();
@@ -272,7 +272,7 @@ async fn create_and_read<S: StateStore>(open: Open<'_, S>) {
     assert_ne!(other, created.handle);
 }
 
-async fn replay_comes_before_the_stale_check<S: StateStore>(open: Open<'_, S>) {
+async fn replay_comes_before_the_stale_check<S: Store>(open: Open<'_, S>) {
     let clock = ManualClock::at_millis(T0);
     let store = open(config(&clock));
     let handle = create(&store, alice(), &laptop()).await;
@@ -313,7 +313,7 @@ async fn replay_comes_before_the_stale_check<S: StateStore>(open: Open<'_, S>) {
     assert_eq!(state(&store, &handle).await.0, 2);
 }
 
-async fn reused_operation_id_is_rejected<S: StateStore>(open: Open<'_, S>) {
+async fn reused_operation_id_is_rejected<S: Store>(open: Open<'_, S>) {
     let clock = ManualClock::at_millis(T0);
     let store = open(config(&clock));
     let handle = create(&store, alice(), &laptop()).await;
@@ -377,7 +377,7 @@ async fn reused_operation_id_is_rejected<S: StateStore>(open: Open<'_, S>) {
     expect_applied(&mutate(&store, send, set_memory(32, &calls)).await);
 }
 
-async fn stale_view_reports_the_delta<S: StateStore>(open: Open<'_, S>) {
+async fn stale_view_reports_the_delta<S: Store>(open: Open<'_, S>) {
     let clock = ManualClock::at_millis(T0);
     let store = open(config(&clock));
     let handle = create(&store, alice(), &laptop()).await;
@@ -455,7 +455,7 @@ async fn stale_view_reports_the_delta<S: StateStore>(open: Open<'_, S>) {
     );
 }
 
-async fn reconfirm_policy<S: StateStore>(open: Open<'_, S>) {
+async fn reconfirm_policy<S: Store>(open: Open<'_, S>) {
     let clock = ManualClock::at_millis(T0);
     let store = open(config(&clock));
     let handle = create(&store, alice(), &laptop()).await;
@@ -477,7 +477,7 @@ async fn reconfirm_policy<S: StateStore>(open: Open<'_, S>) {
     assert_matches_schema(&outcome);
 }
 
-async fn rebase_policy<S: StateStore>(open: Open<'_, S>) {
+async fn rebase_policy<S: Store>(open: Open<'_, S>) {
     let clock = ManualClock::at_millis(T0);
     let store = open(config(&clock));
     let handle = create(&store, alice(), &laptop()).await;
@@ -522,7 +522,7 @@ async fn rebase_policy<S: StateStore>(open: Open<'_, S>) {
     assert_eq!(state(&store, &handle).await.1.storage_gib, 1024);
 }
 
-async fn terminal_lifecycle<S: StateStore>(open: Open<'_, S>) {
+async fn terminal_lifecycle<S: Store>(open: Open<'_, S>) {
     let clock = ManualClock::at_millis(T0);
     let store = open(config(&clock));
     let handle = create(&store, alice(), &laptop()).await;
@@ -565,7 +565,7 @@ async fn terminal_lifecycle<S: StateStore>(open: Open<'_, S>) {
     assert_eq!(snapshot.resumption.lifecycle, Lifecycle::Terminal);
 }
 
-async fn expiry<S: StateStore>(open: Open<'_, S>) {
+async fn expiry<S: Store>(open: Open<'_, S>) {
     let clock = ManualClock::at_millis(T0);
     let store = open(config(&clock));
     let handle = create(&store, alice(), &laptop()).await;
@@ -600,12 +600,12 @@ async fn expiry<S: StateStore>(open: Open<'_, S>) {
     assert_eq!(rejected.code, "EXPIRED");
 }
 
-async fn not_found_hides_existence<S: StateStore>(open: Open<'_, S>) {
+async fn not_found_hides_existence<S: Store>(open: Open<'_, S>) {
     let clock = ManualClock::at_millis(T0);
     let store = open(config(&clock));
     let handle = create(&store, alice(), &laptop()).await;
     let mallory = Principal::subject("mallory");
-    let unknown = mcp_tools::state::mint_handle("bsk").unwrap();
+    let unknown = mcp_tools::store::mint_handle("bsk").unwrap();
     let note = CreateRequest::typed(mallory.clone(), &Note { text: "n".into() }).unwrap();
     let note = expect_applied(&create_outcome(&store, note).await)
         .handle
@@ -635,7 +635,7 @@ async fn not_found_hides_existence<S: StateStore>(open: Open<'_, S>) {
     assert_eq!(state(&store, &handle).await.0, 1);
 }
 
-async fn domain_error_is_recorded<S: StateStore>(open: Open<'_, S>) {
+async fn domain_error_is_recorded<S: Store>(open: Open<'_, S>) {
     let clock = ManualClock::at_millis(T0);
     let store = open(config(&clock));
     let handle = create(&store, alice(), &laptop()).await;
@@ -664,7 +664,7 @@ async fn domain_error_is_recorded<S: StateStore>(open: Open<'_, S>) {
     assert_eq!(state(&store, &handle).await, (1, laptop()));
 }
 
-async fn commutative_without_expected_version<S: StateStore>(open: Open<'_, S>) {
+async fn commutative_without_expected_version<S: Store>(open: Open<'_, S>) {
     let clock = ManualClock::at_millis(T0);
     let store = open(config(&clock));
     let handle = create(&store, alice(), &laptop()).await;
@@ -683,7 +683,7 @@ async fn commutative_without_expected_version<S: StateStore>(open: Open<'_, S>) 
     assert_eq!(basket.notes, ["first", "second", "third"]);
 }
 
-async fn history_is_pruned_by_count<S: StateStore>(open: Open<'_, S>) {
+async fn history_is_pruned_by_count<S: Store>(open: Open<'_, S>) {
     let clock = ManualClock::at_millis(T0);
     let store = open(StoreConfig {
         history_limit: 3,
@@ -717,7 +717,7 @@ async fn history_is_pruned_by_count<S: StateStore>(open: Open<'_, S>) {
     assert!(!expect_stale(&mutate(&store, send, set_storage(0)).await).delta_available);
 }
 
-async fn ledger_retention<S: StateStore>(open: Open<'_, S>) {
+async fn ledger_retention<S: Store>(open: Open<'_, S>) {
     let clock = ManualClock::at_millis(T0);
     let store = open(StoreConfig {
         ledger_retention: Duration::from_secs(10 * 60),
@@ -744,7 +744,7 @@ async fn ledger_retention<S: StateStore>(open: Open<'_, S>) {
 
 /// An expired resource answers `EXPIRED` for one ledger retention; then a prune removes it with
 /// its history and it answers `NOT_FOUND`.
-async fn expired_resources_are_reclaimed<S: StateStore + CountResources>(open: Open<'_, S>) {
+async fn expired_resources_are_reclaimed<S: Store + CountResources>(open: Open<'_, S>) {
     let clock = ManualClock::at_millis(T0);
     let store = open(StoreConfig {
         ledger_retention: Duration::from_secs(10 * 60),
@@ -785,7 +785,7 @@ async fn expired_resources_are_reclaimed<S: StateStore + CountResources>(open: O
 }
 
 /// 200 concurrent requests with one operation id: one transition, 199 identical replays.
-async fn same_operation_id_storm<S: StateStore + Clone>(open: Open<'_, S>) {
+async fn same_operation_id_storm<S: Store + Clone>(open: Open<'_, S>) {
     let store = open(StoreConfig::default());
     let handle = create(&store, alice(), &laptop()).await;
     let calls = Arc::new(AtomicUsize::new(0));
@@ -834,7 +834,7 @@ async fn same_operation_id_storm<S: StateStore + Clone>(open: Open<'_, S>) {
 }
 
 /// A create retried with its operation id is replayed with the handle minted the first time.
-async fn idempotent_create<S: StateStore + CountResources>(open: Open<'_, S>) {
+async fn idempotent_create<S: Store + CountResources>(open: Open<'_, S>) {
     let clock = ManualClock::at_millis(T0);
     let store = open(config(&clock));
     let before = store.resources();
@@ -901,7 +901,7 @@ async fn idempotent_create<S: StateStore + CountResources>(open: Open<'_, S>) {
 }
 
 /// A create's ledger record expires like a mutation's: then the id mints a new resource.
-async fn create_ledger_retention<S: StateStore + CountResources>(open: Open<'_, S>) {
+async fn create_ledger_retention<S: Store + CountResources>(open: Open<'_, S>) {
     let clock = ManualClock::at_millis(T0);
     let store = open(StoreConfig {
         ledger_retention: Duration::from_secs(10 * 60),
@@ -923,7 +923,7 @@ const CREATE_STORM: usize = 100;
 
 /// `CREATE_STORM` concurrent creates, with one operation id (`Some`) or none; agent `i` uses
 /// `stores[i % stores.len()]`. Returns the outcomes and how many resources were actually added.
-async fn create_storm<S: StateStore + Clone + CountResources>(
+async fn create_storm<S: Store + Clone + CountResources>(
     stores: &[S],
     operation_id: Option<&str>,
 ) -> (Vec<MutationOutcome>, u64) {
@@ -953,7 +953,7 @@ async fn create_storm<S: StateStore + Clone + CountResources>(
 
 /// Concurrent creates with one operation id mint exactly one resource; the others are replays
 /// of it.
-async fn check_create_storm<S: StateStore + Clone + CountResources>(stores: &[S], label: &str) {
+async fn check_create_storm<S: Store + Clone + CountResources>(stores: &[S], label: &str) {
     let (outcomes, created) = create_storm(stores, Some("create-storm")).await;
     let applied: Vec<&Applied> = outcomes
         .iter()
@@ -980,7 +980,7 @@ async fn check_create_storm<S: StateStore + Clone + CountResources>(stores: &[S]
 
 /// The negative control of the storm: without an operation id every create mints a resource,
 /// so the count above can see duplicates.
-async fn check_create_storm_without_operation_id<S: StateStore + Clone + CountResources>(
+async fn check_create_storm_without_operation_id<S: Store + Clone + CountResources>(
     stores: &[S],
     label: &str,
 ) {
@@ -1006,7 +1006,7 @@ struct Tally {
 /// `agents` concurrent read-modify-write loops, each applying `ops` increments computed from what
 /// it read (a full-value write: the lost-update shape) and retrying with a new operation id on
 /// `stale_view`. Agent `i` uses `stores[i % stores.len()]`.
-async fn read_modify_write<S: StateStore + Clone>(stores: &[S], agents: usize, ops: u64) -> Tally {
+async fn read_modify_write<S: Store + Clone>(stores: &[S], agents: usize, ops: u64) -> Tally {
     let handle = create(&stores[0], alice(), &laptop()).await;
     let mut tasks = Vec::new();
     for agent in 0..agents {
@@ -1060,7 +1060,7 @@ async fn read_modify_write<S: StateStore + Clone>(stores: &[S], agents: usize, o
 const AGENTS: usize = 32;
 const OPS: u64 = 10;
 
-async fn no_lost_update<S: StateStore + Clone>(stores: &[S], label: &str) {
+async fn no_lost_update<S: Store + Clone>(stores: &[S], label: &str) {
     let tally = read_modify_write(stores, AGENTS, OPS).await;
     eprintln!(
         "{label}: {AGENTS} agents x {OPS} ops: {} applied, {} stale_view retries, final count {}, final version {}",
@@ -1071,7 +1071,7 @@ async fn no_lost_update<S: StateStore + Clone>(stores: &[S], label: &str) {
     assert_eq!(tally.final_version, tally.applied + 1);
 }
 
-async fn lost_updates_without_the_version_check<S: StateStore + Clone>(stores: &[S], label: &str) {
+async fn lost_updates_without_the_version_check<S: Store + Clone>(stores: &[S], label: &str) {
     let tally = read_modify_write(stores, AGENTS, OPS).await;
     eprintln!(
         "{label} with the version check off: {} applied, final count {}: {} updates lost",
@@ -1321,7 +1321,7 @@ async fn memory_failed_request_leaves_no_ledger_slot() {
 /// The durability option reaches the connection that commits: NORMAL by default, FULL on request.
 #[test]
 fn sqlite_applies_the_synchronous_option_to_its_writer() {
-    use mcp_tools::state::{SqliteOptions, Synchronous};
+    use mcp_tools::store::{SqliteOptions, Synchronous};
     let fixture = Fixture::new();
     let default = fixture.sqlite(StoreConfig::default());
     assert_eq!(
@@ -1444,7 +1444,7 @@ fn held(started: tokio::sync::oneshot::Sender<()>) -> (Transition, Release) {
 
 /// Starts a held mutation of `handle` at version 1 on its own thread; returns once the
 /// transition runs, holding whatever the store holds for it.
-async fn hold<S: StateStore + Clone>(
+async fn hold<S: Store + Clone>(
     store: &S,
     handle: &str,
 ) -> (tokio::sync::oneshot::Receiver<MutationOutcome>, Release) {

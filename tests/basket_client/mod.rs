@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use mcp_tools::McpServer;
-use mcp_tools::state::Store;
+use mcp_tools::store::Store;
 use serde_json::{Value, json};
 
 use std::sync::OnceLock;
@@ -24,19 +24,19 @@ fn call_tool_result_response() -> &'static jsonschema::Validator {
 }
 
 /// The basket server with `store`, anonymous callers.
-pub fn server(store: Store) -> McpServer {
+pub fn server(store: impl Store) -> McpServer {
     McpServer::builder("basket", "0.0.0")
         .tools(basket::tool_set())
-        .state(store)
+        .store(store)
         .build()
         .unwrap()
 }
 
 /// The basket server with `store`, callers named by `Authorization: Bearer <name>`.
-pub fn authenticated_server(store: Store) -> McpServer {
+pub fn authenticated_server(store: impl Store) -> McpServer {
     McpServer::builder("basket", "0.0.0")
         .tools(basket::tool_set())
-        .state(store)
+        .store(store)
         .authenticate(
             |headers| match headers.get("authorization").and_then(|v| v.to_str().ok()) {
                 Some(token) if token.starts_with("Bearer ") => {

@@ -3,7 +3,7 @@
 //! versioned stateful tools, resources, a template, prompts, completion, logging), plus what a
 //! request generator has to know about it to predict every answer.
 
-use mcp_tools::state::{MemoryStore, Store};
+use mcp_tools::store::MemoryStore;
 use mcp_tools::{
     CompletionTarget, Completions, Content, Context, InputRequired, LogLevel, McpServer, NoArgs,
     Prompt, PromptMessage, PromptSet, Resource, ResourceContents, ResourceSet, ResourceTemplate,
@@ -195,7 +195,7 @@ pub fn server() -> McpServer {
         .instructions("Fuzz target.")
         .tools(tool_set(0).with(Route).with(Confirm).with(Steps))
         .tools(basket::tool_set())
-        .state(Store::new(MemoryStore::default()))
+        .store(MemoryStore::default())
         .resources(resources())
         .prompts(prompts())
         .completions(completions())

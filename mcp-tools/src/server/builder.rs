@@ -17,6 +17,7 @@ use crate::protocol::result::{CacheScope, Results};
 use crate::protocol::seal::Seal;
 use crate::resources::ResourceSet;
 use crate::server::host::HostPolicy;
+use crate::store::{SharedStore, Store};
 use crate::tools::set::ToolSet;
 
 /// Why a server could not be built. Every variant names what to fix.
@@ -47,6 +48,17 @@ pub enum BuildError {
         /// The validator's explanation.
         reason: String,
     },
+    /// Stateful tools, and no store to keep their state.
+    #[error(
+        "tools {0:?} keep state, and the server has no store: add one with `.store(..)` (for example `MemoryStore::default()` or `SqliteStore::open(..)`)"
+    )]
+    MissingStore(Vec<String>),
+    /// Two prompts share a name.
+    #[error("two prompts are named {0:?}: prompt names must be unique")]
+    DuplicatePrompt(String),
+    /// Two resources share a URI, or two templates a URI template.
+    #[error("two resources have the URI {0:?}: resource URIs must be unique")]
+    DuplicateResource(String),
     /// A setting is out of range.
     #[error("invalid setting: {0}")]
     InvalidSetting(&'static str),
@@ -70,6 +82,7 @@ pub struct McpServerBuilder {
     authenticate: Option<Authenticate>,
     legacy_era: bool,
     keep_alive: Duration,
+    has_store: bool,
 }
 
 /// How often an idle event stream gets a comment line by default, so proxies keep it open.
@@ -107,6 +120,7 @@ impl McpServerBuilder {
             authenticate: None,
             legacy_era: true,
             keep_alive: DEFAULT_KEEP_ALIVE,
+            has_store: false,
         }
     }
 
@@ -130,13 +144,13 @@ impl McpServerBuilder {
 
     /// Offers these resources and resource templates.
     pub fn resources(mut self, resources: ResourceSet) -> Self {
-        self.catalog.resources = resources;
+        self.catalog.resources = std::mem::take(&mut self.catalog.resources).merge(resources);
         self
     }
 
     /// Offers these prompts.
     pub fn prompts(mut self, prompts: PromptSet) -> Self {
-        self.catalog.prompts = prompts;
+        self.catalog.prompts = std::mem::take(&mut self.catalog.prompts).merge(prompts);
         self
     }
 
@@ -157,6 +171,15 @@ impl McpServerBuilder {
     /// [`Context::state`](crate::Context::state). One value per type.
     pub fn state<T: Clone + Send + Sync + 'static>(mut self, state: T) -> Self {
         self.state.insert(state);
+        self
+    }
+
+    /// The store that keeps the state of the stateful tools (`#[tool(creates | reads | mutates =
+    /// ..)]`): [`MemoryStore`](crate::store::MemoryStore), [`SqliteStore`](crate::SqliteStore) or
+    /// any [`Store`]. A server with stateful tools and no store fails to build.
+    pub fn store(mut self, store: impl Store) -> Self {
+        self.state.insert(SharedStore::new(store));
+        self.has_store = true;
         self
     }
 
@@ -245,6 +268,10 @@ impl McpServerBuilder {
 
     /// Checks the configuration and every tool, and computes the answers that never change.
     pub fn build(self) -> Result<McpServer, BuildError> {
+        let stateful = self.catalog.tools.stateful();
+        if !stateful.is_empty() && !self.has_store {
+            return Err(BuildError::MissingStore(stateful));
+        }
         if self.settings.page_size == 0 {
             return Err(BuildError::InvalidSetting("page_size must be at least 1"));
         }
@@ -296,6 +323,7 @@ impl McpServerBuilder {
                 authenticate: self.authenticate,
                 legacy_era: self.legacy_era,
                 keep_alive: self.keep_alive,
+                has_store: self.has_store,
                 state: SharedState::new(self.state),
                 base,
                 snapshot: ArcSwap::from_pointee(snapshot),

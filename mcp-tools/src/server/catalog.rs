@@ -46,6 +46,18 @@ pub(crate) struct Listing {
 impl Base {
     pub(crate) fn snapshot(&self, offer: Offer) -> Result<Snapshot, BuildError> {
         let catalog = offer.tools.compile()?;
+        if let Some(name) = first_repeated(offer.prompts.prompts.iter().map(|p| p.name.as_str())) {
+            return Err(BuildError::DuplicatePrompt(name.to_owned()));
+        }
+        let uris = offer.resources.resources.iter().map(|r| r.uri.as_str());
+        let templates = offer
+            .resources
+            .templates
+            .iter()
+            .filter_map(|t| t.descriptor.get("uriTemplate").and_then(Value::as_str));
+        if let Some(uri) = first_repeated(uris).or_else(|| first_repeated(templates)) {
+            return Err(BuildError::DuplicateResource(uri.to_owned()));
+        }
         let definitions = catalog
             .tools
             .iter()
@@ -168,4 +180,10 @@ pub(crate) struct Snapshot {
     pub(crate) templates: Listing,
     pub(crate) prompts: Listing,
     pub(crate) offer: Offer,
+}
+
+/// The first item that appears twice.
+fn first_repeated<'a>(items: impl Iterator<Item = &'a str>) -> Option<&'a str> {
+    let mut seen = std::collections::HashSet::new();
+    items.into_iter().find(|item| !seen.insert(*item))
 }

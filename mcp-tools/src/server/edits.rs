@@ -39,6 +39,9 @@ impl McpServer {
     /// Adds (or replaces) a tool while serving; open `subscriptions/listen` streams that asked
     /// for tool changes are told.
     pub fn add_tool<T: Tool>(&self, tool: T) -> Result<(), BuildError> {
+        if tool.entity_kind().is_some() && !self.shared.has_store {
+            return Err(BuildError::MissingStore(vec![tool.info().name.to_string()]));
+        }
         let addition = ToolSet::new().with(tool);
         self.edit(Change::Tools, move |offer| {
             for name in addition.names() {
@@ -64,6 +67,7 @@ impl McpServer {
     /// Adds (or replaces) a prompt while serving.
     pub fn add_prompt(&self, prompt: Prompt) {
         let _ = self.edit(Change::Prompts, |offer| {
+            offer.prompts.prompts.retain(|p| p.name != prompt.name);
             offer.prompts = std::mem::take(&mut offer.prompts).with(prompt);
             true
         });
@@ -81,6 +85,7 @@ impl McpServer {
     /// Adds (or replaces) a resource while serving.
     pub fn add_resource(&self, resource: Resource) {
         let _ = self.edit(Change::Resources, |offer| {
+            offer.resources.resources.retain(|r| r.uri != resource.uri);
             offer.resources = std::mem::take(&mut offer.resources).with(resource);
             true
         });

@@ -35,6 +35,8 @@ pub(crate) struct Shared {
     pub(crate) authenticate: Option<Authenticate>,
     pub(crate) legacy_era: bool,
     pub(crate) keep_alive: Duration,
+    /// Whether a store was registered, so stateful tools added later can be refused without one.
+    pub(crate) has_store: bool,
     pub(crate) state: SharedState,
     pub(crate) base: Base,
     pub(crate) snapshot: ArcSwap<Snapshot>,

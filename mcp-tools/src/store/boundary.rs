@@ -11,6 +11,7 @@ use super::contract::{
     Transition,
 };
 use super::delta::diff;
+use super::entity::{EntityKind, Lifecycle};
 use super::fingerprint::Fingerprint;
 use super::handle::has_prefix;
 use super::outcome::Recovery;
@@ -18,7 +19,6 @@ use super::outcome::{
     Applied, MutationOutcome, ReadOutcome, RecordedOutcome, Rejected, Replayed, Resumption,
     Snapshot, StaleView, code,
 };
-use super::resource::{Lifecycle, ResourceKind};
 
 /// One stored resource at its current version. Cloning it is cheap: the strings and the state are
 /// shared, and the in-memory store keeps the same state in the record and in its history.
@@ -123,12 +123,12 @@ pub(crate) fn resumption(handle: &str, record: &Record) -> Resumption {
     }
 }
 
-pub(crate) fn expiry(kind: &ResourceKind, now: i64) -> Option<i64> {
+pub(crate) fn expiry(kind: &EntityKind, now: i64) -> Option<i64> {
     kind.ttl.map(|ttl| now.saturating_add(duration_millis(ttl)))
 }
 
 /// The first record of a new resource.
-pub(crate) fn new_record(kind: &ResourceKind, owner: &str, state: Value, now: i64) -> Record {
+pub(crate) fn new_record(kind: &EntityKind, owner: &str, state: Value, now: i64) -> Record {
     Record {
         kind: kind.kind.into(),
         owner: owner.into(),
@@ -152,7 +152,7 @@ pub(crate) fn applied_on_create(handle: &str, record: &Record) -> Applied {
 
 /// Resolves a handle for `principal`: `Err` with the rejection the caller must see otherwise.
 fn resolve(
-    kind: &ResourceKind,
+    kind: &EntityKind,
     principal: &str,
     handle: &str,
     record: Option<Record>,

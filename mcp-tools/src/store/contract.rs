@@ -10,13 +10,13 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::clock::{Clock, SystemClock};
+use super::entity::{Entity, EntityKind};
 use super::fingerprint::Fingerprint;
 use super::outcome::{MutationOutcome, ReadOutcome};
-use super::resource::{Resource, ResourceKind};
 use crate::context::Principal;
 use crate::tools::content::{IntoToolError, ToolError};
 
-/// The future every store method returns; boxed so stores can sit behind `Arc<dyn StateStore>`.
+/// The future every store method returns; boxed so stores can sit behind `Arc<dyn Store>`.
 pub type StoreFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, StoreError>> + Send + 'a>>;
 
 /// A failure of the storage itself, not a product outcome: nothing is recorded in the ledger, so
@@ -77,7 +77,7 @@ impl Transition {
     /// back; the returned `T` becomes the result and an error `E` becomes a rejection with its code.
     pub fn typed<R, T, E>(mut f: impl FnMut(&mut R) -> Result<T, E> + Send + 'static) -> Self
     where
-        R: Resource,
+        R: Entity,
         T: Serialize,
         E: IntoToolError,
     {
@@ -120,7 +120,7 @@ fn encode<T: Serialize>(value: &T) -> Result<Value, ToolError> {
 #[derive(Debug, Clone)]
 pub struct CreateRequest {
     /// The resource kind.
-    pub kind: ResourceKind,
+    pub kind: EntityKind,
     /// The owner; the ledger is keyed by it.
     pub principal: Principal,
     /// The initial state.
@@ -131,7 +131,7 @@ pub struct CreateRequest {
 
 impl CreateRequest {
     /// A request for a JSON state, without an operation id.
-    pub fn new(kind: ResourceKind, principal: Principal, state: Value) -> Self {
+    pub fn new(kind: EntityKind, principal: Principal, state: Value) -> Self {
         CreateRequest {
             kind,
             principal,
@@ -141,7 +141,7 @@ impl CreateRequest {
     }
 
     /// A request for a typed resource, without an operation id.
-    pub fn typed<R: Resource>(principal: Principal, resource: &R) -> Result<Self, StoreError> {
+    pub fn typed<R: Entity>(principal: Principal, resource: &R) -> Result<Self, StoreError> {
         Ok(CreateRequest::new(
             R::kind(),
             principal,
@@ -163,7 +163,7 @@ impl CreateRequest {
 #[derive(Debug, Clone)]
 pub struct ReadRequest {
     /// The resource kind.
-    pub kind: ResourceKind,
+    pub kind: EntityKind,
     /// The caller.
     pub principal: Principal,
     /// The handle the caller sent.
@@ -174,7 +174,7 @@ pub struct ReadRequest {
 #[derive(Debug, Clone)]
 pub struct MutationRequest {
     /// The resource kind.
-    pub kind: ResourceKind,
+    pub kind: EntityKind,
     /// The caller; the handle must belong to it, and the ledger is keyed by it.
     pub principal: Principal,
     /// The handle the caller sent.
@@ -190,7 +190,7 @@ pub struct MutationRequest {
 
 impl MutationRequest {
     /// A request with no precondition, no operation id and the `reject` policy.
-    pub fn new(kind: ResourceKind, principal: Principal, handle: impl Into<String>) -> Self {
+    pub fn new(kind: EntityKind, principal: Principal, handle: impl Into<String>) -> Self {
         MutationRequest {
             kind,
             principal,
@@ -221,7 +221,7 @@ impl MutationRequest {
     }
 }
 
-/// What [`StateStore::prune`] removed.
+/// What [`Store::prune`] removed.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct PruneReport {
     /// Ledger records past their retention.
@@ -269,7 +269,7 @@ impl fmt::Debug for StoreConfig {
 
 /// A versioned state store. Every method runs as one atomic unit.
 ///
-/// [`StateStore::mutate`] is the atomic boundary, in this order, all in one transaction: resolve
+/// [`Store::mutate`] is the atomic boundary, in this order, all in one transaction: resolve
 /// the handle; look up the operation-id ledger (a recorded outcome with the same fingerprint is
 /// replayed before anything else is judged; another fingerprint is `OPERATION_ID_REUSED`); check
 /// ownership and kind (`NOT_FOUND`), lifecycle (`TERMINAL`) and expiry (`EXPIRED`); compare the
@@ -279,7 +279,7 @@ impl fmt::Debug for StoreConfig {
 /// A SQL engine implements it with one transaction that takes the write lock before reading
 /// (`BEGIN IMMEDIATE` in SQLite, `SELECT ... FOR UPDATE` on the resource row and the ledger's
 /// primary key in PostgreSQL).
-pub trait StateStore: Send + Sync + 'static {
+pub trait Store: Send + Sync + 'static {
     /// Mints a handle and stores version 1: `applied` with the handle and the state. With an
     /// operation id it runs the ledger part of the atomic boundary too: a recorded outcome with
     /// the same fingerprint is `replayed` (nothing is minted), another fingerprint is
@@ -300,4 +300,27 @@ pub trait StateStore: Send + Sync + 'static {
     /// expired longer ago than the ledger retention: until then an expired handle still answers
     /// `EXPIRED`, afterwards `NOT_FOUND`. Stores also prune now and then on their own.
     fn prune(&self) -> StoreFuture<'_, PruneReport>;
+}
+
+/// A shared store is a store: several servers (or a server and a maintenance task) can hold one.
+impl<S: Store + ?Sized> Store for std::sync::Arc<S> {
+    fn create(&self, request: CreateRequest) -> StoreFuture<'_, MutationOutcome> {
+        (**self).create(request)
+    }
+
+    fn read(&self, request: ReadRequest) -> StoreFuture<'_, ReadOutcome> {
+        (**self).read(request)
+    }
+
+    fn mutate(
+        &self,
+        request: MutationRequest,
+        transition: Transition,
+    ) -> StoreFuture<'_, MutationOutcome> {
+        (**self).mutate(request, transition)
+    }
+
+    fn prune(&self) -> StoreFuture<'_, PruneReport> {
+        (**self).prune()
+    }
 }

@@ -11,7 +11,7 @@ use serde_json::Value;
 use super::boundary::{self, LedgerEntry, Record, Txn};
 use super::clock::duration_millis;
 use super::contract::{
-    CreateRequest, MutationRequest, PruneReport, ReadRequest, StateStore, StoreConfig, StoreError,
+    CreateRequest, MutationRequest, PruneReport, ReadRequest, Store, StoreConfig, StoreError,
     StoreFuture, Transition,
 };
 use super::handle::mint_handle;
@@ -53,7 +53,7 @@ struct Entry {
 /// handles with different operation ids never wait for each other.
 ///
 /// Expired ledger records and long-expired resources are swept a shard at a time, round robin,
-/// every few writes (see [`StateStore::prune`] for a full sweep).
+/// every few writes (see [`Store::prune`] for a full sweep).
 #[derive(Clone)]
 pub struct MemoryStore {
     inner: Arc<Inner>,
@@ -391,7 +391,7 @@ impl Txn for MemoryTxn<'_> {
     }
 }
 
-impl StateStore for MemoryStore {
+impl Store for MemoryStore {
     fn create(&self, request: CreateRequest) -> StoreFuture<'_, MutationOutcome> {
         Box::pin(async move { self.inner.create(request) })
     }
@@ -422,14 +422,14 @@ mod tests {
     use super::*;
     use crate::context::Principal;
     use crate::store::clock::ManualClock;
+    use crate::store::entity::EntityKind;
     use crate::store::fingerprint::Fingerprint;
-    use crate::store::resource::ResourceKind;
 
-    const SHORT_LIVED: ResourceKind =
-        ResourceKind::new("ticket", "tkt").with_ttl(Duration::from_secs(60));
-    const LASTING: ResourceKind = ResourceKind::new("note", "nte");
+    const SHORT_LIVED: EntityKind =
+        EntityKind::new("ticket", "tkt").with_ttl(Duration::from_secs(60));
+    const LASTING: EntityKind = EntityKind::new("note", "nte");
 
-    fn create(inner: &Inner, kind: ResourceKind, operation_id: Option<&str>) {
+    fn create(inner: &Inner, kind: EntityKind, operation_id: Option<&str>) {
         let mut request = CreateRequest::new(kind, Principal::subject("alice"), json!({}));
         if let Some(operation_id) = operation_id {
             request = request.operation(operation_id, Fingerprint::of_call("create", &json!({})));

@@ -11,9 +11,9 @@
 //!
 //! ```
 //! use mcp_tools::Principal;
-//! use mcp_tools::state::{
-//!     CreateRequest, Fingerprint, MemoryStore, MutationOutcome, MutationRequest, Resource,
-//!     StateStore, Transition,
+//! use mcp_tools::store::{
+//!     CreateRequest, Fingerprint, MemoryStore, MutationOutcome, MutationRequest, Entity,
+//!     Store, Transition,
 //! };
 //! use schemars::JsonSchema;
 //! use serde::{Deserialize, Serialize};
@@ -21,7 +21,7 @@
 //! #[derive(Clone, Serialize, Deserialize, JsonSchema)]
 //! struct Basket { memory_gib: u32, storage_gib: u32 }
 //!
-//! impl Resource for Basket {
+//! impl Entity for Basket {
 //!     const KIND: &'static str = "basket";
 //!     const PREFIX: &'static str = "bsk";
 //! }
@@ -55,31 +55,32 @@ mod boundary;
 mod clock;
 mod contract;
 mod delta;
+mod entity;
 mod fingerprint;
 mod handle;
 mod memory;
 mod outcome;
 mod registry;
-mod resource;
 #[cfg(feature = "sqlite")]
 mod sqlite;
 pub(crate) mod tool_support;
 
 pub use clock::{Clock, ManualClock, SystemClock, format_rfc3339};
 pub use contract::{
-    ConflictPolicy, CreateRequest, MutationRequest, PruneReport, ReadRequest, StateStore,
-    StoreConfig, StoreError, StoreFuture, Transition,
+    ConflictPolicy, CreateRequest, MutationRequest, PruneReport, ReadRequest, Store, StoreConfig,
+    StoreError, StoreFuture, Transition,
 };
 pub use delta::{FieldChange, diff};
+pub use entity::{Entity, EntityKind, Lifecycle};
 pub use fingerprint::{Fingerprint, canonical_json};
 pub use handle::mint_handle;
-pub use mcp_tools_derive::Resource;
+pub use mcp_tools_derive::Entity;
 pub use memory::MemoryStore;
 pub use outcome::{
     Applied, MutationOutcome, ReadOutcome, RecordedOutcome, Recovery, Rejected, Replayed,
     Resumption, Snapshot, StaleView, code,
 };
-pub use registry::Store;
-pub use resource::{Lifecycle, Resource, ResourceKind};
+#[doc(hidden)]
+pub use registry::SharedStore;
 #[cfg(feature = "sqlite")]
 pub use sqlite::{SqliteOptions, SqliteStore, Synchronous};

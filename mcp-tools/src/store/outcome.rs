@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::delta::FieldChange;
-use super::resource::Lifecycle;
+use super::entity::Lifecycle;
 use crate::tools::content::{CallToolResult, Content, ToolError};
 
 /// Stable codes of the rejections the boundary itself produces.

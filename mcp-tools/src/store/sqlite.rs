@@ -14,13 +14,13 @@ use tokio::runtime::RuntimeFlavor;
 use super::boundary::{self, LedgerEntry, Record, Txn};
 use super::clock::duration_millis;
 use super::contract::{
-    CreateRequest, MutationRequest, PruneReport, ReadRequest, StateStore, StoreConfig, StoreError,
+    CreateRequest, MutationRequest, PruneReport, ReadRequest, Store, StoreConfig, StoreError,
     StoreFuture, Transition,
 };
+use super::entity::Lifecycle;
 use super::fingerprint::Fingerprint;
 use super::handle::mint_handle;
 use super::outcome::{MutationOutcome, ReadOutcome, RecordedOutcome};
-use super::resource::Lifecycle;
 
 /// The layout of a store file. New files only: this layout is not read from files written by
 /// earlier pre-release versions, which are refused at open (see [`refuse_old_layout`]).
@@ -586,7 +586,7 @@ impl SqlTxn<'_> {
     }
 }
 
-impl StateStore for SqliteStore {
+impl Store for SqliteStore {
     fn create(&self, request: CreateRequest) -> StoreFuture<'_, MutationOutcome> {
         Box::pin(self.blocking(move |inner| inner.create(request)))
     }

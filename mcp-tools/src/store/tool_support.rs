@@ -12,10 +12,10 @@ use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::{Map, Value};
 
 use super::contract::{ConflictPolicy, CreateRequest, MutationRequest, ReadRequest, Transition};
+use super::entity::Entity;
 use super::fingerprint::Fingerprint;
 use super::outcome::{MutationOutcome, ReadOutcome, Rejected, Snapshot};
-use super::registry::Store;
-use super::resource::Resource;
+use super::registry::SharedStore;
 use crate::context::Context;
 use crate::tools::content::{CallToolResult, IntoToolError, ToolError};
 use crate::tools::extract::MISSING_STATE;
@@ -123,7 +123,7 @@ pub struct Injected {
 
 /// The input schema of a stateful tool: the arguments struct's schema, with descriptions of the
 /// added arguments that tell a model what they mean and where to find them.
-pub fn input_schema<T: JsonSchema, R: IsResource>(
+pub fn input_schema<T: JsonSchema, R: IsEntity>(
     generator: &mut SchemaGenerator,
     injected: Injected,
 ) -> Value {
@@ -213,14 +213,13 @@ pub fn fingerprint(tool: &str, raw: &Value) -> Fingerprint {
     }
 }
 
-/// The registered [`Store`], or the result the call ends with.
-pub fn store(cx: &Context) -> Result<Store, CallToolResult> {
-    match cx.state::<Store>() {
+/// The registered store, or the result the call ends with.
+pub fn store(cx: &Context) -> Result<SharedStore, CallToolResult> {
+    match cx.state::<SharedStore>() {
         Some(store) => Ok(store.clone()),
         None => Err(ToolError::new(
             MISSING_STATE,
-            "The server has no state store: register one with \
-             `McpServer::builder(..).state(mcp_tools::state::Store::new(..))`.",
+            "The server has no state store: register one with `McpServer::builder(..).store(..)`.",
         )
         .into_result()),
     }
@@ -243,8 +242,8 @@ pub struct CreateSpec<R> {
 
 /// Stores the resource a `creates` tool made, at version 1, owned by the caller; with an
 /// operation id, a retry is `replayed` with the handle minted the first time.
-pub async fn create<R: IsResource>(
-    store: &Store,
+pub async fn create<R: IsEntity>(
+    store: &SharedStore,
     cx: &Context,
     spec: CreateSpec<R>,
     raw: &Value,
@@ -271,8 +270,8 @@ pub async fn create<R: IsResource>(
 
 /// Reads the current version for a `reads` tool: the snapshot and the typed resource, or the
 /// result the call ends with (`NOT_FOUND`, `EXPIRED`, a store failure).
-pub async fn read<R: IsResource>(
-    store: &Store,
+pub async fn read<R: IsEntity>(
+    store: &SharedStore,
     cx: &Context,
     handle: String,
 ) -> Result<(Snapshot, R), CallToolResult> {
@@ -333,8 +332,8 @@ pub struct MutationSpec<R> {
 }
 
 /// Runs a `mutates` tool's transition in the store's atomic boundary.
-pub async fn mutate<R: IsResource>(
-    store: &Store,
+pub async fn mutate<R: IsEntity>(
+    store: &SharedStore,
     cx: &Context,
     spec: MutationSpec<R>,
     raw: &Value,
@@ -358,7 +357,7 @@ pub async fn mutate<R: IsResource>(
 #[diagnostic::on_unimplemented(
     message = "`{Self}` cannot be a parameter of a `mutates` tool",
     label = "this parameter's type must implement `Clone`",
-    note = "the transition may run again on a newer version of the resource (`on_conflict = rebase`), so it receives a fresh copy of each argument every time"
+    note = "the transition may run again on a newer version of the entity (`on_conflict = rebase`), so it receives a fresh copy of each argument every time"
 )]
 pub trait TransitionArgument: Clone + Send + 'static {}
 
@@ -372,13 +371,13 @@ pub fn fresh<T: TransitionArgument>(value: &T) -> T {
 
 /// Holds for the type named by `creates = `, `reads = ` and `mutates = `.
 #[diagnostic::on_unimplemented(
-    message = "`{Self}` is not a stateful resource",
-    label = "`creates`, `reads` and `mutates` name a type that implements `mcp_tools::state::Resource`",
-    note = "add `#[derive(mcp_tools::state::Resource)]` and `#[resource(kind = \"...\", prefix = \"...\")]` to the type"
+    message = "`{Self}` is not an entity",
+    label = "`creates`, `reads` and `mutates` name a type that implements `mcp_tools::store::Entity`",
+    note = "add `#[derive(mcp_tools::store::Entity)]` and `#[entity(kind = \"...\", prefix = \"...\")]` to the type"
 )]
-pub trait IsResource: Resource {}
+pub trait IsEntity: Entity {}
 
-impl<R: Resource> IsResource for R {}
+impl<R: Entity> IsEntity for R {}
 
 /// Compile-time assertion, spanned at the type named by the tool kind.
-pub const fn assert_resource<R: IsResource>() {}
+pub const fn assert_resource<R: IsEntity>() {}

@@ -78,6 +78,14 @@ pub trait Tool: Send + Sync + 'static {
         Self::Output::output_schema(generator)
     }
 
+    /// The kind of entity this tool keeps in the server's store, if it is stateful (`#[tool(creates
+    /// | reads | mutates = ..)]` says so). A server with a stateful tool and no
+    /// [`store`](crate::McpServerBuilder::store) does not build. Read once, when the server is
+    /// built.
+    fn entity_kind(&self) -> Option<&'static str> {
+        None
+    }
+
     /// Runs the tool.
     fn call(&self, args: Self::Args, cx: Context) -> impl Future<Output = Self::Output> + Send;
 }

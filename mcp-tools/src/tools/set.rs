@@ -35,6 +35,8 @@ pub struct ToolSet {
 #[derive(Clone)]
 struct Entry {
     definition: ToolDefinition,
+    /// The entity kind of a stateful tool.
+    entity_kind: Option<&'static str>,
     tool: Arc<dyn ErasedTool>,
 }
 
@@ -73,6 +75,7 @@ impl ToolSet {
                 annotations: info.annotations,
                 meta: info.meta,
             },
+            entity_kind: tool.entity_kind(),
             tool: Arc::new(Erased(tool)),
         });
         self
@@ -97,6 +100,15 @@ impl ToolSet {
     pub fn merge(mut self, other: ToolSet) -> Self {
         self.entries.extend(other.entries);
         self
+    }
+
+    /// The names of the stateful tools, which need a store.
+    pub fn stateful(&self) -> Vec<String> {
+        self.entries
+            .iter()
+            .filter(|entry| entry.entity_kind.is_some())
+            .map(|entry| entry.definition.name.to_string())
+            .collect()
     }
 
     /// The number of tools.

@@ -1,10 +1,10 @@
-use mcp_tools::state::Resource;
+use mcp_tools::store::Entity;
 use mcp_tools::tool;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-#[derive(Clone, Serialize, Deserialize, JsonSchema, Resource)]
-#[resource(prefix = "bsk")]
+#[derive(Clone, Serialize, Deserialize, JsonSchema, Entity)]
+#[entity(prefix = "bsk")]
 struct Basket {
     memory_gib: u32,
     storage_gib: u32,

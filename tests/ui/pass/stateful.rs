@@ -1,10 +1,10 @@
-use mcp_tools::state::{Lifecycle, Resource};
+use mcp_tools::store::{Lifecycle, Entity};
 use mcp_tools::{ToolError, tool, tools};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-#[derive(Clone, Serialize, Deserialize, JsonSchema, Resource)]
-#[resource(kind = "shopping_cart", prefix = "crt", ttl_secs = 60, lifecycle = stage)]
+#[derive(Clone, Serialize, Deserialize, JsonSchema, Entity)]
+#[entity(kind = "shopping_cart", prefix = "crt", ttl_secs = 60, lifecycle = stage)]
 struct ShoppingCart {
     items: Vec<String>,
     closed: bool,
@@ -50,7 +50,7 @@ fn cart_close(cart: &mut ShoppingCart) -> bool {
 }
 
 fn main() {
-    assert_eq!(<ShoppingCart as Resource>::KIND, "shopping_cart");
-    assert_eq!(<ShoppingCart as Resource>::PREFIX, "crt");
+    assert_eq!(<ShoppingCart as Entity>::KIND, "shopping_cart");
+    assert_eq!(<ShoppingCart as Entity>::PREFIX, "crt");
     assert_eq!(tools![cart_open, cart_open_empty, cart_count, cart_add, cart_close].len(), 5);
 }

@@ -43,14 +43,14 @@ impl Lifecycle {
 /// A stateful type kept by a store behind a handle.
 ///
 /// ```
-/// use mcp_tools::state::{Lifecycle, Resource};
+/// use mcp_tools::store::{Lifecycle, Entity};
 /// use schemars::JsonSchema;
 /// use serde::{Deserialize, Serialize};
 ///
 /// #[derive(Clone, Serialize, Deserialize, JsonSchema)]
 /// struct Basket { memory_gib: u32, storage_gib: u32, checked_out: bool }
 ///
-/// impl Resource for Basket {
+/// impl Entity for Basket {
 ///     const KIND: &'static str = "basket";
 ///     const PREFIX: &'static str = "bsk";
 ///     const TTL: Option<std::time::Duration> = Some(std::time::Duration::from_secs(3600));
@@ -59,7 +59,7 @@ impl Lifecycle {
 ///     }
 /// }
 /// ```
-pub trait Resource: Serialize + DeserializeOwned + JsonSchema + Clone + Send + 'static {
+pub trait Entity: Serialize + DeserializeOwned + JsonSchema + Clone + Send + 'static {
     /// The kind name, e.g. `basket`; a handle of another kind is `NOT_FOUND`.
     const KIND: &'static str;
     /// The handle prefix, e.g. `bsk` for `bsk_...`.
@@ -73,8 +73,8 @@ pub trait Resource: Serialize + DeserializeOwned + JsonSchema + Clone + Send + '
     }
 
     /// The untyped descriptor the stores work with.
-    fn kind() -> ResourceKind {
-        ResourceKind {
+    fn kind() -> EntityKind {
+        EntityKind {
             kind: Self::KIND,
             prefix: Self::PREFIX,
             ttl: Self::TTL,
@@ -83,13 +83,13 @@ pub trait Resource: Serialize + DeserializeOwned + JsonSchema + Clone + Send + '
     }
 }
 
-fn lifecycle_of<R: Resource>(state: &Value) -> Lifecycle {
+fn lifecycle_of<R: Entity>(state: &Value) -> Lifecycle {
     R::deserialize(state).map_or(Lifecycle::Active, |resource| resource.lifecycle())
 }
 
 /// What a store needs to know about a resource type, without its Rust type.
 #[derive(Debug, Clone, Copy)]
-pub struct ResourceKind {
+pub struct EntityKind {
     /// The kind name.
     pub kind: &'static str,
     /// The handle prefix.
@@ -100,10 +100,10 @@ pub struct ResourceKind {
     pub lifecycle: fn(&Value) -> Lifecycle,
 }
 
-impl ResourceKind {
+impl EntityKind {
     /// A kind whose states are always active.
     pub const fn new(kind: &'static str, prefix: &'static str) -> Self {
-        ResourceKind {
+        EntityKind {
             kind,
             prefix,
             ttl: None,
@@ -138,7 +138,7 @@ mod tests {
         done: bool,
     }
 
-    impl Resource for Job {
+    impl Entity for Job {
         const KIND: &'static str = "job";
         const PREFIX: &'static str = "job";
         fn lifecycle(&self) -> Lifecycle {
