@@ -9,14 +9,11 @@ use crate::protocol::{headers, meta_keys};
 /// Earlier revisions served in the legacy era, newest first.
 pub(crate) const LEGACY_VERSIONS: &[&str] = &["2025-11-25", "2025-06-18", "2025-03-26"];
 
-/// The `MCP-Protocol-Version` header, read by the one reader of routing headers; for deciding the
-/// era an unreadable header counts as absent (the modern path refuses it).
+/// The `MCP-Protocol-Version` header as the era decision reads it: leniently, since deciding the
+/// era classifies a request and refuses nothing (the modern path checks the header strictly).
 pub(crate) fn version_header(headers: &HeaderMap) -> Option<String> {
-    headers::header_text(headers, headers::PROTOCOL_VERSION)
-        .ok()
-        .flatten()
+    headers::classifying_text(headers, headers::PROTOCOL_VERSION).map(str::to_owned)
 }
-
 /// Whether a request belongs to the legacy era.
 ///
 /// A `_meta` protocol-version claim decides; without one, an `initialize`, a request without

@@ -55,6 +55,15 @@ pub(crate) fn header_text(headers: &HeaderMap, name: &str) -> Result<Option<Stri
     }
 }
 
+/// The first value of a header, trimmed, when it is visible ASCII: for classifying a request (its
+/// era) without refusing it. Checks that refuse use [`header_text`].
+pub(crate) fn classifying_text<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
+    headers
+        .get(name)
+        .and_then(|value| value.to_str().ok())
+        .map(str::trim)
+}
+
 /// Requires `name` to be present and equal to `expected` (the body's value).
 pub(crate) fn require_equal(
     headers: &HeaderMap,

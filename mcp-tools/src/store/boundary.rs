@@ -348,7 +348,7 @@ fn decide(
     let mut rebased_from = None;
     if let Some(expected) = request.expected_version
         && expected != record.version
-        && !config.unchecked_versions_for_tests
+        && !config.skips_version_checks()
     {
         // Only the last `history_limit` versions are kept; a store may drop older ones lazily.
         let oldest_kept = record.version.saturating_sub(config.history_limit.max(1)) + 1;

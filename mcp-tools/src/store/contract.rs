@@ -242,8 +242,19 @@ pub struct StoreConfig {
     pub clock: Arc<dyn Clock>,
     /// Test-only: skip the version comparison, which re-creates lost updates. Never set it outside
     /// tests that prove a concurrency test can fail.
+    #[cfg(feature = "test-hooks")]
     #[doc(hidden)]
     pub unchecked_versions_for_tests: bool,
+}
+
+impl StoreConfig {
+    /// Whether the test-only switch that skips version comparisons is on.
+    pub(crate) fn skips_version_checks(&self) -> bool {
+        #[cfg(feature = "test-hooks")]
+        return self.unchecked_versions_for_tests;
+        #[cfg(not(feature = "test-hooks"))]
+        false
+    }
 }
 
 impl Default for StoreConfig {
@@ -252,6 +263,7 @@ impl Default for StoreConfig {
             ledger_retention: Duration::from_secs(24 * 60 * 60),
             history_limit: 64,
             clock: Arc::new(SystemClock),
+            #[cfg(feature = "test-hooks")]
             unchecked_versions_for_tests: false,
         }
     }

@@ -93,6 +93,7 @@ impl MemoryStore {
 impl MemoryStore {
     /// How many resources the store holds, expired ones included (for tests that count what
     /// was actually created).
+    #[cfg(feature = "test-hooks")]
     #[doc(hidden)]
     pub fn resource_count_for_tests(&self) -> usize {
         self.inner.resource_count()
@@ -102,6 +103,7 @@ impl MemoryStore {
 impl MemoryStore {
     /// How many ledger slots the store holds, expired ones included (for tests that check what a
     /// failed request leaves behind).
+    #[cfg(feature = "test-hooks")]
     #[doc(hidden)]
     pub fn ledger_count_for_tests(&self) -> usize {
         self.inner.ledger_count()
@@ -139,6 +141,7 @@ impl Inner {
     }
 
     /// How many ledger slots the store holds, expired ones included.
+    #[cfg(feature = "test-hooks")]
     fn ledger_count(&self) -> usize {
         self.ledger.iter().map(|shard| lock(shard).len()).sum()
     }
@@ -226,6 +229,7 @@ impl Inner {
     }
 
     /// How many resources the store holds, expired ones included.
+    #[cfg(any(test, feature = "test-hooks"))]
     fn resource_count(&self) -> usize {
         self.resources
             .iter()

@@ -195,6 +195,7 @@ impl SqliteStore {
 
     /// How many resources the file holds, expired ones included (for tests that count what was
     /// actually created).
+    #[cfg(feature = "test-hooks")]
     #[doc(hidden)]
     pub fn resource_count_for_tests(&self) -> Result<u64, StoreError> {
         self.inner.with_reader(|connection| {
@@ -208,6 +209,7 @@ impl SqliteStore {
 
     /// The `synchronous` setting in force on the connection that writes (for tests that check the
     /// durability option reached the engine: it is a per-connection setting nothing else shows).
+    #[cfg(feature = "test-hooks")]
     #[doc(hidden)]
     pub fn synchronous_for_tests(&self) -> Result<Synchronous, StoreError> {
         let level: i64 =

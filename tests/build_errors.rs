@@ -1,0 +1,130 @@
+//! What the builder refuses, and what it merges: mistakes in the offer are errors when the server
+//! is built, naming what to fix, not failures of the first request that meets them.
+
+#[path = "../examples/support/basket.rs"]
+mod basket;
+
+use mcp_tools::store::MemoryStore;
+use mcp_tools::{
+    BuildError, McpServer, Prompt, PromptMessage, PromptSet, Resource, ResourceSet, RpcError,
+    ToolSet,
+};
+
+fn prompt(name: &str) -> Prompt {
+    Prompt::new(name, "A prompt.", |_, _| async {
+        Ok::<_, RpcError>(Vec::<PromptMessage>::new())
+    })
+}
+
+fn resource(uri: &str) -> Resource {
+    Resource::text(uri, "A resource", "text/plain", "text")
+}
+
+#[test]
+fn stateful_tools_without_a_store_do_not_build_and_the_error_names_them() {
+    let error = McpServer::builder("baskets", "1")
+        .tools(basket::tool_set())
+        .build()
+        .err()
+        .expect("a server with stateful tools and no store was built");
+    let BuildError::MissingStore(tools) = &error else {
+        panic!("expected MissingStore, got {error:?}");
+    };
+    assert!(tools.contains(&"basket_create".to_owned()), "{tools:?}");
+    assert!(tools.contains(&"basket_get".to_owned()), "{tools:?}");
+    assert!(error.to_string().contains(".store("), "{error}");
+
+    let built = McpServer::builder("baskets", "1")
+        .tools(basket::tool_set())
+        .store(MemoryStore::default())
+        .build();
+    assert!(built.is_ok(), "{:?}", built.err());
+}
+
+#[test]
+fn a_stateful_tool_added_while_serving_needs_a_store_too() {
+    let stateless = McpServer::builder("plain", "1")
+        .tools(ToolSet::new())
+        .build()
+        .unwrap();
+    let refused = stateless.add_tool(basket::basket_get::tool());
+    assert!(
+        matches!(&refused, Err(BuildError::MissingStore(tools)) if tools == &["basket_get"]),
+        "{refused:?}"
+    );
+    let with_store = McpServer::builder("plain", "1")
+        .store(MemoryStore::default())
+        .build()
+        .unwrap();
+    with_store.add_tool(basket::basket_get::tool()).unwrap();
+}
+
+#[test]
+fn two_prompts_or_resources_of_one_name_do_not_build() {
+    let prompts = McpServer::builder("x", "1")
+        .prompts(PromptSet::new().with(prompt("greet")).with(prompt("greet")))
+        .build();
+    assert!(
+        matches!(&prompts, Err(BuildError::DuplicatePrompt(name)) if name == "greet"),
+        "{:?}",
+        prompts.err()
+    );
+    let resources = McpServer::builder("x", "1")
+        .resources(
+            ResourceSet::new()
+                .with(resource("docs://a"))
+                .with(resource("docs://a")),
+        )
+        .build();
+    assert!(
+        matches!(&resources, Err(BuildError::DuplicateResource(uri)) if uri == "docs://a"),
+        "{:?}",
+        resources.err()
+    );
+    // Across two calls of the builder too: they merge, so the second one does not hide the clash.
+    let across_calls = McpServer::builder("x", "1")
+        .prompts(PromptSet::new().with(prompt("greet")))
+        .prompts(PromptSet::new().with(prompt("greet")))
+        .build();
+    assert!(matches!(across_calls, Err(BuildError::DuplicatePrompt(_))));
+}
+
+#[tokio::test]
+async fn repeated_builder_calls_merge_what_they_offer() {
+    let server = McpServer::builder("x", "1")
+        .prompts(PromptSet::new().with(prompt("one")))
+        .prompts(PromptSet::new().with(prompt("two")))
+        .resources(ResourceSet::new().with(resource("docs://a")))
+        .resources(ResourceSet::new().with(resource("docs://b")))
+        .build()
+        .unwrap();
+    let client = mcp_tools::testing::TestClient::new(server);
+    let listed = |method: &'static str| {
+        let client = &client;
+        async move {
+            tokio::time::timeout(
+                std::time::Duration::from_secs(30),
+                client.request(method, serde_json::json!({})),
+            )
+            .await
+            .expect("an in-process list timed out")
+            .unwrap()
+        }
+    };
+    let prompts = listed("prompts/list").await;
+    let names: Vec<&str> = prompts["prompts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["one", "two"]);
+    let resources = listed("resources/list").await;
+    let uris: Vec<&str> = resources["resources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["uri"].as_str().unwrap())
+        .collect();
+    assert_eq!(uris, ["docs://a", "docs://b"]);
+}
