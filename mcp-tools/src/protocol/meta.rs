@@ -207,4 +207,27 @@ mod tests {
             assert!(error.message().contains(meta_keys::CLIENT_INFO), "{bad}");
         }
     }
+
+    #[test]
+    fn a_progress_token_is_a_string_or_any_integer() {
+        let with_token = |token: Value| {
+            let mut params = json!({ "_meta": {
+                meta_keys::PROTOCOL_VERSION: "2026-07-28",
+                meta_keys::CLIENT_CAPABILITIES: {},
+                meta_keys::PROGRESS_TOKEN: token,
+            } })
+            .as_object()
+            .unwrap()
+            .clone();
+            RequestMeta::take_from(Some(&mut params))
+        };
+        for token in [json!("p-1"), json!(7), json!(-7), json!(u64::MAX)] {
+            let meta = with_token(token.clone()).unwrap();
+            assert_eq!(meta.progress_token, Some(token));
+        }
+        for token in [json!(1.5), json!(true), json!(null), json!({})] {
+            let error = with_token(token.clone()).unwrap_err();
+            assert_eq!(error.code(), -32602, "{token}");
+        }
+    }
 }

@@ -323,7 +323,9 @@ impl MutationOutcome {
 
     /// The JSON Schema (2020-12) of this union, for a tool's `outputSchema`.
     pub fn json_schema() -> Value {
-        schema_value(schemars::schema_for!(MutationOutcome))
+        schema_value(
+            crate::tools::set::schema_generator().into_root_schema_for::<MutationOutcome>(),
+        )
     }
 
     /// The tool result: `structuredContent` is this outcome, the text is [`MutationOutcome::text`].
@@ -387,7 +389,7 @@ impl ReadOutcome {
 
     /// The JSON Schema (2020-12) of this union.
     pub fn json_schema() -> Value {
-        schema_value(schemars::schema_for!(ReadOutcome))
+        schema_value(crate::tools::set::schema_generator().into_root_schema_for::<ReadOutcome>())
     }
 
     /// The tool result.
@@ -395,6 +397,27 @@ impl ReadOutcome {
         let is_error = self.is_error();
         let text = self.text();
         to_result(&self, text, is_error)
+    }
+}
+
+/// A hand-written [`Tool`](crate::Tool) may return the outcomes the store answers with.
+impl crate::IntoCallToolResult for MutationOutcome {
+    fn output_schema(generator: &mut schemars::SchemaGenerator) -> Option<Value> {
+        Some(generator.root_schema_for::<MutationOutcome>().to_value())
+    }
+
+    fn into_call_tool_result(self) -> CallToolResult {
+        MutationOutcome::into_call_tool_result(self)
+    }
+}
+
+impl crate::IntoCallToolResult for ReadOutcome {
+    fn output_schema(generator: &mut schemars::SchemaGenerator) -> Option<Value> {
+        Some(generator.root_schema_for::<ReadOutcome>().to_value())
+    }
+
+    fn into_call_tool_result(self) -> CallToolResult {
+        ReadOutcome::into_call_tool_result(self)
     }
 }
 
