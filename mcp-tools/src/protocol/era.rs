@@ -1,6 +1,8 @@
 //! The 2025-11-25 era on the same endpoint: clients that still begin with `initialize` are served
 //! statelessly (no session id is minted, nothing is remembered between their requests).
 
+use std::borrow::Cow;
+
 use http::HeaderMap;
 use serde_json::{Map, Value};
 
@@ -11,7 +13,7 @@ pub(crate) const LEGACY_VERSIONS: &[&str] = &["2025-11-25", "2025-06-18", "2025-
 
 /// The `MCP-Protocol-Version` header, read by the one reader of routing headers; for deciding the
 /// era an unreadable header counts as absent (the modern path refuses it).
-pub(crate) fn version_header(headers: &HeaderMap) -> Option<String> {
+pub(crate) fn version_header(headers: &HeaderMap) -> Option<Cow<'_, str>> {
     headers::header_text(headers, headers::PROTOCOL_VERSION)
         .ok()
         .flatten()
@@ -64,6 +66,6 @@ pub(crate) fn requested_version(
         Some(version) => version.to_owned(),
         None => headers
             .and_then(version_header)
-            .unwrap_or_else(|| "unknown".to_owned()),
+            .map_or_else(|| "unknown".to_owned(), Cow::into_owned),
     }
 }
