@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use axum::Router;
 use axum::body::{Body, Bytes};
-use axum::extract::State;
+use axum::extract::{Request, State};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get};
 use http::header::{ALLOW, CONTENT_LENGTH, CONTENT_TYPE};
@@ -39,13 +39,16 @@ async fn healthz() -> &'static str {
     "ok"
 }
 
-async fn endpoint(
-    State(server): State<McpServer>,
-    method: Method,
-    uri: http::Uri,
-    headers: HeaderMap,
-    body: Body,
-) -> Response {
+// The whole request is taken apart rather than extracted piece by piece: axum's `HeaderMap`,
+// `Method` and `Uri` extractors clone what they hand out.
+async fn endpoint(State(server): State<McpServer>, request: Request) -> Response {
+    let (parts, body) = request.into_parts();
+    let http::request::Parts {
+        method,
+        uri,
+        headers,
+        ..
+    } = parts;
     // A DEBUG span, as tower-http's TraceLayer uses: a subscriber at the usual INFO level then
     // pays nothing per request, where recording five fields into an enabled span costs more than
     // the rest of the request path.
