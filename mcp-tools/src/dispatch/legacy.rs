@@ -17,8 +17,8 @@ pub(crate) fn meta(params: &mut Map<String, Value>, headers: Option<&HeaderMap>)
     };
     let protocol_version = headers
         .and_then(version_header)
-        .filter(|v| LEGACY_VERSIONS.contains(&v.as_str()))
-        .unwrap_or_else(|| LEGACY_VERSIONS[0].to_owned());
+        .filter(|v| LEGACY_VERSIONS.contains(&&**v))
+        .map_or_else(|| LEGACY_VERSIONS[0].to_owned(), |v| v.into_owned());
     RequestMeta {
         protocol_version,
         client_capabilities: Map::new(),

@@ -1,6 +1,8 @@
 //! The 2025-11-25 era on the same endpoint: clients that still begin with `initialize` are served
 //! statelessly (no session id is minted, nothing is remembered between their requests).
 
+use std::borrow::Cow;
+
 use http::HeaderMap;
 use serde_json::{Map, Value};
 
@@ -11,8 +13,8 @@ pub(crate) const LEGACY_VERSIONS: &[&str] = &["2025-11-25", "2025-06-18", "2025-
 
 /// The `MCP-Protocol-Version` header as the era decision reads it: leniently, since deciding the
 /// era classifies a request and refuses nothing (the modern path checks the header strictly).
-pub(crate) fn version_header(headers: &HeaderMap) -> Option<String> {
-    headers::classifying_text(headers, headers::PROTOCOL_VERSION).map(str::to_owned)
+pub(crate) fn version_header(headers: &HeaderMap) -> Option<Cow<'_, str>> {
+    headers::classifying_text(headers, headers::PROTOCOL_VERSION).map(Cow::Borrowed)
 }
 /// Whether a request belongs to the legacy era.
 ///
@@ -61,6 +63,6 @@ pub(crate) fn requested_version(
         Some(version) => version.to_owned(),
         None => headers
             .and_then(version_header)
-            .unwrap_or_else(|| "unknown".to_owned()),
+            .map_or_else(|| "unknown".to_owned(), Cow::into_owned),
     }
 }

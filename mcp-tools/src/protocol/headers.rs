@@ -9,6 +9,8 @@ pub const METHOD: &str = "mcp-method";
 /// Must equal `params.name` (or `params.uri`) where the method names a target.
 pub const NAME: &str = "mcp-name";
 
+use std::borrow::Cow;
+
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 use http::HeaderMap;
@@ -20,8 +22,12 @@ const SENTINEL_SUFFIX: &str = "?=";
 
 /// Reads a header as text: trimmed, and decoded when it uses the `=?base64?...?=` form.
 ///
-/// `Ok(None)` when the header is absent; an error when it is present but unreadable.
-pub(crate) fn header_text(headers: &HeaderMap, name: &str) -> Result<Option<String>, RpcError> {
+/// `Ok(None)` when the header is absent; an error when it is present but unreadable. A plain
+/// value is borrowed from the map: every request reads several of these.
+pub(crate) fn header_text<'h>(
+    headers: &'h HeaderMap,
+    name: &str,
+) -> Result<Option<Cow<'h, str>>, RpcError> {
     let mut values = headers.get_all(name).iter();
     let Some(value) = values.next() else {
         return Ok(None);
@@ -49,9 +55,9 @@ pub(crate) fn header_text(headers: &HeaderMap, name: &str) -> Result<Option<Stri
             let decoded = String::from_utf8(bytes).map_err(|_| {
                 RpcError::header_mismatch(format!("Header {name} does not decode to UTF-8 text"))
             })?;
-            Ok(Some(decoded))
+            Ok(Some(Cow::Owned(decoded)))
         }
-        None => Ok(Some(text.to_owned())),
+        None => Ok(Some(Cow::Borrowed(text))),
     }
 }
 
