@@ -1,6 +1,7 @@
 //! Every result carries `resultType` and the server's `io.modelcontextprotocol/serverInfo`
 //! `_meta`: whatever the method, an `input_required` round, the final result of a subscription,
-//! and the legacy era's answers included.
+//! and the legacy era's `initialize`. The legacy era's empty results stay exactly `{}`, which
+//! the clients of that era require.
 
 mod common;
 
@@ -145,7 +146,7 @@ async fn the_final_result_of_a_subscription_carries_the_server_info() {
 }
 
 #[tokio::test]
-async fn legacy_answers_carry_the_server_info_too() {
+async fn legacy_initialize_carries_the_server_info_and_an_empty_result_stays_empty() {
     let live = TestServer::start(server()).await;
     for (method, params) in [
         (
@@ -164,6 +165,10 @@ async fn legacy_answers_carry_the_server_info_too() {
             .send(&live)
             .await;
         assert_eq!(reply.status, 200, "{method}: {}", reply.text);
-        assert_carries_server_info(method, &reply.json()["result"]);
+        if method == "ping" {
+            assert_eq!(reply.json()["result"], json!({}));
+        } else {
+            assert_carries_server_info(method, &reply.json()["result"]);
+        }
     }
 }

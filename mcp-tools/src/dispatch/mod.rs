@@ -312,7 +312,9 @@ async fn execute(server: &McpServer, prepared: Prepared) -> Result<Bytes, RpcErr
                 server.shared.base.results.server_info(),
                 server.shared.base.instructions.as_deref(),
             ))),
-        Route::Empty => Ok(server.shared.base.results.complete(Map::new())),
+        // The 2025-11-25 empty result is exactly `{}`: its clients (the official suite's among
+        // them) refuse any member, `resultType` included.
+        Route::Empty => Ok(Bytes::from_static(b"{}")),
         Route::Discover => Ok(snapshot.discover.clone()),
         Route::ListTools => discover::page(server, &snapshot.tools, &params),
         Route::ListResources => discover::page(server, &snapshot.resources, &params),
