@@ -1,5 +1,6 @@
 //! The request path never rebuilds what the server compiled when it was built: a tool's
-//! definition (`info`) and its schemas are produced once per offer, not once per request.
+//! definition (`info`) and its schemas are produced once, and the catalog (definitions,
+//! argument validators, listing pages) once per offer, not once per request.
 
 mod common;
 
@@ -62,6 +63,8 @@ async fn serving_requests_does_not_rebuild_definitions_or_schemas() {
         SCHEMAS_MADE.load(Ordering::SeqCst),
     );
     assert!(built.0 >= 1 && built.1 >= 1, "built with {built:?}");
+    assert_eq!(server.catalog_compilations_for_tests(), 1);
+    let handle = server.clone();
     let live = TestServer::start(server).await;
     for n in 0..20 {
         let reply = Call::call_tool("counted", json!({ "n": n }))
@@ -92,4 +95,12 @@ async fn serving_requests_does_not_rebuild_definitions_or_schemas() {
         built,
         "requests rebuilt a definition or a schema"
     );
+    assert_eq!(
+        handle.catalog_compilations_for_tests(),
+        1,
+        "requests recompiled the catalog"
+    );
+    // A change of the offer is what compiles a new one.
+    handle.add_tool(common::tools::Echo).unwrap();
+    assert_eq!(handle.catalog_compilations_for_tests(), 2);
 }

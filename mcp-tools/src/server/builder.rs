@@ -311,6 +311,8 @@ impl McpServerBuilder {
             settings: self.settings,
             seal: Seal::new(&key),
             logging: self.logging,
+            #[cfg(feature = "test-hooks")]
+            snapshots_compiled: Default::default(),
         };
         let snapshot = base.snapshot(self.catalog)?;
         let (changes, _) = broadcast::channel(64);

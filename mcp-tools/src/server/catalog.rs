@@ -34,6 +34,9 @@ pub(crate) struct Base {
     /// Seals cursors and request state.
     pub(crate) seal: Seal,
     pub(crate) logging: bool,
+    /// How many snapshots were compiled, for the test that requests compile none.
+    #[cfg(feature = "test-hooks")]
+    pub(crate) snapshots_compiled: std::sync::atomic::AtomicUsize,
 }
 
 /// One listing, serialized page by page, cursors included.
@@ -45,6 +48,9 @@ pub(crate) struct Listing {
 
 impl Base {
     pub(crate) fn snapshot(&self, offer: Offer) -> Result<Snapshot, BuildError> {
+        #[cfg(feature = "test-hooks")]
+        self.snapshots_compiled
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         let catalog = offer.tools.compile()?;
         if let Some(name) = first_repeated(offer.prompts.prompts.iter().map(|p| p.name.as_str())) {
             return Err(BuildError::DuplicatePrompt(name.to_owned()));

@@ -47,6 +47,17 @@ pub(crate) struct Shared {
 }
 
 impl McpServer {
+    /// How many catalog snapshots (tool definitions, validators, listing pages) the server has
+    /// compiled: one when built, one more per run-time change of the offer.
+    #[cfg(feature = "test-hooks")]
+    #[doc(hidden)]
+    pub fn catalog_compilations_for_tests(&self) -> usize {
+        self.shared
+            .base
+            .snapshots_compiled
+            .load(std::sync::atomic::Ordering::SeqCst)
+    }
+
     /// Starts building a server that reports `name` and `version` as its implementation.
     pub fn builder(name: impl Into<String>, version: impl Into<String>) -> McpServerBuilder {
         McpServerBuilder::new(name.into(), version.into())
