@@ -215,11 +215,13 @@ async fn a_retry_after_a_lost_response_replays_and_a_changed_payload_is_refused(
     assert_ne!(retry["isError"], true);
     let replayed = &retry["structuredContent"];
     assert_eq!(replayed["operation_id"], "lost-1");
-    assert_eq!(replayed["original"], {
-        let mut original = first["structuredContent"].clone();
-        original["outcome"] = json!("applied");
-        original
-    });
+    assert_eq!(
+        replayed["original"],
+        common::recorded_applied(&first["structuredContent"])
+    );
+    // The replay also says where the basket is now: still version 3, with the view.
+    assert_eq!(replayed["current"]["version"], 3);
+    assert_eq!(replayed["current"]["state"]["memory_gib"], 32);
     let (version, state) = agent.get(&handle).await;
     assert_eq!((version, &state["memory_gib"]), (3, &json!(32)));
 
@@ -261,7 +263,10 @@ async fn a_create_retried_after_a_lost_response_replays_the_same_basket() {
     assert_eq!(replayed["operation_id"], "create-lost-1");
     assert_eq!(replayed["original"]["handle"], handle);
     assert_eq!(replayed["original"]["version"], 1);
-    assert_eq!(replayed["original"], first["structuredContent"]);
+    assert_eq!(
+        replayed["original"],
+        common::recorded_applied(&first["structuredContent"])
+    );
     assert_eq!(store.resource_count_for_tests(), 1);
     let (version, state) = agent.get(handle).await;
     assert_eq!((version, &state["model"]), (1, &json!("Laptop 16")));
@@ -312,7 +317,7 @@ async fn fifty_concurrent_creates_with_one_operation_id_make_one_basket() {
             .await
             .unwrap();
         match outcome(&result) {
-            "applied" => applied.push(result["structuredContent"].clone()),
+            "applied" => applied.push(common::recorded_applied(&result["structuredContent"])),
             "replayed" => replayed.push(result["structuredContent"]["original"].clone()),
             other => panic!("unexpected outcome {other}: {result}"),
         }
@@ -791,9 +796,8 @@ async fn one_operation_id_two_payloads(agent: &Agent, round: usize) -> u64 {
         .collect();
     assert_eq!(winners.len(), 1, "round {round}: {results:#?}");
     let (winner, applied) = winners[0];
-    let mut original = applied["structuredContent"].clone();
+    let original = common::recorded_applied(&applied["structuredContent"]);
     assert_eq!(original["version"], 2);
-    original["outcome"] = json!("applied");
     for (memory, result) in &results {
         if std::ptr::eq(result, applied) {
             continue;

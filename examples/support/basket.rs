@@ -9,7 +9,13 @@ use serde::{Deserialize, Serialize};
 
 /// A laptop configuration being put together, then checked out.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema, Entity)]
-#[entity(kind = "basket", prefix = "bsk", ttl_secs = 86400, lifecycle = lifecycle)]
+#[entity(
+    kind = "basket",
+    prefix = "bsk",
+    ttl_secs = 86400,
+    lifecycle = lifecycle,
+    view = summary
+)]
 pub struct Basket {
     /// The laptop model.
     pub model: String,
@@ -31,6 +37,40 @@ impl Basket {
             Lifecycle::Active
         }
     }
+
+    /// What outcomes show: notes pile up, so a model sees their count and the latest few, not
+    /// all of them; `basket_get` still returns the whole basket.
+    pub fn summary(&self) -> BasketView<'_> {
+        let recent = self.notes.len().saturating_sub(RECENT_NOTES);
+        BasketView {
+            model: &self.model,
+            memory_gib: self.memory_gib,
+            storage_gib: self.storage_gib,
+            note_count: self.notes.len(),
+            recent_notes: &self.notes[recent..],
+            checked_out: self.checked_out,
+        }
+    }
+}
+
+/// How many of the latest notes the view of a basket shows.
+pub const RECENT_NOTES: usize = 3;
+
+/// A basket as outcomes show it.
+#[derive(Debug, Serialize)]
+pub struct BasketView<'a> {
+    /// The laptop model.
+    pub model: &'a str,
+    /// Memory, in GiB.
+    pub memory_gib: u32,
+    /// Storage, in GiB.
+    pub storage_gib: u32,
+    /// How many notes the basket has.
+    pub note_count: usize,
+    /// The last notes (at most three), oldest first.
+    pub recent_notes: &'a [String],
+    /// Whether the basket was checked out.
+    pub checked_out: bool,
 }
 
 /// The largest memory or storage size a basket accepts, in GiB.

@@ -10,7 +10,9 @@ use syn::meta::ParseNestedMeta;
 use syn::parse::Parser;
 use syn::punctuated::Punctuated;
 use syn::spanned::Spanned;
-use syn::{Attribute, Expr, ExprLit, Ident, Lit, LitBool, LitInt, LitStr, Token, Type};
+use syn::{
+    Attribute, Expr, ExprLit, ExprPath, Ident, Lit, LitBool, LitInt, LitStr, Path, Token, Type,
+};
 
 use crate::ctxt::Ctxt;
 use crate::naming::{did_you_mean, unraw};
@@ -184,6 +186,19 @@ pub fn ident(meta: &ParseNestedMeta, expected: impl Display + Copy) -> syn::Resu
     meta.value()?
         .parse::<Ident>()
         .map_err(|error| syn::Error::new(error.span(), expected))
+}
+
+/// `key = name` or `key = path::to::item`; `expected` shows the form.
+pub fn path(meta: &ParseNestedMeta, expected: impl Display) -> syn::Result<Path> {
+    if !meta.input.peek(Token![=]) {
+        return Err(meta.error(expected));
+    }
+    match meta.value()?.parse::<Expr>()? {
+        Expr::Path(ExprPath {
+            attrs, qself, path, ..
+        }) if attrs.is_empty() && qself.is_none() => Ok(path),
+        other => Err(syn::Error::new_spanned(other, expected)),
+    }
 }
 
 /// `key = [name, ...]`; `expected` shows the form.

@@ -111,7 +111,9 @@ struct Arguments {
     call_args: Vec<TokenStream>,
 }
 
-fn arguments(tool: &ToolFn) -> Arguments {
+/// `cx` is an expression of type `&Context`: the function of a `creates` tool runs inside a
+/// future that only borrows the context.
+fn arguments(tool: &ToolFn, cx: &TokenStream) -> Arguments {
     let mutates = tool.kind() == Some(StatefulKind::Mutates);
     let mut out = Arguments {
         fields: Vec::new(),
@@ -124,19 +126,25 @@ fn arguments(tool: &ToolFn) -> Arguments {
         let ident = &param.ident;
         match param.kind {
             ParamKind::Resource { .. } => out.call_args.push(quote!(__mcp_resource)),
-            ParamKind::Context => out
-                .call_args
-                .push(quote!(::core::clone::Clone::clone(&__mcp_cx))),
-            ParamKind::ContextRef => out.call_args.push(quote!(&__mcp_cx)),
+            ParamKind::Context => out.call_args.push(quote!(::core::clone::Clone::clone(#cx))),
+            ParamKind::ContextRef => out.call_args.push(quote!(#cx)),
             ParamKind::Extract => {
                 let var = format_ident!("__mcp_extracted_{}", index);
+                // A stateful tool's `call` returns the `CallToolResult` itself.
+                let refused = if tool.stateful().is_some() {
+                    quote!(error.into_result())
+                } else {
+                    quote! {
+                        ::mcp_tools::__private::Outcome(
+                            ::mcp_tools::IntoCallToolResult::into_reply(error.into_result()),
+                        )
+                    }
+                };
                 out.extractions.push(quote_spanned! {ty.span()=>
                     let #var = match <#ty as ::mcp_tools::__private::FromContext>::from_context(&__mcp_cx) {
                         ::core::result::Result::Ok(value) => value,
                         ::core::result::Result::Err(error) => {
-                            return ::mcp_tools::__private::Outcome(
-                                ::mcp_tools::IntoCallToolResult::into_reply(error.into_result()),
-                            );
+                            return #refused;
                         }
                     };
                 });
@@ -210,12 +218,17 @@ struct ImplParts {
 /// The arguments struct, the assertions and the `Tool` impl for `target`, whose `call` invokes
 /// `callee(...)`.
 fn tool_impl(tool: &ToolFn, target: &TokenStream, callee: &TokenStream) -> TokenStream {
+    let cx = if tool.kind() == Some(StatefulKind::Creates) {
+        quote!(__mcp_cx_ref)
+    } else {
+        quote!(&__mcp_cx)
+    };
     let Arguments {
         mut fields,
         mut helpers,
         extractions,
         call_args,
-    } = arguments(tool);
+    } = arguments(tool, &cx);
     let await_ = tool.is_async.then(|| quote!(.await));
     let call = quote!(#callee(#(#call_args),*) #await_);
     let parts = match tool.stateful() {
@@ -506,10 +519,19 @@ fn stateful_parts(
         };
     };
     let operation = if operation_id {
-        quote!(::core::option::Option::Some(__mcp_args.__mcp_operation_id))
+        // Taken rather than moved: the function of a `creates` tool moves the arguments whole.
+        quote!(::core::option::Option::Some(::core::mem::take(
+            &mut __mcp_args.__mcp_operation_id
+        )))
     } else {
         quote!(::core::option::Option::None)
     };
+    if kind != StatefulKind::Reads {
+        let payload = payload_description(tool, operation_id, helpers);
+        helpers.push(quote! {
+            const __MCP_PAYLOAD: &[::mcp_tools::__private::stateful::PayloadArgument] = #payload;
+        });
+    }
     let (output_schema, body) = match kind {
         StatefulKind::Creates => (
             quote!(::mcp_tools::__private::stateful::mutation_output_schema()),
@@ -517,18 +539,28 @@ fn stateful_parts(
                 #store
                 let __mcp_spec = ::mcp_tools::__private::stateful::CreateSpec::<#resource> {
                     tool: #name,
+                    arguments: __MCP_PAYLOAD,
                     operation_id: #operation,
                     resource: ::core::marker::PhantomData,
                 };
                 #(#extractions)*
-                let __mcp_made: ::core::result::Result<#resource, ::mcp_tools::ToolError> =
-                    #as_result;
+                let __mcp_cx_ref = &__mcp_cx;
+                // The store runs the function only once it has claimed the operation id, so a
+                // retry of a create that happened never runs it again.
+                let __mcp_creation = ::mcp_tools::store::Creation::typed::<
+                    #resource,
+                    ::mcp_tools::ToolError,
+                >(async move {
+                    let __mcp_made: ::core::result::Result<#resource, ::mcp_tools::ToolError> =
+                        #as_result;
+                    __mcp_made
+                });
                 ::mcp_tools::__private::stateful::create::<#resource>(
                     &__mcp_store,
                     &__mcp_cx,
                     __mcp_spec,
                     &__mcp_raw,
-                    __mcp_made,
+                    __mcp_creation,
                 ).await
             },
         ),
@@ -559,10 +591,9 @@ fn stateful_parts(
                         .iter()
                         .flat_map(|touches| touches.fields.iter().map(unraw))
                         .collect();
+                    // The store compares serialized names: the entity maps its fields to them.
                     quote! {
-                        ::mcp_tools::__private::stateful::ConflictPolicy::Rebase {
-                            touches: ::std::vec![#(::std::string::String::from(#touches)),*],
-                        }
+                        ::mcp_tools::store::ConflictPolicy::rebase::<#resource>(&[#(#touches),*])
                     }
                 }
                 ConflictPolicy::Reconfirm => {
@@ -585,6 +616,7 @@ fn stateful_parts(
                     #store
                     let __mcp_spec = ::mcp_tools::__private::stateful::MutationSpec {
                         tool: #name,
+                        arguments: __MCP_PAYLOAD,
                         policy: #policy,
                         handle: __mcp_args.__mcp_handle,
                         expected_version: #expected,
@@ -624,10 +656,60 @@ fn stateful_parts(
         call_lints: quote!(unused_variables, unused_mut),
         input: format_ident!("__mcp_input"),
         call_body: quote! {
-            let ::mcp_tools::__private::stateful::WithRaw { raw: __mcp_raw, args: __mcp_args } = __mcp_input;
+            let ::mcp_tools::__private::stateful::WithRaw { raw: __mcp_raw, args: mut __mcp_args } = __mcp_input;
             #body
         },
     }
+}
+
+/// What the operation-id fingerprint needs to know of the tool's own arguments: which are
+/// optional and which have a default, so a retry that leaves one out and a retry that sends its
+/// `null` or its default are one request. Empty without an operation id.
+fn payload_description(
+    tool: &ToolFn,
+    operation_id: bool,
+    helpers: &mut Vec<TokenStream>,
+) -> TokenStream {
+    if !operation_id {
+        return quote!(&[]);
+    }
+    let entries = tool.params.iter().enumerate().filter_map(|(index, param)| {
+        let ParamKind::Argument { optional } = param.kind else {
+            return None;
+        };
+        let name = param.wire_name();
+        let ty = &param.ty;
+        let default = match &param.attrs.default {
+            None => quote!(::core::option::Option::None),
+            Some(default) => {
+                let value = match default {
+                    ArgDefault::Trait => quote!(<#ty as ::core::default::Default>::default()),
+                    ArgDefault::Expr(_) => {
+                        let function = format_ident!("__mcp_default_{}", index);
+                        quote!(#function())
+                    }
+                };
+                let function = format_ident!("__mcp_default_json_{}", index);
+                let json = quote_spanned! {ty.span()=>
+                    ::mcp_tools::__private::stateful::default_json::<#ty>(&#value)
+                };
+                helpers.push(quote! {
+                    fn #function() -> ::core::option::Option<::mcp_tools::__private::serde_json::Value> {
+                        #json
+                    }
+                });
+                quote!(::core::option::Option::Some(#function))
+            }
+        };
+        Some(quote! {
+            ::mcp_tools::__private::stateful::PayloadArgument {
+                name: #name,
+                optional: #optional,
+                default: #default,
+            }
+        })
+    });
+    quote!(&[#(#entries),*])
 }
 
 /// The hidden struct the arguments decode into: serde names the field in decode errors and
@@ -668,15 +750,70 @@ pub fn resource(resource: &Resource) -> TokenStream {
             }
         }
     });
+    let view = resource.attrs.view.as_ref().map(|path| {
+        // A bare name is a method of the type; errors about it point at the name as written.
+        let function = match path.get_ident() {
+            Some(method) => {
+                let mut ty = ident.clone();
+                ty.set_span(method.span());
+                quote!(#ty::#method)
+            }
+            None => quote!(#path),
+        };
+        let span = path.span();
+        let call = quote_spanned! {span=>
+            ::mcp_tools::store::view_json(&#function(__mcp_entity))
+        };
+        quote! {
+            const VIEW: ::core::option::Option<
+                fn(&Self) -> ::mcp_tools::__private::serde_json::Value,
+            > = ::core::option::Option::Some({
+                fn __mcp_view(__mcp_entity: &#ident) -> ::mcp_tools::__private::serde_json::Value {
+                    #call
+                }
+                __mcp_view
+            });
+        }
+    });
+    let field_key = field_key(resource);
     quote! {
         #[automatically_derived]
         impl ::mcp_tools::store::Entity for #ident {
             const KIND: &'static str = #kind;
             const PREFIX: &'static str = #prefix;
             const TTL: ::core::option::Option<::core::time::Duration> = #ttl;
+            #view
             #lifecycle
+            #field_key
         }
     }
+}
+
+/// `Entity::field_key` from the serde names of the fields, when any differs from its Rust name.
+fn field_key(resource: &Resource) -> Option<TokenStream> {
+    let arms: Vec<TokenStream> = resource
+        .fields
+        .iter()
+        .filter(|field| field.key.as_deref() != Some(field.name.as_str()))
+        .map(|field| {
+            let name = &field.name;
+            match &field.key {
+                Some(key) => quote!(#name => ::core::option::Option::Some(#key),),
+                None => quote!(#name => ::core::option::Option::None,),
+            }
+        })
+        .collect();
+    if arms.is_empty() {
+        return None;
+    }
+    Some(quote! {
+        fn field_key(field: &'static str) -> ::core::option::Option<&'static str> {
+            match field {
+                #(#arms)*
+                _ => ::core::option::Option::Some(field),
+            }
+        }
+    })
 }
 
 /// `impl IntoToolError`: the code of each value, the message from `Display`.

@@ -63,7 +63,12 @@ use proc_macro::TokenStream;
 ///   `operation_id = false`; a create takes `operation_id = false`. The macro adds the handle
 ///   argument (`basket_id` for `Basket`), `expected_version` and `operation_id` (to creates too)
 ///   to the input schema, publishes the outcome union as the output schema, marks reads
-///   read-only and creates and mutations with an operation id idempotent.
+///   read-only and creates and mutations with an operation id idempotent. A `creates` tool's
+///   function runs only once the store has claimed the operation id, so a retry replays
+///   without running it again. The payload fingerprint of an operation id leaves out an
+///   optional argument sent as `null` and an argument sent as its default (whose type must then
+///   implement `Serialize`), and writes whole floats as integers, so retries from clients that
+///   write arguments differently still replay.
 ///
 /// Mistakes are compile errors pointing at the offending token, all reported in one build; the
 /// function is still emitted so the rest of the crate keeps compiling. `self` is only accepted
@@ -138,9 +143,14 @@ pub fn derive_tool_error(input: TokenStream) -> TokenStream {
 /// * `ttl_secs`: how long a resource lives after its last applied change (default: forever).
 /// * `lifecycle`: a method `fn(&self) -> Lifecycle`; only `Terminal` refuses further changes
 ///   (default: always active).
+/// * `view`: a method `fn(&self) -> impl Serialize` giving what outcomes show of the state
+///   (`Entity::VIEW`), e.g. a count and the last few of a long list (default: the whole state).
 ///
-/// The type must be a non-generic struct with named fields, without serde renames: conflict
-/// deltas and `#[tool(mutates = .., touches = [..])]` name its top-level fields.
+/// The type must be a non-generic struct with named fields. Its serde names are followed:
+/// `#[serde(rename_all = "...")]` (or `rename_all(serialize = "...")`) on the type and
+/// `#[serde(rename = "...")]` on a field give `Entity::field_key`, which maps the Rust names
+/// of `#[tool(mutates = .., touches = [..])]` to the stored members; a `#[serde(flatten)]`
+/// field has no single member, so a rebase that touches it refuses every intervening change.
 #[proc_macro_derive(Entity, attributes(entity))]
 pub fn derive_entity(input: TokenStream) -> TokenStream {
     expand::resource(input.into()).into()

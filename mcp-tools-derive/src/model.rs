@@ -4,7 +4,7 @@
 //! here: nothing downstream looks at an attribute's tokens again.
 
 use proc_macro2::Span;
-use syn::{Attribute, Expr, Generics, Ident, LitBool, LitStr, Type, Visibility};
+use syn::{Attribute, Expr, Generics, Ident, LitBool, LitStr, Path, Type, Visibility};
 
 use crate::attr::Key;
 use crate::naming::{handle_argument, snake_case, unraw};
@@ -70,6 +70,7 @@ pub enum ResourceKey {
     Prefix,
     TtlSecs,
     Lifecycle,
+    View,
 }
 
 impl Key for ResourceKey {
@@ -79,6 +80,7 @@ impl Key for ResourceKey {
         ("prefix", ResourceKey::Prefix),
         ("ttl_secs", ResourceKey::TtlSecs),
         ("lifecycle", ResourceKey::Lifecycle),
+        ("view", ResourceKey::View),
     ];
 }
 
@@ -396,10 +398,19 @@ pub struct Resource {
     pub generics: Option<Generics>,
     /// Whether it is a struct with named fields, the only shape a resource can have.
     pub has_named_fields: bool,
-    /// `#[serde(...)]` keys on fields that would make the stored names differ from the Rust names.
-    pub field_renames: Vec<SerdeUse>,
-    /// Likewise on the type itself.
-    pub container_renames: Vec<SerdeUse>,
+    /// The named fields and the members of the stored JSON they are written to.
+    pub fields: Vec<EntityField>,
+    /// `#[serde(...)]` keys on the type that make its state something else than an object of
+    /// its fields.
+    pub container_shapes: Vec<SerdeUse>,
+}
+
+/// A named field of an entity.
+pub struct EntityField {
+    /// The Rust name, without `r#`, as `touches = [...]` names it.
+    pub name: String,
+    /// The serialized name serde writes it under; `None` when it is flattened into the parent.
+    pub key: Option<String>,
 }
 
 /// A `#[serde(...)]` attribute and the first unsupported key in it.
@@ -416,6 +427,9 @@ pub struct ResourceAttrs {
     pub ttl_secs: Option<TtlSecs>,
     /// A method `fn(&self) -> Lifecycle`.
     pub lifecycle: Option<Ident>,
+    /// `view = method`: a method `fn(&self) -> impl Serialize`, or the path of a function
+    /// `fn(&Self) -> impl Serialize`.
+    pub view: Option<Path>,
 }
 
 /// `ttl_secs = N`.

@@ -16,9 +16,10 @@ use syn::{
 use crate::attr::{self, Key};
 use crate::ctxt::Ctxt;
 use crate::model::{
-    ArgAttrs, ArgDefault, ArgKey, ConflictPolicy, ErrorCodes, ErrorVariant, OnConflict, Output,
-    Param, ParamKind, Place, Receiver, Resource, ResourceAttrs, ResourceKey, SerdeUse, Stateful,
-    StatefulKind, ToolAttrs, ToolErrorType, ToolFn, ToolKey, Touches, TtlSecs, VariantFields,
+    ArgAttrs, ArgDefault, ArgKey, ConflictPolicy, EntityField, ErrorCodes, ErrorVariant,
+    OnConflict, Output, Param, ParamKind, Place, Receiver, Resource, ResourceAttrs, ResourceKey,
+    SerdeUse, Stateful, StatefulKind, ToolAttrs, ToolErrorType, ToolFn, ToolKey, Touches, TtlSecs,
+    VariantFields,
 };
 use crate::naming::{unraw, upper_snake_case};
 
@@ -455,13 +456,21 @@ pub fn resource(input: &DeriveInput, cx: &Ctxt) -> Resource {
     let generics = (!input.generics.params.is_empty() || input.generics.where_clause.is_some())
         .then(|| input.generics.clone());
     let mut has_named_fields = false;
-    let mut field_renames = Vec::new();
+    let mut fields = Vec::new();
     if let Data::Struct(data) = &input.data
-        && let Fields::Named(fields) = &data.fields
+        && let Fields::Named(named) = &data.fields
     {
         has_named_fields = true;
-        for field in &fields.named {
-            field_renames.extend(serde_uses(&field.attrs, &["rename", "flatten", "alias"]));
+        let rule = serde_container(&input.attrs);
+        for field in &named.named {
+            let Some(ident) = &field.ident else { continue };
+            let name = unraw(ident);
+            let serde = serde_field(&field.attrs);
+            let key = (!serde.flatten).then(|| match serde.rename {
+                Some(rename) => rename,
+                None => rename_field(rule.as_deref(), &name),
+            });
+            fields.push(EntityField { name, key });
         }
     }
     Resource {
@@ -469,11 +478,8 @@ pub fn resource(input: &DeriveInput, cx: &Ctxt) -> Resource {
         attrs,
         generics,
         has_named_fields,
-        field_renames,
-        container_renames: serde_uses(
-            &input.attrs,
-            &["rename_all", "rename", "tag", "untagged", "transparent"],
-        ),
+        fields,
+        container_shapes: serde_uses(&input.attrs, &["tag", "untagged", "transparent"]),
     }
 }
 
@@ -506,9 +512,130 @@ fn resource_attrs(attrs: &[Attribute], cx: &Ctxt) -> ResourceAttrs {
                 )?;
                 attr::set(cx, meta, key, &mut out.lifecycle, method)
             }
+            ResourceKey::View => {
+                let method = attr::path(
+                    meta,
+                    "expected the name of a method `fn(&self) -> impl Serialize` that builds what outcomes show: `view = summary`",
+                )?;
+                attr::set(cx, meta, key, &mut out.view, method)
+            }
         });
     }
     out
+}
+
+/// What serde's `#[serde(...)]` on a field says about its serialized name.
+#[derive(Default)]
+struct SerdeField {
+    /// `rename = "..."` or `rename(serialize = "...")`.
+    rename: Option<String>,
+    flatten: bool,
+}
+
+/// The serialize side of `#[serde(rename_all = "...")]` / `rename_all(serialize = "...")` on
+/// the type.
+fn serde_container(attrs: &[Attribute]) -> Option<String> {
+    let mut rule = None;
+    for attr in attrs.iter().filter(|attr| attr.path().is_ident("serde")) {
+        // serde reports its own syntax errors; what does not parse here is left to it.
+        let _ = attr.parse_nested_meta(|meta| {
+            if meta.path.is_ident("rename_all") {
+                if let Some(value) = serialize_name(&meta)? {
+                    rule = Some(value);
+                }
+                Ok(())
+            } else {
+                skip_serde_value(&meta)
+            }
+        });
+    }
+    rule
+}
+
+fn serde_field(attrs: &[Attribute]) -> SerdeField {
+    let mut out = SerdeField::default();
+    for attr in attrs.iter().filter(|attr| attr.path().is_ident("serde")) {
+        let _ = attr.parse_nested_meta(|meta| {
+            if meta.path.is_ident("rename") {
+                if let Some(value) = serialize_name(&meta)? {
+                    out.rename = Some(value);
+                }
+                Ok(())
+            } else if meta.path.is_ident("flatten") {
+                out.flatten = true;
+                skip_serde_value(&meta)
+            } else {
+                skip_serde_value(&meta)
+            }
+        });
+    }
+    out
+}
+
+/// The serialize name of `key = "..."` (both directions) or `key(serialize = "...", ...)`.
+fn serialize_name(meta: &ParseNestedMeta) -> syn::Result<Option<String>> {
+    if meta.input.peek(syn::Token![=]) {
+        let value: LitStr = meta.value()?.parse()?;
+        return Ok(Some(value.value()));
+    }
+    let mut name = None;
+    meta.parse_nested_meta(|inner| {
+        if inner.path.is_ident("serialize") {
+            let value: LitStr = inner.value()?.parse()?;
+            name = Some(value.value());
+            Ok(())
+        } else {
+            skip_serde_value(&inner)
+        }
+    })?;
+    Ok(name)
+}
+
+/// Skips the value of a serde key this macro has no use for.
+fn skip_serde_value(meta: &ParseNestedMeta) -> syn::Result<()> {
+    if meta.input.peek(syn::Token![=]) {
+        let _: Expr = meta.value()?.parse()?;
+    } else if meta.input.peek(syn::token::Paren) {
+        let content;
+        syn::parenthesized!(content in meta.input);
+        let _: TokenStream = content.parse()?;
+    }
+    Ok(())
+}
+
+/// A field name under a serde `rename_all` rule, as serde renames fields (a field name is taken
+/// to be `snake_case`). An unknown rule leaves the name alone; serde refuses it anyway.
+pub fn rename_field(rule: Option<&str>, field: &str) -> String {
+    let pascal = || {
+        let mut pascal = String::new();
+        let mut capitalize = true;
+        for ch in field.chars() {
+            if ch == '_' {
+                capitalize = true;
+            } else if capitalize {
+                pascal.push(ch.to_ascii_uppercase());
+                capitalize = false;
+            } else {
+                pascal.push(ch);
+            }
+        }
+        pascal
+    };
+    match rule {
+        Some("UPPERCASE" | "SCREAMING_SNAKE_CASE") => field.to_ascii_uppercase(),
+        Some("PascalCase") => pascal(),
+        Some("camelCase") => {
+            let pascal = pascal();
+            let mut chars = pascal.chars();
+            match chars.next() {
+                Some(first) => first.to_ascii_lowercase().to_string() + chars.as_str(),
+                None => pascal,
+            }
+        }
+        Some("kebab-case") => field.replace('_', "-"),
+        Some("SCREAMING-KEBAB-CASE") => field.to_ascii_uppercase().replace('_', "-"),
+        _ => field.to_owned(),
+    }
 }
 
 /// Each `#[serde(...)]` of `attrs` that uses one of `keys`, with the first such key.

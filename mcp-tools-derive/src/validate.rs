@@ -369,21 +369,12 @@ pub fn resource(resource: &Resource, cx: &Ctxt) {
             "an entity is a struct with named fields: deltas and `touches = [...]` name its top-level fields",
         );
     }
-    for rename in &resource.field_renames {
+    for shape in &resource.container_shapes {
         cx.error_spanned_by(
-            &rename.attr,
+            &shape.attr,
             format!(
-                "`#[serde({})]` is not supported on an entity field: deltas and `touches` name the top-level fields by their Rust names; remove it",
-                rename.key
-            ),
-        );
-    }
-    for rename in &resource.container_renames {
-        cx.error_spanned_by(
-            &rename.attr,
-            format!(
-                "`#[serde({})]` is not supported on an entity: it is stored and diffed as a JSON object whose keys are its field names; remove it",
-                rename.key
+                "`#[serde({})]` is not supported on an entity: it is stored and diffed as a JSON object of its fields; remove it",
+                shape.key
             ),
         );
     }

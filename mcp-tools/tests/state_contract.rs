@@ -9,8 +9,8 @@ use std::time::Duration;
 use mcp_tools::store::{
     Applied, ConflictPolicy, CreateRequest, Entity, Fingerprint, Lifecycle, ManualClock,
     MemoryStore, MutationOutcome, MutationRequest, PruneReport, ReadOutcome, ReadRequest,
-    RecordedOutcome, Recovery, Rejected, SqliteStore, StaleView, Store, StoreConfig, StoreError,
-    Transition, code, format_rfc3339,
+    RecordedApplied, RecordedOutcome, RecordedStaleView, Recovery, Rejected, SqliteStore,
+    StaleView, Store, StoreConfig, Transition, code, format_rfc3339,
 };
 use mcp_tools::{Principal, ToolError};
 use schemars::JsonSchema;
@@ -37,6 +37,22 @@ impl Entity for Basket {
             Lifecycle::Active
         }
     }
+}
+
+/// An entity whose outcomes show a view: its balance and how many entries it has, never its
+/// secret or the entries themselves.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+struct Account {
+    secret: String,
+    balance: i64,
+    entries: Vec<i64>,
+}
+
+impl Entity for Account {
+    const KIND: &'static str = "account";
+    const PREFIX: &'static str = "acc";
+    const VIEW: Option<fn(&Self) -> Value> =
+        Some(|account| json!({ "balance": account.balance, "entry_count": account.entries.len() }));
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
@@ -96,7 +112,7 @@ async fn create<S: Store>(store: &S, principal: Principal, basket: &Basket) -> S
         .clone()
 }
 
-async fn create_outcome<S: Store>(store: &S, request: CreateRequest) -> MutationOutcome {
+async fn create_outcome<S: Store>(store: &S, request: CreateRequest<'_>) -> MutationOutcome {
     let what = format!("a create of a {}", request.kind.kind);
     within(&what, store.create(request)).await.unwrap()
 }
@@ -123,7 +139,11 @@ impl CountResources for SqliteStore {
 }
 
 /// A create request with an operation id whose fingerprint covers the tool name and arguments.
-fn create_request(principal: Principal, operation_id: &str, basket: &Basket) -> CreateRequest {
+fn create_request(
+    principal: Principal,
+    operation_id: &str,
+    basket: &Basket,
+) -> CreateRequest<'static> {
     let arguments = json!({ "operation_id": operation_id, "basket": basket });
     CreateRequest::typed(principal, basket)
         .unwrap()
@@ -304,8 +324,18 @@ async fn replay_comes_before_the_stale_check<S: Store>(open: Open<'_, S>) {
     };
     assert_eq!(replayed.operation_id, "op-1");
     assert_eq!(replayed.recorded_at, format_rfc3339(T0));
-    assert_eq!(replayed.original, RecordedOutcome::Applied(applied.clone()));
-    assert_eq!(again.applied(), Some(&applied));
+    assert_eq!(
+        replayed.original,
+        RecordedOutcome::Applied(RecordedApplied::from(&applied))
+    );
+    // The replay shows the resource as it is now, and records no copy of the state.
+    let current = replayed
+        .current
+        .as_ref()
+        .expect("the basket is still there");
+    assert_eq!(current.version, applied.version);
+    assert_eq!(current.state, applied.state);
+    assert_eq!(again.committed_handle(), Some(applied.handle.as_str()));
     assert!(!again.is_error());
     assert!(again.text().starts_with("Already done"));
     assert_matches_schema(&again);
@@ -433,7 +463,7 @@ async fn stale_view_reports_the_delta<S: Store>(open: Open<'_, S>) {
     assert_eq!(state(&store, &handle).await.1.storage_gib, 512);
     let again = mutate(&store, b(), set_storage(1024)).await;
     assert!(
-        matches!(&again, MutationOutcome::Replayed(r) if r.original == RecordedOutcome::StaleView(stale.clone()))
+        matches!(&again, MutationOutcome::Replayed(r) if r.original == RecordedOutcome::StaleView(RecordedStaleView::from(&stale)))
     );
     assert_eq!(again.code(), Some("STALE_VIEW"));
     assert!(again.is_error());
@@ -827,7 +857,7 @@ async fn same_operation_id_storm<S: Store + Clone>(open: Open<'_, S>) {
     for replay in &replayed {
         assert_eq!(
             replay.original,
-            RecordedOutcome::Applied(applied[0].clone())
+            RecordedOutcome::Applied(RecordedApplied::from(&applied[0]))
         );
     }
     assert_eq!(state(&store, &handle).await.0, 2);
@@ -853,8 +883,12 @@ async fn idempotent_create<S: Store + CountResources>(open: Open<'_, S>) {
     };
     assert_eq!(replayed.operation_id, "c-1");
     assert_eq!(replayed.recorded_at, format_rfc3339(T0));
-    assert_eq!(replayed.original, RecordedOutcome::Applied(created.clone()));
-    assert_eq!(retry.applied().unwrap().handle, created.handle);
+    assert_eq!(
+        replayed.original,
+        RecordedOutcome::Applied(RecordedApplied::from(&created))
+    );
+    assert_eq!(retry.committed_handle(), Some(created.handle.as_str()));
+    assert_eq!(replayed.current.as_ref().map(|now| now.version), Some(1));
     assert!(!retry.is_error());
     assert_eq!(store.resources(), before + 1);
 
@@ -870,12 +904,23 @@ async fn idempotent_create<S: Store + CountResources>(open: Open<'_, S>) {
     );
     expect_applied(&mutate(&store, send, set_memory(32, &calls)).await);
     let again = create_outcome(&store, create_request(alice(), "c-1", &laptop())).await;
-    let applied = again.applied().unwrap();
+    let MutationOutcome::Replayed(replayed) = &again else {
+        panic!("expected replayed, got {again:?}");
+    };
+    // The record says what the create did (version 1); `current` says where the basket is now.
+    let RecordedOutcome::Applied(original) = &replayed.original else {
+        panic!("expected a recorded create, got {replayed:?}");
+    };
     assert_eq!(
-        (applied.handle.as_str(), applied.version),
+        (original.handle.as_str(), original.version),
         (created.handle.as_str(), 1)
     );
-    assert_eq!(applied.state, serde_json::to_value(laptop()).unwrap());
+    let current = replayed
+        .current
+        .as_ref()
+        .expect("the basket is still there");
+    assert_eq!(current.version, 2);
+    assert_eq!(current.state["memory_gib"], 32);
     assert_eq!(state(&store, &created.handle).await.0, 2);
 
     // The same id with another payload is refused, and nothing is created.
@@ -973,7 +1018,11 @@ async fn check_create_storm<S: Store + Clone + CountResources>(stores: &[S], lab
     assert_eq!(created, 1, "resources actually created");
     assert_eq!((applied.len(), replayed), (1, CREATE_STORM - 1));
     for outcome in &outcomes {
-        assert_eq!(outcome.applied(), Some(applied[0]), "{outcome:?}");
+        assert_eq!(
+            outcome.committed_handle(),
+            Some(applied[0].handle.as_str()),
+            "{outcome:?}"
+        );
     }
     assert_eq!(state(&stores[0], &applied[0].handle).await.0, 1);
 }
@@ -1093,6 +1142,147 @@ fn unchecked() -> StoreConfig {
     }
 }
 
+/// Each resource holds at most `ledger_quota` live records: a new operation id beyond that is
+/// `LEDGER_FULL` (nothing applied, nothing recorded) until records expire, while replays of
+/// recorded ids, changes without an operation id and every other resource go on as before, and
+/// guessed handles record nothing at all.
+async fn ledger_is_bounded_per_resource<S: Store>(open: Open<'_, S>) {
+    let clock = ManualClock::at_millis(T0);
+    let store = open(StoreConfig {
+        ledger_quota: 3,
+        ledger_retention: Duration::from_secs(600),
+        ..config(&clock)
+    });
+    let a = create(&store, alice(), &laptop()).await;
+    let b = create(&store, alice(), &laptop()).await;
+    let calls = Arc::new(AtomicUsize::new(0));
+    for n in 1..=3u32 {
+        let send = request(alice(), &a, "m", None, Some(&format!("a-{n}")), json!(n));
+        expect_applied(&mutate(&store, send, set_memory(n, &calls)).await);
+    }
+    clock.advance(Duration::from_secs(300));
+    let send = request(alice(), &a, "m", None, Some("a-4"), json!(4));
+    let full = mutate(&store, send, set_memory(4, &calls)).await;
+    assert_matches_schema(&full);
+    let rejected = expect_rejected(&full, code::LEDGER_FULL);
+    assert_eq!(rejected.recovery, Some(Recovery::RetryLater));
+    assert_eq!(state(&store, &a).await.0, 4, "nothing was applied");
+    assert_eq!(calls.load(Ordering::SeqCst), 3);
+
+    // A recorded id still replays; a change without an id is not recorded, so it applies.
+    let send = request(alice(), &a, "m", None, Some("a-1"), json!(1));
+    assert!(matches!(
+        mutate(&store, send, set_memory(1, &calls)).await,
+        MutationOutcome::Replayed(_)
+    ));
+    let send = request(alice(), &a, "m", None, None, json!(5));
+    expect_applied(&mutate(&store, send, set_memory(5, &calls)).await);
+    // Another resource has a share of its own.
+    let send = request(alice(), &b, "m", None, Some("b-1"), json!(6));
+    expect_applied(&mutate(&store, send, set_memory(6, &calls)).await);
+    // Guessed handles with fresh ids cost nothing: the same id on a guessed handle is judged
+    // again (not replayed), and no share fills up.
+    for n in 0..50 {
+        let guess = format!("bsk_guess{n}");
+        for _ in 0..2 {
+            let send = request(
+                alice(),
+                &guess,
+                "m",
+                None,
+                Some(&format!("g-{n}")),
+                json!(1),
+            );
+            let outcome = mutate(&store, send, set_memory(1, &calls)).await;
+            expect_rejected(&outcome, code::NOT_FOUND);
+        }
+    }
+    // The same id refused for a full share is free once the share has room again: records
+    // expire and no longer count, whether or not a sweep has run.
+    clock.advance(Duration::from_secs(301));
+    let send = request(alice(), &a, "m", None, Some("a-4"), json!(4));
+    expect_applied(&mutate(&store, send, set_memory(4, &calls)).await);
+}
+
+/// A resource (or a store descriptor) that declares a view shows it in every outcome: applied,
+/// stale_view (whose delta is computed between views, so it never shows what the view hides)
+/// and a replay's `current`; reads return the whole state.
+async fn views_shape_outcomes<S: Store>(open: Open<'_, S>) {
+    let clock = ManualClock::at_millis(T0);
+    let store = open(config(&clock));
+    let made = Account {
+        secret: "s-0".into(),
+        balance: 0,
+        entries: vec![],
+    };
+    let created = create_account(&store, &made).await;
+    let view = |balance: i64, count: usize| json!({ "balance": balance, "entry_count": count });
+    let created = expect_applied(&created).clone();
+    assert_eq!(created.state, view(0, 0));
+
+    let deposit = |amount: i64, secret: &'static str| {
+        Transition::typed(move |account: &mut Account| {
+            account.balance += amount;
+            account.entries.push(amount);
+            account.secret = secret.to_owned();
+            Ok::<_, ToolError>(account.balance)
+        })
+    };
+    let send = account_request(&created.handle, Some(1), "d-1");
+    let first = mutate(&store, send, deposit(10, "s-1")).await;
+    assert_eq!(expect_applied(&first).state, view(10, 1));
+    assert_matches_schema(&first);
+
+    // Planned from version 1, sent after version 2: the delta covers the view's fields only.
+    let send = account_request(&created.handle, Some(1), "d-2");
+    let stale = mutate(&store, send, deposit(5, "s-2")).await;
+    let stale = expect_stale(&stale);
+    assert_eq!(stale.current_state, view(10, 1));
+    let paths: Vec<&str> = stale
+        .delta
+        .iter()
+        .map(|change| change.path.as_str())
+        .collect();
+    assert_eq!(paths, ["/balance", "/entry_count"]);
+    assert!(!serde_json::to_string(stale).unwrap().contains("s-1"));
+
+    let send = account_request(&created.handle, Some(1), "d-1");
+    let again = mutate(&store, send, deposit(10, "s-1")).await;
+    let MutationOutcome::Replayed(replayed) = &again else {
+        panic!("expected replayed, got {again:?}");
+    };
+    assert_eq!(replayed.current.as_ref().unwrap().state, view(10, 1));
+
+    let read = ReadRequest {
+        kind: Account::kind(),
+        principal: alice(),
+        handle: created.handle.clone(),
+    };
+    let ReadOutcome::Current(snapshot) = within("a read", store.read(read)).await.unwrap() else {
+        panic!("expected the account");
+    };
+    assert_eq!(
+        snapshot.state["secret"], "s-1",
+        "reads return the whole state"
+    );
+}
+
+async fn create_account<S: Store>(store: &S, account: &Account) -> MutationOutcome {
+    let request = CreateRequest::typed(alice(), account)
+        .unwrap()
+        .operation("open", Fingerprint::of(&json!("open")));
+    create_outcome(store, request).await
+}
+
+fn account_request(handle: &str, expected: Option<u64>, operation_id: &str) -> MutationRequest {
+    let mut request = MutationRequest::new(Account::kind(), alice(), handle)
+        .operation(operation_id, Fingerprint::of(&json!(operation_id)));
+    if let Some(expected) = expected {
+        request = request.expect_version(expected);
+    }
+    request
+}
+
 /// Per-test storage: a temporary directory, used by the SQLite stores.
 struct Fixture {
     dir: tempfile::TempDir,
@@ -1151,6 +1341,8 @@ macro_rules! contract {
             case!(idempotent_create);
             case!(create_ledger_retention);
             case!(expired_resources_are_reclaimed);
+            case!(ledger_is_bounded_per_resource);
+            case!(views_shape_outcomes);
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
             async fn same_operation_id_create_storm_mints_one_resource() {
@@ -1251,11 +1443,10 @@ fn outcome_schemas_are_tagged_unions() {
     assert_eq!(read["oneOf"].as_array().unwrap().len(), 2);
 }
 
-/// A panicking transition fails the call with a store error, on either kind of runtime, leaves
-/// nothing behind (no new version, no ledger record) and leaves the store usable.
-async fn sqlite_transition_panic_rolls_back() {
-    let fixture = Fixture::new();
-    let store = fixture.sqlite(StoreConfig::default());
+/// A panicking transition answers `TRANSITION_PANICKED` (do not retry: it would panic again),
+/// records nothing, so the operation id stays free for the same change once the bug is fixed,
+/// leaves the state as it was, and leaves the store healthy, on either kind of runtime.
+async fn transition_panic_is_contained<S: Store>(store: S) {
     let handle = create(&store, alice(), &laptop()).await;
     let send = request(alice(), &handle, "m", Some(1), Some("op"), json!(32));
     let panicking = Transition::new(|state: &mut Value| {
@@ -1266,8 +1457,15 @@ async fn sqlite_transition_panic_rolls_back() {
         "a mutation whose transition panics",
         store.mutate(send, panicking),
     )
-    .await;
-    assert!(matches!(failed, Err(StoreError::Task(_))), "got {failed:?}");
+    .await
+    .expect("a panic is an outcome, not a store failure");
+    assert_eq!(failed.code(), Some(code::TRANSITION_PANICKED), "{failed:?}");
+    assert_matches_schema(&failed);
+    let MutationOutcome::Rejected(rejected) = &failed else {
+        panic!("expected a rejection, got {failed:?}");
+    };
+    assert_eq!(rejected.recovery, Some(Recovery::Stop));
+    assert!(failed.into_call_tool_result().is_error);
     assert_eq!(state(&store, &handle).await.0, 1);
     let calls = Arc::new(AtomicUsize::new(0));
     let send = request(alice(), &handle, "m", Some(1), Some("op"), json!(32));
@@ -1278,15 +1476,27 @@ async fn sqlite_transition_panic_rolls_back() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sqlite_transition_panic_on_multi_thread_runtime() {
-    sqlite_transition_panic_rolls_back().await;
+    let fixture = Fixture::new();
+    transition_panic_is_contained(fixture.sqlite(StoreConfig::default())).await;
 }
 
 #[tokio::test(flavor = "current_thread")]
 async fn sqlite_transition_panic_on_current_thread_runtime() {
-    sqlite_transition_panic_rolls_back().await;
+    let fixture = Fixture::new();
+    transition_panic_is_contained(fixture.sqlite(StoreConfig::default())).await;
 }
 
-/// A request that fails before recording an outcome leaves no ledger slot behind in memory.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_transition_panic_on_multi_thread_runtime() {
+    transition_panic_is_contained(MemoryStore::default()).await;
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn memory_transition_panic_on_current_thread_runtime() {
+    transition_panic_is_contained(MemoryStore::default()).await;
+}
+
+/// A request that records no outcome leaves no ledger slot behind in memory.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn memory_failed_request_leaves_no_ledger_slot() {
     let store = MemoryStore::default();
@@ -1296,16 +1506,24 @@ async fn memory_failed_request_leaves_no_ledger_slot() {
         state["memory_gib"] = json!(64);
         panic!("transition bug")
     });
-    let task = tokio::spawn({
-        let store = store.clone();
-        async move { store.mutate(send, panicking).await }
-    });
-    let joined = within("the task of a panicking transition", task).await;
-    assert!(joined.is_err(), "the transition did not panic");
+    let failed = mutate(&store, send, panicking).await;
+    assert_eq!(failed.code(), Some(code::TRANSITION_PANICKED));
+    assert_eq!(store.ledger_count_for_tests(), 0);
+    // A guessed handle records nothing either.
+    let send = request(
+        alice(),
+        "bsk_guessed",
+        "m",
+        Some(1),
+        Some("guess"),
+        json!(32),
+    );
+    let calls = Arc::new(AtomicUsize::new(0));
+    let missing = mutate(&store, send, set_memory(32, &calls)).await;
+    assert_eq!(missing.code(), Some(code::NOT_FOUND));
     assert_eq!(store.ledger_count_for_tests(), 0);
     assert_eq!(state(&store, &handle).await.0, 1);
     // The id is free, and a recorded outcome keeps its slot.
-    let calls = Arc::new(AtomicUsize::new(0));
     let send = request(alice(), &handle, "m", Some(1), Some("op"), json!(32));
     expect_applied(&mutate(&store, send, set_memory(32, &calls)).await);
     assert_eq!(store.ledger_count_for_tests(), 1);
@@ -1340,22 +1558,36 @@ fn sqlite_applies_the_synchronous_option_to_its_writer() {
     assert_eq!(full.synchronous_for_tests().unwrap(), Synchronous::Full);
 }
 
-/// A file with the layout of earlier pre-release versions is refused, not misread.
+/// Files with the layouts of earlier pre-release versions are refused, not misread.
 #[test]
-fn sqlite_refuses_the_old_layout() {
+fn sqlite_refuses_the_old_layouts() {
     let fixture = Fixture::new();
-    let path = fixture.dir.path().join("old.db");
-    rusqlite::Connection::open(&path)
-        .unwrap()
-        .execute_batch("CREATE TABLE mcp_resources (handle TEXT PRIMARY KEY) STRICT;")
-        .unwrap();
-    let error = SqliteStore::open(&path, StoreConfig::default())
-        .err()
-        .expect("the old layout was accepted");
-    assert!(error.to_string().contains("not migrated"), "{error}");
+    for (name, schema) in [
+        (
+            "first.db",
+            "CREATE TABLE mcp_resources (handle TEXT PRIMARY KEY) STRICT;",
+        ),
+        (
+            "copies.db",
+            "CREATE TABLE mcp_versions (handle TEXT, version INTEGER, PRIMARY KEY (handle, version));",
+        ),
+    ] {
+        let path = fixture.dir.path().join(name);
+        rusqlite::Connection::open(&path)
+            .unwrap()
+            .execute_batch(schema)
+            .unwrap();
+        let error = SqliteStore::open(&path, StoreConfig::default())
+            .err()
+            .expect("the old layout was accepted");
+        assert!(
+            error.to_string().contains("does not read or migrate"),
+            "{name}: {error}"
+        );
+    }
 }
 
-/// SQLite drops versions beyond the history limit in batches: the kept rows stay bounded.
+/// SQLite drops undo patches beyond the history limit in batches: the kept rows stay bounded.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sqlite_history_rows_stay_bounded() {
     let fixture = Fixture::new();
@@ -1372,12 +1604,12 @@ async fn sqlite_history_rows_stay_bounded() {
     let rows: i64 = rusqlite::Connection::open(fixture.dir.path().join("state.db"))
         .unwrap()
         .query_row(
-            "SELECT count(*) FROM mcp_versions WHERE handle = ?1",
+            "SELECT count(*) FROM mcp_changes WHERE handle = ?1",
             [&handle],
             |row| row.get(0),
         )
         .unwrap();
-    assert!((3..=3 + 16).contains(&rows), "{rows} versions kept");
+    assert!((2..=2 + 16).contains(&rows), "{rows} patches kept");
     assert_eq!(
         state(&store, &handle).await,
         (101, {
@@ -1499,13 +1731,10 @@ async fn memory_a_held_transition_on_one_handle_blocks_no_other_handle() {
     assert_eq!((version, basket.memory_gib), (2, 64));
 }
 
-/// SQLite writers queue on one connection, but readers have their own: while a transition is
-/// held inside its write transaction, reads of that resource (at its committed version) and of
-/// another complete.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sqlite_a_held_transition_blocks_no_reader() {
-    let fixture = Fixture::new();
-    let store = fixture.sqlite(StoreConfig::default());
+/// Readers never wait for a writer: while a transition is held inside its boundary (the memory
+/// store's per-handle lock, SQLite's write transaction), reads of that resource (at its committed
+/// version) and of another complete.
+async fn a_held_transition_blocks_no_reader<S: Store + Clone>(store: S) {
     let a = create(&store, alice(), &laptop()).await;
     let b = create(&store, alice(), &laptop()).await;
     let (mut held_a, release) = hold(&store, &a).await;
@@ -1531,4 +1760,129 @@ async fn sqlite_a_held_transition_blocks_no_reader() {
     assert_eq!(expect_applied(&outcome).version, 2);
     let (version, basket) = state(&store, &a).await;
     assert_eq!((version, basket.memory_gib), (2, 64));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_a_held_transition_blocks_no_reader() {
+    a_held_transition_blocks_no_reader(MemoryStore::default()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_a_held_transition_blocks_no_reader() {
+    let fixture = Fixture::new();
+    a_held_transition_blocks_no_reader(fixture.sqlite(StoreConfig::default())).await;
+}
+
+/// Expired ledger records go without anyone calling `prune`: enough writes wake the store's
+/// sweep thread, and no request waits for it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_sweeps_on_its_own_thread() {
+    let clock = ManualClock::at_millis(T0);
+    let store = MemoryStore::new(StoreConfig {
+        ledger_retention: Duration::from_secs(1),
+        ..config(&clock)
+    });
+    for n in 0..100 {
+        create_outcome(
+            &store,
+            create_request(alice(), &format!("c-{n}"), &laptop()),
+        )
+        .await;
+    }
+    assert_eq!(store.ledger_count_for_tests(), 100);
+    clock.advance(Duration::from_secs(2));
+    let handle = create(&store, alice(), &laptop()).await;
+    let calls = Arc::new(AtomicUsize::new(0));
+    within("the automatic sweep of the memory store", async {
+        let mut writes = 0;
+        while store.ledger_count_for_tests() > 0 {
+            let send = request(alice(), &handle, "m", None, None, json!(1));
+            mutate(&store, send, set_memory(1, &calls)).await;
+            writes += 1;
+            if writes % 1000 == 0 {
+                tokio::task::yield_now().await;
+            }
+        }
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_sweeps_on_its_own_thread() {
+    let fixture = Fixture::new();
+    let clock = ManualClock::at_millis(T0);
+    let store = fixture.sqlite(StoreConfig {
+        ledger_retention: Duration::from_secs(1),
+        ..config(&clock)
+    });
+    for n in 0..100 {
+        create_outcome(
+            &store,
+            create_request(alice(), &format!("c-{n}"), &laptop()),
+        )
+        .await;
+    }
+    let ledger_rows = || -> i64 {
+        rusqlite::Connection::open(fixture.dir.path().join("state.db"))
+            .unwrap()
+            .query_row("SELECT count(*) FROM mcp_ledger", [], |row| row.get(0))
+            .unwrap()
+    };
+    assert_eq!(ledger_rows(), 100);
+    clock.advance(Duration::from_secs(2));
+    let handle = create(&store, alice(), &laptop()).await;
+    let calls = Arc::new(AtomicUsize::new(0));
+    within("the automatic sweep of the SQLite store", async {
+        while ledger_rows() > 0 {
+            for _ in 0..64 {
+                let send = request(alice(), &handle, "m", None, None, json!(1));
+                mutate(&store, send, set_memory(1, &calls)).await;
+            }
+        }
+    })
+    .await;
+}
+
+/// What SQLite retains grows with the change, not with the state: appends to a large basket
+/// keep one copy of the state, undo patches of a few bytes, and ledger records without state.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_retains_the_change_not_the_state() {
+    let fixture = Fixture::new();
+    let store = fixture.sqlite(StoreConfig::default());
+    let mut big = laptop();
+    big.notes = (0..1000).map(|n| format!("{n:0>100}")).collect();
+    let handle = create(&store, alice(), &big).await;
+    let calls = Arc::new(AtomicUsize::new(0));
+    let append = |n: usize| {
+        Transition::typed(move |basket: &mut Basket| {
+            basket.notes.push(format!("note {n:0>35}"));
+            Ok::<_, ToolError>(basket.notes.len())
+        })
+    };
+    for n in 0..200 {
+        let send = request(
+            alice(),
+            &handle,
+            "n",
+            None,
+            Some(&format!("n-{n}")),
+            json!(n),
+        );
+        expect_applied(&mutate(&store, send, append(n)).await);
+    }
+    // One stale answer is recorded as a summary too.
+    let send = request(alice(), &handle, "m", Some(1), Some("stale"), json!(1));
+    expect_stale(&mutate(&store, send, set_memory(1, &calls)).await);
+    let connection = rusqlite::Connection::open(fixture.dir.path().join("state.db")).unwrap();
+    let bytes = |sql: &str| -> i64 { connection.query_row(sql, [], |row| row.get(0)).unwrap() };
+    let state = bytes("SELECT sum(length(state)) FROM mcp_resources");
+    assert!(state > 100_000, "{state} bytes of state");
+    let history = bytes("SELECT sum(length(undo)) FROM mcp_changes");
+    let kept = bytes("SELECT count(*) FROM mcp_changes");
+    assert!(
+        history <= kept * 64,
+        "{history} bytes of history in {kept} patches"
+    );
+    let ledger = bytes("SELECT max(length(outcome)) FROM mcp_ledger");
+    assert!(ledger < 400, "a ledger record of {ledger} bytes");
 }

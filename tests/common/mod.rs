@@ -69,6 +69,21 @@ impl Drop for TestServer {
     }
 }
 
+/// What the ledger records of an `applied` outcome (its `structuredContent`), as a replay shows it
+/// in `original`: a summary without the state.
+pub fn recorded_applied(applied: &Value) -> Value {
+    let mut summary = json!({
+        "outcome": "applied",
+        "handle": applied["handle"],
+        "version": applied["version"],
+        "result": applied["result"],
+    });
+    if let Some(from) = applied.get("rebased_from") {
+        summary["rebased_from"] = from.clone();
+    }
+    summary
+}
+
 pub fn client() -> reqwest::Client {
     reqwest::Client::builder().no_proxy().build().unwrap()
 }

@@ -1,27 +1,29 @@
 //! The atomic boundary, written once against a minimal transaction interface that each store
 //! implements while it holds its locks (memory) or its write transaction (SQL).
 
+use std::panic::{self, AssertUnwindSafe};
 use std::sync::Arc;
 
 use serde_json::Value;
 
 use super::clock::{duration_millis, format_rfc3339};
 use super::contract::{
-    ConflictPolicy, CreateRequest, MutationRequest, ReadRequest, StoreConfig, StoreError,
-    Transition,
+    ConflictPolicy, MutationRequest, ReadRequest, StoreConfig, StoreError, Transition,
 };
 use super::delta::diff;
 use super::entity::{EntityKind, Lifecycle};
 use super::fingerprint::Fingerprint;
 use super::handle::has_prefix;
-use super::outcome::Recovery;
+use super::history::{Undo, apply_undo, undo_patch};
 use super::outcome::{
-    Applied, MutationOutcome, ReadOutcome, RecordedOutcome, Rejected, Replayed, Resumption,
-    Snapshot, StaleView, code,
+    Applied, MutationOutcome, ReadOutcome, RecordedApplied, RecordedOutcome, RecordedStaleView,
+    Recovery, Rejected, Replayed, Resumption, Snapshot, StaleView, code,
 };
+use crate::context::Principal;
+use crate::tools::content::ToolError;
 
 /// One stored resource at its current version. Cloning it is cheap: the strings and the state are
-/// shared, and the in-memory store keeps the same state in the record and in its history.
+/// shared.
 #[derive(Debug, Clone)]
 pub(crate) struct Record {
     pub(crate) kind: Arc<str>,
@@ -32,86 +34,88 @@ pub(crate) struct Record {
     pub(crate) expires_at: Option<i64>,
 }
 
-/// A recorded outcome as the ledger keeps it: an `applied` outcome shares its state with the
-/// stored version instead of holding another copy.
+/// What a ledger record holds besides its key.
 #[derive(Debug, Clone)]
-pub(crate) enum LedgerOutcome {
-    /// `applied`; `applied.state` is `Null` and the state is `state`.
-    Applied { applied: Applied, state: Arc<Value> },
-    /// Any other outcome, as recorded.
-    Other(RecordedOutcome),
-}
-
-impl LedgerOutcome {
-    /// The ledger's form of `outcome`; `state` is the stored state of an `applied` outcome.
-    fn new(outcome: &RecordedOutcome, state: Option<&Arc<Value>>) -> Self {
-        match (outcome, state) {
-            (RecordedOutcome::Applied(applied), Some(state)) => LedgerOutcome::Applied {
-                applied: Applied {
-                    handle: applied.handle.clone(),
-                    version: applied.version,
-                    state: Value::Null,
-                    result: applied.result.clone(),
-                    rebased_from: applied.rebased_from,
-                    resumption: applied.resumption.clone(),
-                },
-                state: Arc::clone(state),
-            },
-            (outcome, _) => LedgerOutcome::Other(outcome.clone()),
-        }
-    }
-
-    /// The outcome as it was recorded.
-    pub(crate) fn into_recorded(self) -> RecordedOutcome {
-        match self {
-            LedgerOutcome::Applied { mut applied, state } => {
-                applied.state = Arc::unwrap_or_clone(state);
-                RecordedOutcome::Applied(applied)
-            }
-            LedgerOutcome::Other(outcome) => outcome,
-        }
-    }
-}
-
-impl From<RecordedOutcome> for LedgerOutcome {
-    fn from(outcome: RecordedOutcome) -> Self {
-        LedgerOutcome::Other(outcome)
-    }
+pub(crate) enum LedgerState {
+    /// A create claimed the operation id and is making its state.
+    Pending { token: u64 },
+    /// The recorded outcome.
+    Done(RecordedOutcome),
 }
 
 /// One operation-id ledger record.
 #[derive(Debug, Clone)]
 pub(crate) struct LedgerEntry {
     pub(crate) fingerprint: Fingerprint,
-    pub(crate) outcome: LedgerOutcome,
+    pub(crate) state: LedgerState,
+    /// The resource the record counts against (the one its outcome names).
+    pub(crate) handle: Option<String>,
     pub(crate) recorded_at: i64,
     pub(crate) expires_at: i64,
 }
 
 /// The operations the boundary performs inside one store transaction.
 pub(crate) trait Txn {
+    /// Says which resource and ledger record the boundary reads first, so a store can read both
+    /// in one round trip; `ledger_get` and `load` then answer from it once.
+    fn prefetch(
+        &mut self,
+        _handle: &str,
+        _principal: &str,
+        _operation_id: Option<&str>,
+    ) -> Result<(), StoreError> {
+        Ok(())
+    }
     /// The ledger record of (principal, operation id), expired or not.
     fn ledger_get(
         &mut self,
         principal: &str,
         operation_id: &str,
     ) -> Result<Option<LedgerEntry>, StoreError>;
-    /// Inserts or replaces the ledger record of (principal, operation id).
+    /// Stores the ledger record of (principal, operation id), which holds none (see
+    /// [`Txn::ledger_remove`]); a record with a handle counts against that resource's share.
     fn ledger_put(
         &mut self,
         principal: &str,
         operation_id: &str,
         entry: LedgerEntry,
     ) -> Result<(), StoreError>;
+    /// Removes the ledger record of (principal, operation id), `entry` as read.
+    fn ledger_remove(
+        &mut self,
+        principal: &str,
+        operation_id: &str,
+        entry: &LedgerEntry,
+    ) -> Result<(), StoreError>;
+    /// Whether the resource holds `quota` live ledger records or more.
+    fn ledger_full(&mut self, handle: &str, quota: u64, now: i64) -> Result<bool, StoreError>;
     /// The resource at its current version.
     fn load(&mut self, handle: &str) -> Result<Option<Record>, StoreError>;
-    /// The state at an older version, if still kept.
-    fn history(&mut self, handle: &str, version: u64) -> Result<Option<Value>, StoreError>;
-    /// Stores `record` (version 1) under a newly minted handle, with its history.
+    /// The undo patches of the versions after `version`, newest first, or `None` when one of
+    /// them is no longer kept.
+    fn undo_since(
+        &mut self,
+        handle: &str,
+        version: u64,
+    ) -> Result<Option<Vec<Vec<Undo>>>, StoreError>;
+    /// Stores `record` (version 1) under a newly minted handle.
     fn insert(&mut self, handle: &str, record: Record) -> Result<(), StoreError>;
-    /// Writes `record` as the new current version, appends it to the history and drops history
-    /// versions `<= drop_through` (now or later: the boundary never asks for them again).
-    fn write(&mut self, handle: &str, record: Record, drop_through: u64) -> Result<(), StoreError>;
+    /// Writes `record` as the new current version with the undo patch back to the previous one,
+    /// and drops the patches of versions `<= drop_through` (now or later: the boundary never asks
+    /// for them again). `recorded` says a ledger record about this change follows in the same
+    /// transaction, so a store may count it against the resource in this write.
+    fn write(&mut self, handle: &str, record: Record, change: Change) -> Result<(), StoreError>;
+}
+
+/// What a write adds besides the new record.
+#[derive(Debug)]
+pub(crate) struct Change {
+    /// The patch back to the previous version.
+    pub(crate) undo: Vec<Undo>,
+    /// Patches of versions up to this one may be dropped.
+    pub(crate) drop_through: u64,
+    /// A ledger record about this change follows in the same transaction.
+    pub(crate) recorded: bool,
 }
 
 pub(crate) fn resumption(handle: &str, record: &Record) -> Resumption {
@@ -127,46 +131,22 @@ pub(crate) fn expiry(kind: &EntityKind, now: i64) -> Option<i64> {
     kind.ttl.map(|ttl| now.saturating_add(duration_millis(ttl)))
 }
 
-/// The first record of a new resource.
-pub(crate) fn new_record(kind: &EntityKind, owner: &str, state: Value, now: i64) -> Record {
-    Record {
-        kind: kind.kind.into(),
-        owner: owner.into(),
-        version: 1,
-        lifecycle: (kind.lifecycle)(&state),
-        state: Arc::new(state),
-        expires_at: expiry(kind, now),
-    }
-}
-
-pub(crate) fn applied_on_create(handle: &str, record: &Record) -> Applied {
-    Applied {
-        handle: handle.to_owned(),
-        version: record.version,
-        state: Value::clone(&record.state),
-        result: Value::Null,
-        rebased_from: None,
-        resumption: resumption(handle, record),
-    }
-}
-
 /// Resolves a handle for `principal`: `Err` with the rejection the caller must see otherwise.
 fn resolve(
+    txn: &mut impl Txn,
     kind: &EntityKind,
     principal: &str,
     handle: &str,
-    record: Option<Record>,
-) -> Result<Record, Rejected> {
-    match record {
-        Some(record)
-            if *record.owner == *principal
-                && *record.kind == *kind.kind
-                && has_prefix(handle, kind.prefix) =>
-        {
-            Ok(record)
-        }
+) -> Result<Result<Record, Rejected>, StoreError> {
+    let loaded = if has_prefix(handle, kind.prefix) {
+        txn.load(handle)?
+    } else {
+        None
+    };
+    Ok(match loaded {
+        Some(record) if *record.owner == *principal && *record.kind == *kind.kind => Ok(record),
         _ => Err(Rejected::not_found(kind.kind)),
-    }
+    })
 }
 
 fn expired(record: &Record, now: i64) -> Option<i64> {
@@ -179,17 +159,7 @@ pub(crate) fn read(
     request: &ReadRequest,
     now: i64,
 ) -> Result<ReadOutcome, StoreError> {
-    let loaded = if has_prefix(&request.handle, request.kind.prefix) {
-        txn.load(&request.handle)?
-    } else {
-        None
-    };
-    let record = match resolve(
-        &request.kind,
-        request.principal.key(),
-        &request.handle,
-        loaded,
-    ) {
+    let record = match resolve(txn, &request.kind, request.principal.key(), &request.handle)? {
         Ok(record) => record,
         Err(rejected) => return Ok(ReadOutcome::Rejected(rejected)),
     };
@@ -208,83 +178,296 @@ pub(crate) fn read(
     }))
 }
 
-/// The ledger lookup that starts the boundary: the answer to a repeated operation id, if it is one.
-fn replay(
+/// The resource a replayed outcome names, as the caller may see it now.
+fn current_view(
     txn: &mut impl Txn,
+    kind: &EntityKind,
+    principal: &str,
+    handle: &str,
+    now: i64,
+) -> Result<Option<Snapshot>, StoreError> {
+    let Ok(record) = resolve(txn, kind, principal, handle)? else {
+        return Ok(None);
+    };
+    if expired(&record, now).is_some() {
+        return Ok(None);
+    }
+    Ok(Some(Snapshot {
+        handle: handle.to_owned(),
+        version: record.version,
+        resumption: resumption(handle, &record),
+        state: kind.view_of(&record.state),
+    }))
+}
+
+/// What the ledger lookup that starts the boundary found.
+enum Lookup {
+    /// The answer to a repeated operation id.
+    Answer(MutationOutcome),
+    /// A new operation; `stale` is an expired record under the same key, to be replaced.
+    Fresh { stale: Option<LedgerEntry> },
+}
+
+fn lookup(
+    txn: &mut impl Txn,
+    kind: &EntityKind,
     principal: &str,
     operation: Option<&(String, Fingerprint)>,
     now: i64,
-) -> Result<Option<MutationOutcome>, StoreError> {
+) -> Result<Lookup, StoreError> {
     let Some((operation_id, fingerprint)) = operation else {
-        return Ok(None);
+        return Ok(Lookup::Fresh { stale: None });
     };
     let Some(entry) = txn.ledger_get(principal, operation_id)? else {
-        return Ok(None);
+        return Ok(Lookup::Fresh { stale: None });
     };
     if entry.expires_at <= now {
-        return Ok(None);
+        return Ok(Lookup::Fresh { stale: Some(entry) });
     }
     if &entry.fingerprint != fingerprint {
-        return Ok(Some(MutationOutcome::Rejected(
+        return Ok(Lookup::Answer(MutationOutcome::Rejected(
             Rejected::operation_id_reused(operation_id),
         )));
     }
-    Ok(Some(MutationOutcome::Replayed(Replayed {
+    let original = match entry.state {
+        LedgerState::Pending { .. } => {
+            return Ok(Lookup::Answer(MutationOutcome::Rejected(
+                Rejected::operation_in_progress(operation_id),
+            )));
+        }
+        LedgerState::Done(original) => original,
+    };
+    let current = match &entry.handle {
+        Some(handle) => current_view(txn, kind, principal, handle, now)?,
+        None => None,
+    };
+    Ok(Lookup::Answer(MutationOutcome::Replayed(Replayed {
         operation_id: operation_id.clone(),
         recorded_at: format_rfc3339(entry.recorded_at),
-        original: entry.outcome.into_recorded(),
+        original,
+        current,
     })))
 }
 
-/// Records `outcome` under the operation id, if the request has one.
+/// Records `outcome` about the resource `handle` under the operation id, replacing the expired
+/// record `stale` if there was one. The record counts against that resource's share, whatever
+/// the outcome.
+#[allow(clippy::too_many_arguments)]
 fn record(
     txn: &mut impl Txn,
     config: &StoreConfig,
     principal: &str,
-    operation: Option<&(String, Fingerprint)>,
-    outcome: &RecordedOutcome,
-    state: Option<&Arc<Value>>,
+    operation: &(String, Fingerprint),
+    stale: Option<&LedgerEntry>,
+    handle: &str,
+    outcome: RecordedOutcome,
     now: i64,
 ) -> Result<(), StoreError> {
-    if let Some((operation_id, fingerprint)) = operation {
-        let entry = LedgerEntry {
+    let (operation_id, fingerprint) = operation;
+    if let Some(stale) = stale {
+        txn.ledger_remove(principal, operation_id, stale)?;
+    }
+    let entry = LedgerEntry {
+        fingerprint: fingerprint.clone(),
+        handle: Some(handle.to_owned()),
+        state: LedgerState::Done(outcome),
+        recorded_at: now,
+        expires_at: now.saturating_add(duration_millis(config.ledger_retention)),
+    };
+    txn.ledger_put(principal, operation_id, entry)
+}
+
+/// What the first step of a create decided.
+pub(crate) enum Claim {
+    /// The create ends here (a replay, a reused or busy operation id).
+    Answer(Box<MutationOutcome>),
+    /// Go on and make the state; with an operation id, it is claimed with this token.
+    Claimed(Option<u64>),
+}
+
+/// The first step of a create: the ledger lookup, and a claim on a new operation id so a
+/// concurrent or later retry does not make the state again.
+pub(crate) fn claim(
+    txn: &mut impl Txn,
+    config: &StoreConfig,
+    kind: &EntityKind,
+    principal: &Principal,
+    operation: Option<&(String, Fingerprint)>,
+    token: u64,
+    now: i64,
+) -> Result<Claim, StoreError> {
+    let principal = principal.key();
+    let stale = match lookup(txn, kind, principal, operation, now)? {
+        Lookup::Answer(answer) => return Ok(Claim::Answer(Box::new(answer))),
+        Lookup::Fresh { stale } => stale,
+    };
+    let Some((operation_id, fingerprint)) = operation else {
+        return Ok(Claim::Claimed(None));
+    };
+    if let Some(stale) = &stale {
+        txn.ledger_remove(principal, operation_id, stale)?;
+    }
+    txn.ledger_put(
+        principal,
+        operation_id,
+        LedgerEntry {
             fingerprint: fingerprint.clone(),
-            outcome: LedgerOutcome::new(outcome, state),
+            state: LedgerState::Pending { token },
+            handle: None,
             recorded_at: now,
-            expires_at: now.saturating_add(duration_millis(config.ledger_retention)),
-        };
-        txn.ledger_put(principal, operation_id, entry)?;
+            expires_at: now.saturating_add(duration_millis(config.creation_lease)),
+        },
+    )?;
+    Ok(Claim::Claimed(Some(token)))
+}
+
+/// How making a create's state ended.
+pub(crate) enum Made {
+    State(Value),
+    Failed(ToolError),
+    Panicked,
+}
+
+/// The last step of a create: version 1 under `handle` (minted by the caller) and the ledger
+/// record, if the claim `token` still holds. A create whose state could not be made records
+/// nothing and gives its claim up, so a retry makes it again.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn finish_create(
+    txn: &mut impl Txn,
+    config: &StoreConfig,
+    kind: &EntityKind,
+    principal: &Principal,
+    operation: Option<&(String, Fingerprint)>,
+    token: Option<u64>,
+    handle: &str,
+    made: Made,
+    now: i64,
+) -> Result<MutationOutcome, StoreError> {
+    let principal = principal.key();
+    let mut stale = None;
+    if let (Some((operation_id, _)), Some(token)) = (operation, token) {
+        match txn.ledger_get(principal, operation_id)? {
+            Some(entry) if matches!(entry.state, LedgerState::Pending { token: held } if held == token) =>
+            {
+                stale = Some(entry);
+            }
+            // The claim lapsed and another attempt took the id over: its outcome stands.
+            Some(entry) if entry.expires_at > now => {
+                if let Lookup::Answer(answer) = lookup(txn, kind, principal, operation, now)? {
+                    return Ok(answer);
+                }
+                stale = Some(entry);
+            }
+            other => stale = other,
+        }
+    }
+    let state = match made {
+        Made::State(state) => state,
+        Made::Failed(error) => {
+            release(txn, principal, operation, stale.as_ref())?;
+            return Ok(MutationOutcome::Rejected(Rejected::domain(&error)));
+        }
+        Made::Panicked => {
+            release(txn, principal, operation, stale.as_ref())?;
+            return Ok(MutationOutcome::Rejected(Rejected::panicked(kind.kind)));
+        }
+    };
+    let record = Record {
+        kind: kind.kind.into(),
+        owner: principal.into(),
+        version: 1,
+        lifecycle: (kind.lifecycle)(&state),
+        state: Arc::new(state),
+        expires_at: expiry(kind, now),
+    };
+    let applied = Applied {
+        handle: handle.to_owned(),
+        version: 1,
+        state: kind.view_of(&record.state),
+        result: Value::Null,
+        rebased_from: None,
+        resumption: resumption(handle, &record),
+    };
+    txn.insert(handle, record)?;
+    if let Some(operation) = operation {
+        let summary = RecordedOutcome::Applied(RecordedApplied::from(&applied));
+        self::record(
+            txn,
+            config,
+            principal,
+            operation,
+            stale.as_ref(),
+            handle,
+            summary,
+            now,
+        )?;
+    }
+    Ok(MutationOutcome::Applied(applied))
+}
+
+/// A create whose state is known up front: the lookup, version 1 and the record in one atomic
+/// unit, so concurrent retries see either nothing or the outcome, never a claim.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn create_now(
+    txn: &mut impl Txn,
+    config: &StoreConfig,
+    kind: &EntityKind,
+    principal: &Principal,
+    operation: Option<&(String, Fingerprint)>,
+    handle: &str,
+    state: Value,
+    now: i64,
+) -> Result<MutationOutcome, StoreError> {
+    let stale = match lookup(txn, kind, principal.key(), operation, now)? {
+        Lookup::Answer(answer) => return Ok(answer),
+        Lookup::Fresh { stale } => stale,
+    };
+    if let (Some((operation_id, _)), Some(stale)) = (operation, &stale) {
+        txn.ledger_remove(principal.key(), operation_id, stale)?;
+    }
+    finish_create(
+        txn,
+        config,
+        kind,
+        principal,
+        operation,
+        None,
+        handle,
+        Made::State(state),
+        now,
+    )
+}
+
+/// Gives up a create's claim (read as `held`), if it still holds one.
+pub(crate) fn release(
+    txn: &mut impl Txn,
+    principal: &str,
+    operation: Option<&(String, Fingerprint)>,
+    held: Option<&LedgerEntry>,
+) -> Result<(), StoreError> {
+    if let (Some((operation_id, _)), Some(entry)) = (operation, held)
+        && matches!(entry.state, LedgerState::Pending { .. })
+    {
+        txn.ledger_remove(principal, operation_id, entry)?;
     }
     Ok(())
 }
 
-/// The create boundary: the ledger lookup, then version 1 under `handle` (minted by the caller)
-/// and the ledger record. The caller holds whatever makes `txn` atomic.
-pub(crate) fn create(
+/// Gives up the claim `token` on a create's operation id, when the create was abandoned before
+/// it finished.
+pub(crate) fn abandon(
     txn: &mut impl Txn,
-    config: &StoreConfig,
-    request: CreateRequest,
-    handle: &str,
-    now: i64,
-) -> Result<MutationOutcome, StoreError> {
-    let principal = request.principal.key();
-    if let Some(answer) = replay(txn, principal, request.operation.as_ref(), now)? {
-        return Ok(answer);
+    principal: &Principal,
+    operation_id: &str,
+    token: u64,
+) -> Result<(), StoreError> {
+    let principal = principal.key();
+    if let Some(entry) = txn.ledger_get(principal, operation_id)?
+        && matches!(entry.state, LedgerState::Pending { token: held } if held == token)
+    {
+        txn.ledger_remove(principal, operation_id, &entry)?;
     }
-    let record = new_record(&request.kind, principal, request.state, now);
-    let applied = RecordedOutcome::Applied(applied_on_create(handle, &record));
-    let stored = Arc::clone(&record.state);
-    txn.insert(handle, record)?;
-    self::record(
-        txn,
-        config,
-        principal,
-        request.operation.as_ref(),
-        &applied,
-        Some(&stored),
-        now,
-    )?;
-    Ok(applied.into())
+    Ok(())
 }
 
 /// The mutation boundary. The caller holds whatever makes `txn` atomic.
@@ -296,21 +479,46 @@ pub(crate) fn mutate(
     now: i64,
 ) -> Result<MutationOutcome, StoreError> {
     let principal = request.principal.key();
-    if let Some(answer) = replay(txn, principal, request.operation.as_ref(), now)? {
-        return Ok(answer);
+    let operation = request.operation.as_ref();
+    if has_prefix(&request.handle, request.kind.prefix) {
+        let operation_id = operation.map(|(operation_id, _)| operation_id.as_str());
+        txn.prefetch(&request.handle, principal, operation_id)?;
     }
-    let mut stored = None;
-    let outcome = decide(txn, config, request, transition, now, &mut stored)?;
-    record(
-        txn,
-        config,
-        principal,
-        request.operation.as_ref(),
-        &outcome,
-        stored.as_ref(),
-        now,
-    )?;
-    Ok(outcome.into())
+    let stale = match lookup(txn, &request.kind, principal, operation, now)? {
+        Lookup::Answer(answer) => return Ok(answer),
+        Lookup::Fresh { stale } => stale,
+    };
+    let decision = decide(txn, config, request, transition, now)?;
+    let (outcome, recorded) = match decision {
+        Decision::Record(outcome, summary) => (outcome, Some(summary)),
+        Decision::Unrecorded(outcome) => (outcome, None),
+    };
+    if let (Some(operation), Some(summary)) = (operation, recorded) {
+        record(
+            txn,
+            config,
+            principal,
+            operation,
+            stale.as_ref(),
+            &request.handle,
+            summary,
+            now,
+        )?;
+    }
+    Ok(outcome)
+}
+
+/// What the mutation boundary answers, and whether the ledger records it.
+enum Decision {
+    Record(MutationOutcome, RecordedOutcome),
+    Unrecorded(MutationOutcome),
+}
+
+impl Decision {
+    fn rejected(rejected: Rejected) -> Self {
+        let summary = RecordedOutcome::Rejected(rejected.clone());
+        Decision::Record(MutationOutcome::Rejected(rejected), summary)
+    }
 }
 
 fn decide(
@@ -319,29 +527,37 @@ fn decide(
     request: &MutationRequest,
     transition: &mut Transition,
     now: i64,
-    stored: &mut Option<Arc<Value>>,
-) -> Result<RecordedOutcome, StoreError> {
+) -> Result<Decision, StoreError> {
     let kind = &request.kind;
     let handle = request.handle.as_str();
-    let loaded = if has_prefix(handle, kind.prefix) {
-        txn.load(handle)?
-    } else {
-        None
-    };
-    let mut record = match resolve(kind, request.principal.key(), handle, loaded) {
+    let mut record = match resolve(txn, kind, request.principal.key(), handle)? {
         Ok(record) => record,
-        Err(rejected) => return Ok(RecordedOutcome::Rejected(rejected)),
+        // Never recorded: a guessed handle must not cost the ledger anything.
+        Err(rejected) => return Ok(Decision::Unrecorded(MutationOutcome::Rejected(rejected))),
+    };
+    let full = request.operation.is_some() && txn.ledger_full(handle, config.ledger_quota, now)?;
+    // A terminal or expired resource stays so: at a full share its answer is given but not
+    // recorded, and a retry gets the same answer anyway.
+    let settled = |rejected: Rejected| {
+        if full {
+            Decision::Unrecorded(MutationOutcome::Rejected(rejected))
+        } else {
+            Decision::rejected(rejected)
+        }
     };
     if record.lifecycle == Lifecycle::Terminal {
-        return Ok(RecordedOutcome::Rejected(Rejected::terminal(
-            kind.kind, handle,
-        )));
+        return Ok(settled(Rejected::terminal(kind.kind, handle)));
     }
     if let Some(at) = expired(&record, now) {
-        return Ok(RecordedOutcome::Rejected(Rejected::expired(
+        return Ok(settled(Rejected::expired(
             kind.kind,
             handle,
             &format_rfc3339(at),
+        )));
+    }
+    if full {
+        return Ok(Decision::Unrecorded(MutationOutcome::Rejected(
+            Rejected::ledger_full(kind.kind, handle, config.ledger_quota),
         )));
     }
 
@@ -350,20 +566,15 @@ fn decide(
         && expected != record.version
         && !config.skips_version_checks()
     {
-        // Only the last `history_limit` versions are kept; a store may drop older ones lazily.
-        let oldest_kept = record.version.saturating_sub(config.history_limit.max(1)) + 1;
-        let before = if expected < record.version && expected >= oldest_kept {
-            txn.history(handle, expected)?
-        } else {
-            None
-        };
-        let delta = before.as_ref().map(|before| diff(before, &record.state));
-        let rebase = match (&request.policy, &delta) {
-            (ConflictPolicy::Rebase { touches }, Some(delta)) => delta.iter().all(|change| {
-                change
-                    .top_level_field()
-                    .is_some_and(|field| !touches.contains(&field))
-            }),
+        let before = state_at(txn, config, handle, &record, expected)?;
+        let rebase = match (&request.policy, &before) {
+            (ConflictPolicy::Rebase { touches }, Some(before)) => {
+                diff(before, &record.state).iter().all(|change| {
+                    change
+                        .top_level_field()
+                        .is_some_and(|field| !touches.contains(&field))
+                })
+            }
             _ => false,
         };
         if !rebase {
@@ -371,7 +582,10 @@ fn decide(
                 ConflictPolicy::Reconfirm => Recovery::Reconfirm,
                 _ => Recovery::RefreshAndReplan,
             };
-            return Ok(RecordedOutcome::StaleView(StaleView {
+            let current_state = kind.view_of(&record.state);
+            // Between the views, so the delta never shows what the view hides.
+            let delta = before.map(|before| diff(&kind.view_of(&before), &current_state));
+            let stale = StaleView {
                 code: code::STALE_VIEW.to_owned(),
                 handle: handle.to_owned(),
                 expected_version: expected,
@@ -380,32 +594,72 @@ fn decide(
                 delta_available: delta.is_some(),
                 delta: delta.unwrap_or_default(),
                 resumption: resumption(handle, &record),
-                current_state: Arc::unwrap_or_clone(record.state),
-            }));
+                current_state,
+            };
+            let summary = RecordedOutcome::StaleView(RecordedStaleView::from(&stale));
+            return Ok(Decision::Record(MutationOutcome::StaleView(stale), summary));
         }
         rebased_from = Some(expected);
     }
 
     // The transition works on a copy: the stored state stays intact when it fails or panics.
     let mut state = Value::clone(&record.state);
-    let result = match transition.run(&mut state) {
-        Ok(result) => result,
-        Err(error) => return Ok(RecordedOutcome::Rejected(Rejected::domain(&error))),
+    let result = match panic::catch_unwind(AssertUnwindSafe(|| transition.run(&mut state))) {
+        Ok(Ok(result)) => result,
+        Ok(Err(error)) => return Ok(Decision::rejected(Rejected::domain(&error))),
+        // A bug, not an outcome: nothing is recorded, so a fixed server applies the retry.
+        Err(_) => {
+            return Ok(Decision::Unrecorded(MutationOutcome::Rejected(
+                Rejected::panicked(kind.kind),
+            )));
+        }
     };
+    let undo = undo_patch(&record.state, &state);
     record.version += 1;
     record.lifecycle = (kind.lifecycle)(&state);
     record.expires_at = expiry(kind, now);
     let applied = Applied {
         handle: handle.to_owned(),
         version: record.version,
+        state: kind.view_of(&state),
         result,
         rebased_from,
         resumption: resumption(handle, &record),
-        state: state.clone(),
     };
     record.state = Arc::new(state);
-    *stored = Some(Arc::clone(&record.state));
-    let drop_through = record.version.saturating_sub(config.history_limit.max(1));
-    txn.write(handle, record, drop_through)?;
-    Ok(RecordedOutcome::Applied(applied))
+    let drop_through = record
+        .version
+        .saturating_sub(config.history_limit.max(1) - 1);
+    let change = Change {
+        undo,
+        drop_through,
+        recorded: request.operation.is_some(),
+    };
+    txn.write(handle, record, change)?;
+    let summary = RecordedOutcome::Applied(RecordedApplied::from(&applied));
+    Ok(Decision::Record(MutationOutcome::Applied(applied), summary))
+}
+
+/// The state at an older version, rebuilt from the current one with the kept undo patches, if
+/// that version is still within the history limit.
+fn state_at(
+    txn: &mut impl Txn,
+    config: &StoreConfig,
+    handle: &str,
+    record: &Record,
+    version: u64,
+) -> Result<Option<Value>, StoreError> {
+    let oldest_kept = record.version.saturating_sub(config.history_limit.max(1)) + 1;
+    if version == 0 || version >= record.version || version < oldest_kept {
+        return Ok(None);
+    }
+    let Some(patches) = txn.undo_since(handle, version)? else {
+        return Ok(None);
+    };
+    let mut state = Value::clone(&record.state);
+    for patch in &patches {
+        apply_undo(&mut state, patch)
+            .map_err(|error| StoreError::Corrupt(format!("history of {handle}: {error}")))?;
+    }
+    Ok(Some(state))
 }

@@ -52,11 +52,28 @@ pub enum ConflictPolicy {
     /// If no intervening change touched these top-level fields, re-run the transition on the
     /// current state (`applied` with `rebased_from`); otherwise `stale_view`.
     Rebase {
-        /// Top-level fields of the resource the transition reads or writes.
+        /// Top-level members of the stored state (serialized names, as in the state's JSON) the
+        /// transition reads or writes; [`ConflictPolicy::rebase`] maps Rust field names to them.
         touches: Vec<String>,
     },
     /// Consequential change: any intervening change gives `stale_view` with recovery `reconfirm`.
     Reconfirm,
+}
+
+impl ConflictPolicy {
+    /// `Rebase` over the Rust fields `fields` of `R`, each mapped to its serialized name by
+    /// [`Entity::field_key`]. A field without a single serialized name (a flattened one) could
+    /// be changed under any name, so the policy is then `Reject`.
+    pub fn rebase<R: Entity>(fields: &[&'static str]) -> Self {
+        let touches: Option<Vec<String>> = fields
+            .iter()
+            .map(|field| R::field_key(field).map(str::to_owned))
+            .collect();
+        match touches {
+            Some(touches) => ConflictPolicy::Rebase { touches },
+            None => ConflictPolicy::Reject,
+        }
+    }
 }
 
 /// The synchronous state transition of a mutating tool: changes the state in place and returns
@@ -111,32 +128,82 @@ fn encode<T: Serialize>(value: &T) -> Result<Value, ToolError> {
     })
 }
 
+/// The initial state of a resource being created: ready, or made by the tool's function.
+///
+/// A deferred creation is run by the store only after the operation-id ledger was consulted and
+/// the operation id claimed, so a retry of a create that already happened never runs the
+/// function again, and of concurrent creates with one id only one runs it.
+pub struct Creation<'a>(Making<'a>);
+
+pub(crate) enum Making<'a> {
+    /// Known before the ledger is consulted: stored in the same atomic unit as the lookup.
+    Ready(Value),
+    /// Made only once the operation id is claimed.
+    Deferred(Pin<Box<dyn Future<Output = Result<Value, ToolError>> + Send + 'a>>),
+}
+
+impl<'a> Creation<'a> {
+    /// A state that is already known.
+    pub fn ready(state: Value) -> Self {
+        Creation(Making::Ready(state))
+    }
+
+    /// A typed resource made by `make` (the function of a `creates` tool); its error becomes a
+    /// rejection with its code.
+    pub fn typed<R, E>(make: impl Future<Output = Result<R, E>> + Send + 'a) -> Self
+    where
+        R: Entity,
+        E: IntoToolError,
+    {
+        Creation(Making::Deferred(Box::pin(async move {
+            let resource = make.await.map_err(IntoToolError::into_tool_error)?;
+            encode(&resource)
+        })))
+    }
+
+    pub(crate) fn into_making(self) -> Making<'a> {
+        self.0
+    }
+}
+
+impl fmt::Debug for Creation<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Creation")
+    }
+}
+
 /// Creates a resource at version 1, owned by `principal`.
 ///
-/// With an operation id (see [`CreateRequest::operation`]) the create is idempotent: it runs in
-/// the same atomic boundary as a mutation, so a retry with the same id and fingerprint is
-/// `replayed` with the recorded outcome (the same handle and its version-1 state) instead of
-/// minting a second resource, and the same id with another fingerprint is `OPERATION_ID_REUSED`.
-#[derive(Debug, Clone)]
-pub struct CreateRequest {
+/// With an operation id (see [`CreateRequest::operation`]) the create is idempotent: the store
+/// consults the ledger and claims the id before it makes the state, so a retry with the same id
+/// and fingerprint is `replayed` (the same handle, the recorded version and the resource as it is
+/// now) instead of minting a second resource, a retry while the first attempt still runs is
+/// `OPERATION_IN_PROGRESS`, and the same id with another fingerprint is `OPERATION_ID_REUSED`.
+#[derive(Debug)]
+pub struct CreateRequest<'a> {
     /// The resource kind.
     pub kind: EntityKind,
     /// The owner; the ledger is keyed by it.
     pub principal: Principal,
-    /// The initial state.
-    pub state: Value,
     /// The idempotency key and the fingerprint of the request's payload.
     pub operation: Option<(String, Fingerprint)>,
+    /// The initial state.
+    pub initial: Creation<'a>,
 }
 
-impl CreateRequest {
+impl<'a> CreateRequest<'a> {
     /// A request for a JSON state, without an operation id.
     pub fn new(kind: EntityKind, principal: Principal, state: Value) -> Self {
+        CreateRequest::deferred(kind, principal, Creation::ready(state))
+    }
+
+    /// A request whose state is made by `initial` once the operation id is claimed.
+    pub fn deferred(kind: EntityKind, principal: Principal, initial: Creation<'a>) -> Self {
         CreateRequest {
             kind,
             principal,
-            state,
             operation: None,
+            initial,
         }
     }
 
@@ -238,6 +305,16 @@ pub struct StoreConfig {
     /// How many versions of each resource are kept for deltas, the current one included
     /// (default 64, at least 1).
     pub history_limit: u64,
+    /// The most ledger records one resource holds at once (default 10,000): a new operation id
+    /// on a resource at the limit is refused with `LEDGER_FULL` (nothing applied, nothing
+    /// recorded) until the sweep removes expired records. A record counts against the resource
+    /// its outcome names, so one caller filling a resource's share does not block any other
+    /// resource, even when every caller is the anonymous principal.
+    pub ledger_quota: u64,
+    /// How long a create's claim on its operation id lasts while the tool's function runs
+    /// (default 30 s). A retry within it is `OPERATION_IN_PROGRESS`; after it (the first attempt's
+    /// process died), the retry claims the id again and runs the function again.
+    pub creation_lease: Duration,
     /// The time source.
     pub clock: Arc<dyn Clock>,
     /// Test-only: skip the version comparison, which re-creates lost updates. Never set it outside
@@ -262,6 +339,8 @@ impl Default for StoreConfig {
         StoreConfig {
             ledger_retention: Duration::from_secs(24 * 60 * 60),
             history_limit: 64,
+            ledger_quota: 10_000,
+            creation_lease: Duration::from_secs(30),
             clock: Arc::new(SystemClock),
             #[cfg(feature = "test-hooks")]
             unchecked_versions_for_tests: false,
@@ -274,6 +353,8 @@ impl fmt::Debug for StoreConfig {
         f.debug_struct("StoreConfig")
             .field("ledger_retention", &self.ledger_retention)
             .field("history_limit", &self.history_limit)
+            .field("ledger_quota", &self.ledger_quota)
+            .field("creation_lease", &self.creation_lease)
             .field("clock", &self.clock)
             .finish_non_exhaustive()
     }
@@ -281,24 +362,56 @@ impl fmt::Debug for StoreConfig {
 
 /// A versioned state store. Every method runs as one atomic unit.
 ///
+/// # The storage model
+///
+/// Every store keeps the same things, so retained storage grows with what changes and not with
+/// how large a resource is:
+///
+/// - **the current state, once**, with its version, owner, kind, lifecycle and expiry;
+/// - **history as changes**: for each of the last `history_limit - 1` versions, the undo patch
+///   that takes the state back to the version before (an array append is undone by a length, a
+///   changed member by its old value), enough to rebuild any kept version and compute a
+///   `stale_view` delta;
+/// - **ledger records as summaries**: per (principal, operation id) the payload's fingerprint
+///   and the outcome's summary ([`RecordedOutcome`]: outcome, version, the tool's result, codes),
+///   never a copy of the state. A replay answers with that summary and the resource as it is
+///   now ([`Replayed::current`]), so its meaning does not change as the resource moves on.
+///   `NOT_FOUND` is never recorded (random handles cost nothing), and each resource holds at
+///   most [`StoreConfig::ledger_quota`] records.
+///
+/// A mutation still decodes and writes the whole current state: CPU time and write-ahead-log
+/// bytes per mutation stay proportional to the state; only what is retained is not.
+///
+/// Outcomes show the entity's view of the state ([`Entity::VIEW`]), the whole state by default:
+/// `applied.state`, `stale_view.current_state` and its delta (computed between the views, so it
+/// never reveals what the view hides) and a replay's `current`. Rebase compares the stored
+/// states themselves. Reads ([`Store::read`]) return the whole state: a `reads` tool's function
+/// chooses what to show.
+///
+/// Reads never wait for writers, and expired records are swept off the request path.
+///
+/// # The mutation boundary
+///
 /// [`Store::mutate`] is the atomic boundary, in this order, all in one transaction: resolve
 /// the handle; look up the operation-id ledger (a recorded outcome with the same fingerprint is
 /// replayed before anything else is judged; another fingerprint is `OPERATION_ID_REUSED`); check
-/// ownership and kind (`NOT_FOUND`), lifecycle (`TERMINAL`) and expiry (`EXPIRED`); compare the
-/// version under the conflict policy (`stale_view`, or a rebase); run the transition; write the
-/// new version, its history and the ledger record.
+/// ownership and kind (`NOT_FOUND`), lifecycle (`TERMINAL`) and expiry (`EXPIRED`), and the
+/// resource's ledger share (`LEDGER_FULL`); compare the version under the conflict policy
+/// (`stale_view`, or a rebase); run the transition (a panic is `TRANSITION_PANICKED`, not
+/// recorded); write the new state, its undo patch and the ledger record.
 ///
 /// A SQL engine implements it with one transaction that takes the write lock before reading
 /// (`BEGIN IMMEDIATE` in SQLite, `SELECT ... FOR UPDATE` on the resource row and the ledger's
 /// primary key in PostgreSQL).
 pub trait Store: Send + Sync + 'static {
-    /// Mints a handle and stores version 1: `applied` with the handle and the state. With an
-    /// operation id it runs the ledger part of the atomic boundary too: a recorded outcome with
-    /// the same fingerprint is `replayed` (nothing is minted), another fingerprint is
-    /// `OPERATION_ID_REUSED`, and of concurrent creates with one id exactly one mints a resource.
-    fn create(&self, request: CreateRequest) -> StoreFuture<'_, MutationOutcome>;
+    /// Mints a handle and stores version 1: `applied` with the handle and the view. With an
+    /// operation id it consults and claims the ledger before it makes the state (see
+    /// [`CreateRequest`]): a recorded outcome with the same fingerprint is `replayed` (nothing
+    /// is made or minted), another fingerprint is `OPERATION_ID_REUSED`, and of concurrent
+    /// creates with one id exactly one makes and mints a resource.
+    fn create<'a>(&'a self, request: CreateRequest<'a>) -> StoreFuture<'a, MutationOutcome>;
 
-    /// Reads the current version.
+    /// Reads the current version (the whole state).
     fn read(&self, request: ReadRequest) -> StoreFuture<'_, ReadOutcome>;
 
     /// Runs the atomic boundary around `transition`.
@@ -316,7 +429,7 @@ pub trait Store: Send + Sync + 'static {
 
 /// A shared store is a store: several servers (or a server and a maintenance task) can hold one.
 impl<S: Store + ?Sized> Store for std::sync::Arc<S> {
-    fn create(&self, request: CreateRequest) -> StoreFuture<'_, MutationOutcome> {
+    fn create<'a>(&'a self, request: CreateRequest<'a>) -> StoreFuture<'a, MutationOutcome> {
         (**self).create(request)
     }
 

@@ -6,8 +6,10 @@ use serde_json::Value;
 
 /// One changed field between two versions of a resource.
 ///
-/// Objects are compared member by member; any other value (arrays included) is compared whole, so a
-/// changed list is one change at the list's path.
+/// Objects are compared member by member and arrays item by item: an item appended to a list is
+/// one change at the item's path (`/notes/5`, with no `before`), an item removed from its end one
+/// change with no `after`. Arrays are compared by position, so an item inserted at the front
+/// shows as every later item changed.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct FieldChange {
     /// JSON Pointer of the changed field (`""` is the whole state).
@@ -47,34 +49,124 @@ fn present<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<Value>, 
 /// The changes that turn `before` into `after`, in a stable order (sorted by key at each level).
 pub fn diff(before: &Value, after: &Value) -> Vec<FieldChange> {
     let mut changes = Vec::new();
-    diff_at(String::new(), before, after, &mut changes);
+    walk(&mut String::new(), before, after, &mut changes);
     changes
 }
 
-fn diff_at(path: String, before: &Value, after: &Value, changes: &mut Vec<FieldChange>) {
+/// The order [`walk`] reports the members of an object in.
+pub(crate) enum Order {
+    /// Sorted by key: what a delta shown to a model needs to be stable.
+    Sorted,
+    /// Whatever order the maps iterate in, without sorting: enough for an undo patch.
+    Any,
+}
+
+/// What [`walk`] finds, at the path it is at.
+pub(crate) trait Changes {
+    /// The order members must be reported in.
+    const ORDER: Order = Order::Sorted;
+    /// The value at `path` was replaced (or a member was added or removed: `None` on that side).
+    fn replaced(&mut self, path: &str, before: Option<&Value>, after: Option<&Value>);
+    /// The array at `path` had `len` items and gained `added` at its end.
+    fn appended(&mut self, path: &str, len: usize, added: &[Value]);
+    /// The array at `path` lost `removed` from its end and now has `len` items.
+    fn truncated(&mut self, path: &str, len: usize, removed: &[Value]);
+}
+
+/// Walks two states side by side: objects member by member, arrays item by item (positionally,
+/// with what one has past the other's end as an append or a truncation), anything else whole.
+/// `path` is the JSON Pointer of the values, restored on return.
+pub(crate) fn walk<O: Changes>(path: &mut String, before: &Value, after: &Value, out: &mut O) {
     match (before, after) {
         (Value::Object(old), Value::Object(new)) => {
-            let mut keys: Vec<&String> = old.keys().chain(new.keys()).collect();
-            keys.sort_unstable();
-            keys.dedup();
-            for key in keys {
-                let child = format!("{path}/{}", escape(key));
-                match (old.get(key), new.get(key)) {
-                    (Some(a), Some(b)) => diff_at(child, a, b, changes),
-                    (a, b) => changes.push(FieldChange {
-                        path: child,
-                        before: a.cloned(),
-                        after: b.cloned(),
-                    }),
+            let mut member = |key: &String, a: Option<&Value>, b: Option<&Value>| {
+                let len = path.len();
+                push_segment(path, key);
+                match (a, b) {
+                    (Some(a), Some(b)) => walk(path, a, b, out),
+                    (a, b) => out.replaced(path, a, b),
+                }
+                path.truncate(len);
+            };
+            match O::ORDER {
+                Order::Sorted => {
+                    let mut keys: Vec<&String> = old.keys().chain(new.keys()).collect();
+                    keys.sort_unstable();
+                    keys.dedup();
+                    for key in keys {
+                        member(key, old.get(key), new.get(key));
+                    }
+                }
+                Order::Any => {
+                    for (key, a) in old {
+                        member(key, Some(a), new.get(key));
+                    }
+                    for (key, b) in new {
+                        if !old.contains_key(key) {
+                            member(key, None, Some(b));
+                        }
+                    }
                 }
             }
         }
+        (Value::Array(old), Value::Array(new)) => {
+            let common = old.len().min(new.len());
+            for (index, (a, b)) in old.iter().zip(new).enumerate() {
+                if a != b {
+                    let len = path.len();
+                    path.push('/');
+                    path.push_str(&index.to_string());
+                    walk(path, a, b, out);
+                    path.truncate(len);
+                }
+            }
+            if new.len() > common {
+                out.appended(path, common, &new[common..]);
+            } else if old.len() > common {
+                out.truncated(path, common, &old[common..]);
+            }
+        }
         (a, b) if a == b => {}
-        (a, b) => changes.push(FieldChange {
-            path,
-            before: Some(a.clone()),
-            after: Some(b.clone()),
-        }),
+        (a, b) => out.replaced(path, Some(a), Some(b)),
+    }
+}
+
+impl Changes for Vec<FieldChange> {
+    fn replaced(&mut self, path: &str, before: Option<&Value>, after: Option<&Value>) {
+        self.push(FieldChange {
+            path: path.to_owned(),
+            before: before.cloned(),
+            after: after.cloned(),
+        });
+    }
+
+    fn appended(&mut self, path: &str, len: usize, added: &[Value]) {
+        for (offset, item) in added.iter().enumerate() {
+            self.push(FieldChange {
+                path: format!("{path}/{}", len + offset),
+                before: None,
+                after: Some(item.clone()),
+            });
+        }
+    }
+
+    fn truncated(&mut self, path: &str, len: usize, removed: &[Value]) {
+        for (offset, item) in removed.iter().enumerate() {
+            self.push(FieldChange {
+                path: format!("{path}/{}", len + offset),
+                before: Some(item.clone()),
+                after: None,
+            });
+        }
+    }
+}
+
+fn push_segment(path: &mut String, key: &str) {
+    path.push('/');
+    if key.contains(['~', '/']) {
+        path.push_str(&escape(key));
+    } else {
+        path.push_str(key);
     }
 }
 
@@ -82,7 +174,7 @@ fn escape(key: &str) -> String {
     key.replace('~', "~0").replace('/', "~1")
 }
 
-fn unescape(segment: &str) -> String {
+pub(crate) fn unescape(segment: &str) -> String {
     segment.replace("~1", "/").replace("~0", "~")
 }
 
@@ -99,7 +191,13 @@ mod tests {
         let paths: Vec<&str> = changes.iter().map(|c| c.path.as_str()).collect();
         assert_eq!(
             paths,
-            ["/a~1b~0c", "/gone", "/laptop/memory_gib", "/new", "/notes"]
+            [
+                "/a~1b~0c",
+                "/gone",
+                "/laptop/memory_gib",
+                "/new",
+                "/notes/1"
+            ]
         );
         assert_eq!(changes[0].top_level_field().as_deref(), Some("a/b~c"));
         assert_eq!(changes[1].after, None);
@@ -108,7 +206,35 @@ mod tests {
         assert_eq!(changes[2].top_level_field().as_deref(), Some("laptop"));
         assert_eq!(changes[3].before, None);
         assert_eq!(changes[3].after, Some(Value::Null));
+        assert_eq!(changes[4].before, None);
+        assert_eq!(changes[4].after, Some(json!("b")));
+        assert_eq!(changes[4].top_level_field().as_deref(), Some("notes"));
         assert!(diff(&before, &before).is_empty());
+    }
+
+    #[test]
+    fn arrays_are_compared_item_by_item() {
+        let before = json!({"items": [{"n": 1}, "b", "c"]});
+        let after = json!({"items": [{"n": 2}, "b"]});
+        let changes = diff(&before, &after);
+        assert_eq!(
+            changes,
+            [
+                FieldChange {
+                    path: "/items/0/n".into(),
+                    before: Some(json!(1)),
+                    after: Some(json!(2)),
+                },
+                FieldChange {
+                    path: "/items/2".into(),
+                    before: Some(json!("c")),
+                    after: None,
+                },
+            ]
+        );
+        let grown = diff(&json!([1]), &json!([1, 2, 3]));
+        let paths: Vec<&str> = grown.iter().map(|c| c.path.as_str()).collect();
+        assert_eq!(paths, ["/1", "/2"]);
     }
 
     #[test]

@@ -67,9 +67,22 @@ pub trait Entity: Serialize + DeserializeOwned + JsonSchema + Clone + Send + 'st
     /// How long a resource lives after its last applied change; `None` keeps it forever.
     const TTL: Option<Duration> = None;
 
+    /// What outcomes show a model of this state, when not the whole state: a basket with
+    /// thousands of notes can show their count and the last few. `None` (the default) shows the
+    /// whole state. `#[entity(view = method)]` sets it from `fn method(&self) -> impl Serialize`.
+    const VIEW: Option<fn(&Self) -> Value> = None;
+
     /// The lifecycle of this state; resources without one are always active.
     fn lifecycle(&self) -> Lifecycle {
         Lifecycle::Active
+    }
+
+    /// The serialized name of the Rust field `field` (the member of the stored JSON it is
+    /// written to), or `None` when it has no single name (a flattened field). Identity by
+    /// default; `#[derive(Entity)]` follows the type's `#[serde(rename...)]` attributes, and a
+    /// hand-written implementation for a type that renames its fields must do the same.
+    fn field_key(field: &'static str) -> Option<&'static str> {
+        Some(field)
     }
 
     /// The untyped descriptor the stores work with.
@@ -79,12 +92,31 @@ pub trait Entity: Serialize + DeserializeOwned + JsonSchema + Clone + Send + 'st
             prefix: Self::PREFIX,
             ttl: Self::TTL,
             lifecycle: lifecycle_of::<Self>,
+            view: if Self::VIEW.is_some() {
+                Some(view_of::<Self>)
+            } else {
+                None
+            },
         }
     }
 }
 
 fn lifecycle_of<R: Entity>(state: &Value) -> Lifecycle {
     R::deserialize(state).map_or(Lifecycle::Active, |resource| resource.lifecycle())
+}
+
+fn view_of<R: Entity>(state: &Value) -> Value {
+    match (R::VIEW, R::deserialize(state)) {
+        (Some(view), Ok(resource)) => view(&resource),
+        // A state its own type cannot read shows as stored rather than not at all.
+        _ => state.clone(),
+    }
+}
+
+/// The JSON of an entity's view, for [`Entity::VIEW`]; a view that cannot be serialized shows
+/// as `null`.
+pub fn view_json<T: Serialize>(view: &T) -> Value {
+    serde_json::to_value(view).unwrap_or(Value::Null)
 }
 
 /// What a store needs to know about a resource type, without its Rust type.
@@ -98,6 +130,8 @@ pub struct EntityKind {
     pub ttl: Option<Duration>,
     /// Reads the lifecycle from a JSON state.
     pub lifecycle: fn(&Value) -> Lifecycle,
+    /// Computes the view outcomes show from a JSON state; `None` shows the whole state.
+    pub view: Option<fn(&Value) -> Value>,
 }
 
 impl EntityKind {
@@ -108,6 +142,21 @@ impl EntityKind {
             prefix,
             ttl: None,
             lifecycle: always_active,
+            view: None,
+        }
+    }
+
+    /// Sets how the view is computed from a state.
+    pub const fn with_view(mut self, view: fn(&Value) -> Value) -> Self {
+        self.view = Some(view);
+        self
+    }
+
+    /// The view of `state` that outcomes show.
+    pub fn view_of(&self, state: &Value) -> Value {
+        match self.view {
+            Some(view) => view(state),
+            None => state.clone(),
         }
     }
 

@@ -9,8 +9,10 @@ use sha2::{Digest, Sha256};
 /// The SHA-256 of a payload's canonical JSON, in lowercase hex.
 ///
 /// Canonical JSON here: object keys sorted by their UTF-8 bytes at every depth, no insignificant
-/// whitespace, strings escaped as `serde_json` escapes them, numbers as `serde_json` prints them.
-/// Two argument objects that differ only in key order or spacing therefore have one fingerprint.
+/// whitespace, strings escaped as `serde_json` escapes them, numbers as `serde_json` prints them
+/// except that an integral float that fits an `i64` or a `u64` is written as that integer
+/// (`1.0` as `1`, `-0.0` as `0`). Two argument objects that differ only in key order, spacing or
+/// the way a client library writes a whole number therefore have one fingerprint.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(transparent)]
 pub struct Fingerprint(String);
@@ -102,9 +104,31 @@ fn write_canonical<W: Write>(value: &Value, out: &mut W) {
             let _ = out.write_all(b"]");
         }
         Value::String(text) => write_str(text, out),
+        Value::Number(number) if number.is_f64() => write_float(number, out),
         scalar => {
             let _ = serde_json::to_writer(&mut *out, scalar);
         }
+    }
+}
+
+/// The bounds of the integers a float can be written as: `-2^63` and `2^64`, both exact in `f64`.
+const I64_MIN: f64 = -9_223_372_036_854_775_808.0;
+const U64_END: f64 = 18_446_744_073_709_551_616.0;
+
+fn write_float<W: Write>(number: &serde_json::Number, out: &mut W) {
+    let Some(float) = number.as_f64() else {
+        let _ = serde_json::to_writer(&mut *out, number);
+        return;
+    };
+    if float.fract() == 0.0 && (I64_MIN..U64_END).contains(&float) {
+        // Exact: the value is a whole number inside the target range.
+        let _ = if float < 0.0 {
+            write!(out, "{}", float as i64)
+        } else {
+            write!(out, "{}", float as u64)
+        };
+    } else {
+        let _ = serde_json::to_writer(&mut *out, number);
     }
 }
 
@@ -167,6 +191,55 @@ mod tests {
         assert_eq!(
             hex,
             "451e6892a39296f69818b49cabb3e95ccef837c854b999d7369c660b7533464a"
+        );
+    }
+
+    #[test]
+    fn integral_floats_are_written_as_integers() {
+        let cases = [
+            (json!(1.0), "1"),
+            (json!(-2.0), "-2"),
+            (json!(-0.0), "0"),
+            (json!(1e15), "1000000000000000"),
+            (json!(-9_223_372_036_854_775_808.0), "-9223372036854775808"),
+            (json!(9_223_372_036_854_775_808.0), "9223372036854775808"),
+            (json!(18_446_744_073_709_549_568.0), "18446744073709549568"),
+        ];
+        for (value, text) in cases {
+            assert_eq!(canonical_json(&value), text, "{value}");
+        }
+        let sent_by_one: Value = serde_json::from_str(r#"{"gib": 32, "ratio": [1, -0]}"#).unwrap();
+        let sent_by_another: Value =
+            serde_json::from_str(r#"{"gib": 32.0, "ratio": [1.0, -0.0]}"#).unwrap();
+        assert_eq!(
+            Fingerprint::of_call("t", &sent_by_one),
+            Fingerprint::of_call("t", &sent_by_another)
+        );
+    }
+
+    #[test]
+    fn other_floats_keep_their_own_text() {
+        let cases = [
+            (json!(1.5), "1.5"),
+            (json!(-0.25), "-0.25"),
+            // Whole, but outside both integer ranges: written as a float, never wrapped.
+            (
+                json!(18_446_744_073_709_551_616.0),
+                "1.8446744073709552e+19",
+            ),
+            (
+                json!(-9_223_372_036_854_777_856.0),
+                "-9.223372036854778e+18",
+            ),
+            (json!(1e300), "1e+300"),
+        ];
+        for (value, text) in cases {
+            assert_eq!(canonical_json(&value), text, "{value}");
+        }
+        assert_ne!(Fingerprint::of(&json!(1.5)), Fingerprint::of(&json!(1)));
+        assert_ne!(
+            Fingerprint::of(&json!(18_446_744_073_709_551_616.0)),
+            Fingerprint::of(&json!(0))
         );
     }
 

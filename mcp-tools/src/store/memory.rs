@@ -3,46 +3,60 @@
 use std::collections::hash_map::RandomState;
 use std::collections::{HashMap, VecDeque};
 use std::hash::BuildHasher;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, RwLock, TryLockError};
+use std::panic::AssertUnwindSafe;
+use std::sync::{Arc, Mutex, MutexGuard, RwLock, TryLockError, Weak};
 
-use serde_json::Value;
+use arc_swap::ArcSwap;
+use futures_util::FutureExt;
 
-use super::boundary::{self, LedgerEntry, Record, Txn};
+use super::boundary::{self, Change, Claim, LedgerEntry, LedgerState, Made, Record, Txn};
 use super::clock::duration_millis;
 use super::contract::{
-    CreateRequest, MutationRequest, PruneReport, ReadRequest, Store, StoreConfig, StoreError,
-    StoreFuture, Transition,
+    CreateRequest, Making, MutationRequest, PruneReport, ReadRequest, Store, StoreConfig,
+    StoreError, StoreFuture, Transition,
 };
 use super::handle::mint_handle;
+use super::history::Undo;
 use super::outcome::{MutationOutcome, ReadOutcome};
+use super::sweeper::Sweeper;
+use crate::context::Principal;
 
 const SHARDS: usize = 64;
-/// Writes between two steps of the automatic sweep. A step sweeps one ledger shard and one
-/// resource shard, round robin, so no single request pays for the whole map and a full round
-/// takes `SWEEP_STEP * SHARDS` writes.
-const SWEEP_STEP: u64 = 64;
+/// Writes between two automatic sweeps. A sweep runs on the store's own thread and locks one
+/// shard at a time, so no request pays for it or waits for more than one shard's pass.
+const SWEEP_EVERY: u64 = 4096;
 
 type Slot = Arc<Mutex<Option<LedgerEntry>>>;
-type ResourceShard = RwLock<HashMap<String, Arc<Mutex<Entry>>>>;
+type ResourceShard = RwLock<HashMap<String, Arc<Cell>>>;
 /// Ledger slots by [`ledger_key`].
 type LedgerShard = Mutex<HashMap<String, Slot>>;
 
 /// One string for (principal, operation id): the principal's length, `:`, the principal and the
 /// operation id. The length prefix keeps distinct pairs distinct.
 fn ledger_key(principal: &str, operation_id: &str) -> String {
-    use std::fmt::Write;
-    let mut key = String::with_capacity(principal.len() + operation_id.len() + 8);
-    let _ = write!(key, "{}:", principal.len());
+    let length = principal.len().to_string();
+    let mut key = String::with_capacity(length.len() + 1 + principal.len() + operation_id.len());
+    key.push_str(&length);
+    key.push(':');
     key.push_str(principal);
     key.push_str(operation_id);
     key
 }
 
-struct Entry {
-    record: Record,
-    /// Kept versions, the current one included; the current state is shared with `record`.
-    history: VecDeque<(u64, Arc<Value>)>,
+/// One resource. Writers hold `guarded` for the whole boundary; readers only load `current`, so
+/// they never wait for a writer.
+struct Cell {
+    guarded: Mutex<Guarded>,
+    current: ArcSwap<Record>,
+}
+
+/// What only the resource's writer touches.
+#[derive(Default)]
+struct Guarded {
+    /// Undo patches of the kept versions, oldest first.
+    history: VecDeque<(u64, Vec<Undo>)>,
+    /// Expiry of each ledger record counted against the resource, in recording order.
+    ledger: VecDeque<i64>,
 }
 
 /// A store that keeps everything in process memory; state is lost when the process ends.
@@ -50,10 +64,12 @@ struct Entry {
 /// Resources and ledger records live in 64 shards each. A mutation locks its operation id's ledger
 /// slot (when it has one), then its handle's entry, always in that order, and holds both for the
 /// whole boundary; shard locks are held only to find or insert an entry. Requests on different
-/// handles with different operation ids never wait for each other.
+/// handles with different operation ids never wait for each other, and reads wait for nobody:
+/// they load the published current version.
 ///
-/// Expired ledger records and long-expired resources are swept a shard at a time, round robin,
-/// every few writes (see [`Store::prune`] for a full sweep).
+/// Expired ledger records and long-expired resources are swept every few thousand writes (and
+/// when the store is idle) on a thread of the store's own, a shard at a time (see
+/// [`Store::prune`] to sweep now).
 #[derive(Clone)]
 pub struct MemoryStore {
     inner: Arc<Inner>,
@@ -64,8 +80,7 @@ struct Inner {
     hasher: RandomState,
     resources: Box<[ResourceShard]>,
     ledger: Box<[LedgerShard]>,
-    /// Writes so far; they pace the automatic sweep.
-    writes: AtomicU64,
+    sweeper: Sweeper,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -78,19 +93,16 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 impl MemoryStore {
     /// An empty store.
     pub fn new(config: StoreConfig) -> Self {
-        MemoryStore {
-            inner: Arc::new(Inner {
-                config,
-                hasher: RandomState::new(),
-                resources: (0..SHARDS).map(|_| RwLock::default()).collect(),
-                ledger: (0..SHARDS).map(|_| Mutex::default()).collect(),
-                writes: AtomicU64::new(0),
-            }),
-        }
+        let inner = Arc::new_cyclic(|weak: &Weak<Inner>| Inner {
+            config,
+            hasher: RandomState::new(),
+            resources: (0..SHARDS).map(|_| RwLock::default()).collect(),
+            ledger: (0..SHARDS).map(|_| Mutex::default()).collect(),
+            sweeper: Sweeper::spawn(weak.clone(), Inner::sweep, SWEEP_EVERY),
+        });
+        MemoryStore { inner }
     }
-}
 
-impl MemoryStore {
     /// How many resources the store holds, expired ones included (for tests that count what
     /// was actually created).
     #[cfg(feature = "test-hooks")]
@@ -98,9 +110,7 @@ impl MemoryStore {
     pub fn resource_count_for_tests(&self) -> usize {
         self.inner.resource_count()
     }
-}
 
-impl MemoryStore {
     /// How many ledger slots the store holds, expired ones included (for tests that check what a
     /// failed request leaves behind).
     #[cfg(feature = "test-hooks")]
@@ -121,7 +131,7 @@ impl Inner {
         (self.hasher.hash_one(key) % SHARDS as u64) as usize
     }
 
-    fn entry(&self, handle: &str) -> Option<Arc<Mutex<Entry>>> {
+    fn cell(&self, handle: &str) -> Option<Arc<Cell>> {
         let shard = self.resources[self.shard_of(&handle)]
             .read()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
@@ -132,7 +142,10 @@ impl Inner {
     fn lease(&self, principal: &str, operation_id: &str) -> Lease<'_> {
         let key = ledger_key(principal, operation_id);
         let mut shard = lock(&self.ledger[self.shard_of(&key)]);
-        let slot = Arc::clone(shard.entry(key.clone()).or_default());
+        let slot = match shard.get(&key) {
+            Some(slot) => Arc::clone(slot),
+            None => Arc::clone(shard.entry(key.clone()).or_default()),
+        };
         Lease {
             inner: self,
             key,
@@ -154,6 +167,11 @@ impl Inner {
             report.resources += self.prune_resource_shard(shard, now);
         }
         report
+    }
+
+    /// The automatic sweep, on the sweep thread.
+    fn sweep(&self) {
+        self.prune();
     }
 
     /// Removes the ledger records of one shard past their retention.
@@ -181,51 +199,24 @@ impl Inner {
         self.resources[shard]
             .write()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .retain(|_, entry| {
+            .retain(|_, cell| {
                 // As for ledger slots: clones are only taken under the shard lock, so a count of
-                // one means no request holds the entry. An expired resource is never written
+                // one means no request holds the cell. An expired resource is never written
                 // again, so its expiry cannot move once it is past.
-                if Arc::strong_count(entry) > 1 {
+                if Arc::strong_count(cell) > 1 {
                     return true;
                 }
-                let reclaim = lock(entry).record.expires_at.is_some_and(|at| at <= cutoff);
+                let reclaim = cell
+                    .current
+                    .load()
+                    .expires_at
+                    .is_some_and(|at| at <= cutoff);
                 if reclaim {
                     removed += 1;
                 }
                 !reclaim
             });
         removed
-    }
-
-    fn create(&self, request: CreateRequest) -> Result<MutationOutcome, StoreError> {
-        let handle = mint_handle(request.kind.prefix)?;
-        let lease = request
-            .operation
-            .as_ref()
-            .map(|(operation_id, _)| self.lease(request.principal.key(), operation_id));
-        let mut slot_guard = lease.as_ref().and_then(Lease::lock);
-        let now = self.config.clock.now_millis();
-        let mut txn = MemoryTxn {
-            inner: self,
-            slot: slot_guard.as_deref_mut(),
-            entry: None,
-        };
-        let outcome = boundary::create(&mut txn, &self.config, request, &handle, now);
-        drop(slot_guard);
-        self.count_write();
-        outcome
-    }
-
-    /// Counts a request that may have written a resource or a ledger record and sweeps now and
-    /// then.
-    fn count_write(&self) {
-        let writes = self.writes.fetch_add(1, Ordering::Relaxed);
-        if writes % SWEEP_STEP == SWEEP_STEP - 1 {
-            let shard = ((writes / SWEEP_STEP) % SHARDS as u64) as usize;
-            let now = self.config.clock.now_millis();
-            self.prune_ledger_shard(shard, now);
-            self.prune_resource_shard(shard, now);
-        }
     }
 
     /// How many resources the store holds, expired ones included.
@@ -244,12 +235,13 @@ impl Inner {
 
     fn read(&self, request: &ReadRequest) -> Result<ReadOutcome, StoreError> {
         let now = self.config.clock.now_millis();
-        let entry = self.entry(&request.handle);
-        let mut guard = entry.as_deref().map(lock);
+        let cell = self.cell(&request.handle);
         let mut txn = MemoryTxn {
             inner: self,
             slot: None,
-            entry: guard.as_deref_mut(),
+            cell: cell.as_deref().map(|cell| (request.handle.as_str(), cell)),
+            guarded: None,
+            inserted: None,
         };
         boundary::read(&mut txn, request, now)
     }
@@ -264,19 +256,146 @@ impl Inner {
             .as_ref()
             .map(|(operation_id, _)| self.lease(request.principal.key(), operation_id));
         let mut slot_guard = lease.as_ref().and_then(Lease::lock);
-        let entry = self.entry(&request.handle);
-        let mut entry_guard = entry.as_deref().map(lock);
+        let cell = self.cell(&request.handle);
+        let mut guarded = cell.as_deref().map(|cell| lock(&cell.guarded));
         let now = self.config.clock.now_millis();
         let mut txn = MemoryTxn {
             inner: self,
             slot: slot_guard.as_deref_mut(),
-            entry: entry_guard.as_deref_mut(),
+            cell: cell.as_deref().map(|cell| (request.handle.as_str(), cell)),
+            guarded: guarded.as_deref_mut(),
+            inserted: None,
         };
         let outcome = boundary::mutate(&mut txn, &self.config, request, transition, now);
-        drop(entry_guard);
+        drop(guarded);
         drop(slot_guard);
-        self.count_write();
+        self.sweeper.count_write();
         outcome
+    }
+
+    /// Runs `work` on a transaction holding the ledger slot of a create's operation id.
+    fn with_slot<T>(
+        &self,
+        principal: &Principal,
+        operation_id: Option<&str>,
+        work: impl FnOnce(&mut MemoryTxn<'_>, i64) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        let lease = operation_id.map(|operation_id| self.lease(principal.key(), operation_id));
+        let mut slot_guard = lease.as_ref().and_then(Lease::lock);
+        let mut txn = MemoryTxn {
+            inner: self,
+            slot: slot_guard.as_deref_mut(),
+            cell: None,
+            guarded: None,
+            inserted: None,
+        };
+        work(&mut txn, self.config.clock.now_millis())
+    }
+
+    async fn create(&self, request: CreateRequest<'_>) -> Result<MutationOutcome, StoreError> {
+        let CreateRequest {
+            kind,
+            principal,
+            operation,
+            initial,
+        } = request;
+        let operation_id = operation
+            .as_ref()
+            .map(|(operation_id, _)| operation_id.as_str());
+        let initial = match initial.into_making() {
+            Making::Ready(state) => {
+                let handle = mint_handle(kind.prefix)?;
+                let outcome = self.with_slot(&principal, operation_id, |txn, now| {
+                    boundary::create_now(
+                        txn,
+                        &self.config,
+                        &kind,
+                        &principal,
+                        operation.as_ref(),
+                        &handle,
+                        state,
+                        now,
+                    )
+                });
+                self.sweeper.count_write();
+                return outcome;
+            }
+            Making::Deferred(making) => making,
+        };
+        let token = claim_token()?;
+        let claimed = self.with_slot(&principal, operation_id, |txn, now| {
+            boundary::claim(
+                txn,
+                &self.config,
+                &kind,
+                &principal,
+                operation.as_ref(),
+                token,
+                now,
+            )
+        })?;
+        let token = match claimed {
+            Claim::Answer(answer) => return Ok(*answer),
+            Claim::Claimed(token) => token,
+        };
+        // Gives the claim up if this future is dropped while the state is being made.
+        let mut abandon = Abandon {
+            inner: self,
+            principal: &principal,
+            operation: operation_id.zip(token),
+        };
+        let made = match AssertUnwindSafe(initial).catch_unwind().await {
+            Ok(Ok(state)) => Made::State(state),
+            Ok(Err(error)) => Made::Failed(error),
+            Err(_) => Made::Panicked,
+        };
+        abandon.operation = None;
+        let handle = mint_handle(kind.prefix)?;
+        let outcome = self.with_slot(&principal, operation_id, |txn, now| {
+            boundary::finish_create(
+                txn,
+                &self.config,
+                &kind,
+                &principal,
+                operation.as_ref(),
+                token,
+                &handle,
+                made,
+                now,
+            )
+        });
+        self.sweeper.count_write();
+        outcome
+    }
+}
+
+/// A random token that tells one create's claim from another's.
+pub(crate) fn claim_token() -> Result<u64, StoreError> {
+    let mut bytes = [0u8; 8];
+    getrandom::fill(&mut bytes).map_err(|error| {
+        StoreError::Backend(format!("the system random source failed: {error}"))
+    })?;
+    Ok(u64::from_le_bytes(bytes))
+}
+
+/// Gives up a create's claim when the create is dropped before it finished (the caller went
+/// away), so a retry need not wait for the claim to lapse.
+struct Abandon<'a> {
+    inner: &'a Inner,
+    principal: &'a Principal,
+    operation: Option<(&'a str, u64)>,
+}
+
+impl Drop for Abandon<'_> {
+    fn drop(&mut self) {
+        let Some((operation_id, token)) = self.operation else {
+            return;
+        };
+        let _ = self
+            .inner
+            .with_slot(self.principal, Some(operation_id), |txn, _| {
+                boundary::abandon(txn, self.principal, operation_id, token)
+            });
     }
 }
 
@@ -325,7 +444,12 @@ impl Drop for Lease<'_> {
 struct MemoryTxn<'a> {
     inner: &'a Inner,
     slot: Option<&'a mut Option<LedgerEntry>>,
-    entry: Option<&'a mut Entry>,
+    /// The resource the request names, and its handle.
+    cell: Option<(&'a str, &'a Cell)>,
+    /// The writer's part of `cell`, when the transaction writes it.
+    guarded: Option<&'a mut Guarded>,
+    /// The resource this transaction created.
+    inserted: Option<Arc<Cell>>,
 }
 
 impl Txn for MemoryTxn<'_> {
@@ -334,27 +458,71 @@ impl Txn for MemoryTxn<'_> {
     }
 
     fn ledger_put(&mut self, _: &str, _: &str, entry: LedgerEntry) -> Result<(), StoreError> {
-        match self.slot.as_mut() {
-            Some(slot) => {
-                **slot = Some(entry);
-                Ok(())
+        let slot = self
+            .slot
+            .as_mut()
+            .ok_or_else(|| StoreError::Backend("ledger slot not held".into()))?;
+        if entry.handle.is_some() && matches!(entry.state, LedgerState::Done(_)) {
+            match (self.guarded.as_mut(), &self.inserted) {
+                (Some(guarded), _) => guarded.ledger.push_back(entry.expires_at),
+                (None, Some(cell)) => lock(&cell.guarded).ledger.push_back(entry.expires_at),
+                (None, None) => {
+                    return Err(StoreError::Backend("resource entry not held".into()));
+                }
             }
-            None => Err(StoreError::Backend("ledger slot not held".into())),
         }
+        **slot = Some(entry);
+        Ok(())
     }
 
-    fn load(&mut self, _: &str) -> Result<Option<Record>, StoreError> {
-        Ok(self.entry.as_ref().map(|entry| entry.record.clone()))
+    fn ledger_remove(&mut self, _: &str, _: &str, _: &LedgerEntry) -> Result<(), StoreError> {
+        // The record's count against its resource lapses by itself: it expired, or it was a
+        // claim, which counts against nothing.
+        if let Some(slot) = self.slot.as_mut() {
+            **slot = None;
+        }
+        Ok(())
     }
 
-    fn history(&mut self, _: &str, version: u64) -> Result<Option<Value>, StoreError> {
-        Ok(self.entry.as_ref().and_then(|entry| {
-            entry
-                .history
-                .iter()
-                .find(|(kept, _)| *kept == version)
-                .map(|(_, state)| Value::clone(state))
-        }))
+    fn ledger_full(&mut self, _: &str, quota: u64, now: i64) -> Result<bool, StoreError> {
+        let guarded = self
+            .guarded
+            .as_mut()
+            .ok_or_else(|| StoreError::Backend("resource entry not held".into()))?;
+        while guarded.ledger.front().is_some_and(|at| *at <= now) {
+            guarded.ledger.pop_front();
+        }
+        Ok(guarded.ledger.len() as u64 >= quota)
+    }
+
+    fn load(&mut self, handle: &str) -> Result<Option<Record>, StoreError> {
+        let load = |cell: &Cell| Record::clone(&cell.current.load());
+        Ok(match self.cell {
+            Some((held, cell)) if held == handle => Some(load(cell)),
+            // A replay shows the resource its record names, which a create does not hold.
+            _ => self.inner.cell(handle).as_deref().map(load),
+        })
+    }
+
+    fn undo_since(&mut self, _: &str, version: u64) -> Result<Option<Vec<Vec<Undo>>>, StoreError> {
+        let Some(guarded) = self.guarded.as_ref() else {
+            return Ok(None);
+        };
+        let patches: Vec<Vec<Undo>> = guarded
+            .history
+            .iter()
+            .rev()
+            .take_while(|(kept, _)| *kept > version)
+            .map(|(_, patch)| patch.clone())
+            .collect();
+        let oldest = guarded
+            .history
+            .iter()
+            .rev()
+            .take_while(|(kept, _)| *kept > version)
+            .last()
+            .map(|(kept, _)| *kept);
+        Ok((oldest == Some(version + 1)).then_some(patches))
     }
 
     fn insert(&mut self, handle: &str, record: Record) -> Result<(), StoreError> {
@@ -367,37 +535,38 @@ impl Txn for MemoryTxn<'_> {
                 "minted a handle that already exists".into(),
             ));
         }
-        let entry = Entry {
-            history: VecDeque::from([(record.version, Arc::clone(&record.state))]),
-            record,
-        };
-        shard.insert(handle.to_owned(), Arc::new(Mutex::new(entry)));
+        let cell = Arc::new(Cell {
+            guarded: Mutex::default(),
+            current: ArcSwap::from_pointee(record),
+        });
+        shard.insert(handle.to_owned(), Arc::clone(&cell));
+        self.inserted = Some(cell);
         Ok(())
     }
 
-    fn write(&mut self, _: &str, record: Record, drop_through: u64) -> Result<(), StoreError> {
-        let entry = self
-            .entry
-            .as_mut()
-            .ok_or_else(|| StoreError::Backend("resource entry not held".into()))?;
-        entry
-            .history
-            .push_back((record.version, Arc::clone(&record.state)));
-        entry.record = record;
-        while entry
+    fn write(&mut self, _: &str, record: Record, change: Change) -> Result<(), StoreError> {
+        let Change {
+            undo, drop_through, ..
+        } = change;
+        let (Some((_, cell)), Some(guarded)) = (self.cell, self.guarded.as_mut()) else {
+            return Err(StoreError::Backend("resource entry not held".into()));
+        };
+        guarded.history.push_back((record.version, undo));
+        while guarded
             .history
             .front()
             .is_some_and(|(version, _)| *version <= drop_through)
         {
-            entry.history.pop_front();
+            guarded.history.pop_front();
         }
+        cell.current.store(Arc::new(record));
         Ok(())
     }
 }
 
 impl Store for MemoryStore {
-    fn create(&self, request: CreateRequest) -> StoreFuture<'_, MutationOutcome> {
-        Box::pin(async move { self.inner.create(request) })
+    fn create<'a>(&'a self, request: CreateRequest<'a>) -> StoreFuture<'a, MutationOutcome> {
+        Box::pin(self.inner.create(request))
     }
 
     fn read(&self, request: ReadRequest) -> StoreFuture<'_, ReadOutcome> {
@@ -438,7 +607,9 @@ mod tests {
         if let Some(operation_id) = operation_id {
             request = request.operation(operation_id, Fingerprint::of_call("create", &json!({})));
         }
-        inner.create(request).unwrap();
+        futures_util::FutureExt::now_or_never(inner.create(request))
+            .expect("a ready creation completes at once")
+            .unwrap();
     }
 
     /// Per shard: ledger slots and resources that expire.
@@ -449,17 +620,16 @@ mod tests {
                     .read()
                     .unwrap()
                     .values()
-                    .filter(|entry| lock(entry).record.expires_at.is_some())
+                    .filter(|cell| cell.current.load().expires_at.is_some())
                     .count();
                 (lock(&inner.ledger[shard]).len(), expiring)
             })
             .collect()
     }
 
-    /// Each step of the automatic sweep reclaims one shard of the ledger and of the resources;
-    /// a full round reclaims everything past its retention.
+    /// A sweep reclaims what is past its retention, in every shard, and nothing else.
     #[test]
-    fn automatic_sweep_is_incremental() {
+    fn a_sweep_reclaims_exactly_what_expired() {
         let clock = ManualClock::at_millis(1_785_231_000_000);
         let store = MemoryStore::new(StoreConfig {
             ledger_retention: Duration::from_secs(10 * 60),
@@ -470,39 +640,19 @@ mod tests {
         for i in 0..2000 {
             create(inner, SHORT_LIVED, Some(&format!("op-{i}")));
         }
-        let before = census(inner);
+        for _ in 0..100 {
+            create(inner, LASTING, None);
+        }
         assert!(
-            before
+            census(inner)
                 .iter()
                 .all(|&(slots, expiring)| slots > 0 && expiring > 0)
         );
+        inner.sweep();
+        assert_eq!(inner.resource_count(), 2100, "nothing had expired yet");
         clock.advance(Duration::from_secs(20 * 60));
-
-        // Up to the next step, nothing is swept; the step sweeps exactly one shard.
-        let writes = inner.writes.load(Ordering::Relaxed);
-        let until_step = SWEEP_STEP - 1 - writes % SWEEP_STEP;
-        let shard = ((writes + until_step) / SWEEP_STEP % SHARDS as u64) as usize;
-        for _ in 0..until_step {
-            create(inner, LASTING, None);
-        }
-        assert_eq!(census(inner), before);
-        create(inner, LASTING, None);
-        let after = census(inner);
-        for (index, (&now, &was)) in after.iter().zip(&before).enumerate() {
-            if index == shard {
-                assert_eq!(now, (0, 0), "shard {index} was not swept");
-            } else {
-                assert_eq!(now, was, "shard {index} was swept out of turn");
-            }
-        }
-
-        // A full round sweeps every shard.
-        for _ in 0..SWEEP_STEP * SHARDS as u64 {
-            create(inner, LASTING, None);
-        }
+        inner.sweep();
         assert!(census(inner).iter().all(|&shard| shard == (0, 0)));
-        // Only the short-lived resources went; every lasting one is kept.
-        let lasting = until_step + 1 + SWEEP_STEP * SHARDS as u64;
-        assert_eq!(inner.resource_count() as u64, lasting);
+        assert_eq!(inner.resource_count(), 100);
     }
 }

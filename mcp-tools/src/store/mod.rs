@@ -58,27 +58,29 @@ mod delta;
 mod entity;
 mod fingerprint;
 mod handle;
+mod history;
 mod memory;
 mod outcome;
 mod registry;
 #[cfg(feature = "sqlite")]
 mod sqlite;
+mod sweeper;
 pub(crate) mod tool_support;
 
 pub use clock::{Clock, ManualClock, SystemClock, format_rfc3339};
 pub use contract::{
-    ConflictPolicy, CreateRequest, MutationRequest, PruneReport, ReadRequest, Store, StoreConfig,
-    StoreError, StoreFuture, Transition,
+    ConflictPolicy, CreateRequest, Creation, MutationRequest, PruneReport, ReadRequest, Store,
+    StoreConfig, StoreError, StoreFuture, Transition,
 };
 pub use delta::{FieldChange, diff};
-pub use entity::{Entity, EntityKind, Lifecycle};
+pub use entity::{Entity, EntityKind, Lifecycle, view_json};
 pub use fingerprint::{Fingerprint, canonical_json};
 pub use handle::mint_handle;
 pub use mcp_tools_derive::Entity;
 pub use memory::MemoryStore;
 pub use outcome::{
-    Applied, MutationOutcome, ReadOutcome, RecordedOutcome, Recovery, Rejected, Replayed,
-    Resumption, Snapshot, StaleView, code,
+    Applied, MutationOutcome, ReadOutcome, RecordedApplied, RecordedOutcome, RecordedStaleView,
+    Recovery, Rejected, Replayed, Resumption, Snapshot, StaleView, code,
 };
 #[doc(hidden)]
 pub use registry::SharedStore;

@@ -20,6 +20,12 @@ pub mod code {
     pub const EXPIRED: &str = "EXPIRED";
     /// No such handle for this caller (unknown, or owned by another principal).
     pub const NOT_FOUND: &str = "NOT_FOUND";
+    /// An earlier request with the same operation id is still running.
+    pub const OPERATION_IN_PROGRESS: &str = "OPERATION_IN_PROGRESS";
+    /// The resource's share of the operation-id ledger is full until its oldest records expire.
+    pub const LEDGER_FULL: &str = "LEDGER_FULL";
+    /// The tool's own code panicked; the same request would panic again.
+    pub const TRANSITION_PANICKED: &str = "TRANSITION_PANICKED";
 }
 
 /// What the model should do next.
@@ -36,6 +42,8 @@ pub enum Recovery {
     CreateNew,
     /// Send this request again with a fresh operation id.
     NewOperationId,
+    /// Send the same request again later, with the same operation id.
+    RetryLater,
 }
 
 /// Where to resume from: enough to continue after a context compaction.
@@ -59,7 +67,8 @@ pub struct Applied {
     pub handle: String,
     /// The new version.
     pub version: u64,
-    /// The state at the new version.
+    /// The entity's view of the state at the new version (the whole state unless the entity
+    /// declares a view).
     pub state: Value,
     /// What the tool returned.
     pub result: Value,
@@ -86,9 +95,9 @@ pub struct StaleView {
     pub recovery: Recovery,
     /// Whether `delta` is known; `false` once the expected version's history was pruned.
     pub delta_available: bool,
-    /// The fields that changed between the expected version and now.
+    /// What changed in the entity's view between the expected version and now.
     pub delta: Vec<FieldChange>,
-    /// The state now.
+    /// The entity's view of the state now.
     pub current_state: Value,
     /// Where to resume from (the current version).
     pub resumption: Resumption,
@@ -156,6 +165,42 @@ impl Rejected {
         }
     }
 
+    /// An earlier request with this operation id is still running.
+    pub fn operation_in_progress(operation_id: &str) -> Self {
+        Rejected {
+            code: code::OPERATION_IN_PROGRESS.into(),
+            message: format!(
+                "An earlier request with the operation_id {operation_id:?} is still running. Send the same request again in a few seconds, with the same operation_id, to get its outcome."
+            ),
+            recovery: Some(Recovery::RetryLater),
+            details: None,
+        }
+    }
+
+    /// The resource's share of the ledger is full.
+    pub fn ledger_full(kind: &str, handle: &str, limit: u64) -> Self {
+        Rejected {
+            code: code::LEDGER_FULL.into(),
+            message: format!(
+                "The {kind} {handle} already holds {limit} recorded operations, the most it keeps at once; nothing was changed. Retry later, with the same operation_id, once older records expire."
+            ),
+            recovery: Some(Recovery::RetryLater),
+            details: Some(serde_json::json!({ "limit": limit })),
+        }
+    }
+
+    /// The tool's own code panicked while the store ran it.
+    pub fn panicked(kind: &str) -> Self {
+        Rejected {
+            code: code::TRANSITION_PANICKED.into(),
+            message: format!(
+                "The tool failed with an internal error while changing the {kind}; nothing was changed. Retrying will fail the same way: report it to the server's operator."
+            ),
+            recovery: Some(Recovery::Stop),
+            details: None,
+        }
+    }
+
     /// The transition's own error.
     pub fn domain(error: &ToolError) -> Self {
         Rejected {
@@ -167,27 +212,86 @@ impl Rejected {
     }
 }
 
-/// An outcome as the operation-id ledger records it.
+/// An outcome as the operation-id ledger records it: a summary, without the state, so a record
+/// costs what the outcome says and not what the resource weighs.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(tag = "outcome", rename_all = "snake_case")]
 pub enum RecordedOutcome {
-    /// See [`Applied`].
-    Applied(Applied),
-    /// See [`StaleView`].
-    StaleView(StaleView),
-    /// See [`Rejected`].
+    /// The change was committed.
+    Applied(RecordedApplied),
+    /// The caller's view was stale; nothing changed.
+    StaleView(RecordedStaleView),
+    /// Refused with a code; nothing changed.
     Rejected(Rejected),
 }
 
-/// The recorded outcome of an earlier request with the same operation id and payload.
+/// The summary of an `applied` outcome.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct RecordedApplied {
+    /// The resource handle.
+    pub handle: String,
+    /// The version the change produced.
+    pub version: u64,
+    /// What the tool returned.
+    pub result: Value,
+    /// The version the caller expected, when the change was rebased.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rebased_from: Option<u64>,
+}
+
+/// The summary of a `stale_view` outcome.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct RecordedStaleView {
+    /// Always `STALE_VIEW`.
+    pub code: String,
+    /// The resource handle.
+    pub handle: String,
+    /// The version the caller based the change on.
+    pub expected_version: u64,
+    /// The version the resource was at.
+    pub current_version: u64,
+    /// What the caller was told to do.
+    pub recovery: Recovery,
+}
+
+impl From<&Applied> for RecordedApplied {
+    fn from(applied: &Applied) -> Self {
+        RecordedApplied {
+            handle: applied.handle.clone(),
+            version: applied.version,
+            result: applied.result.clone(),
+            rebased_from: applied.rebased_from,
+        }
+    }
+}
+
+impl From<&StaleView> for RecordedStaleView {
+    fn from(stale: &StaleView) -> Self {
+        RecordedStaleView {
+            code: stale.code.clone(),
+            handle: stale.handle.clone(),
+            expected_version: stale.expected_version,
+            current_version: stale.current_version,
+            recovery: stale.recovery,
+        }
+    }
+}
+
+/// The answer to a repeat of an earlier request with the same operation id and payload: what
+/// was recorded then, and the resource as it is now, so the answer keeps its meaning however
+/// the resource moved on.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Replayed {
     /// The operation id.
     pub operation_id: String,
     /// When the original outcome was recorded (RFC 3339, UTC).
     pub recorded_at: String,
-    /// The original outcome, unchanged.
+    /// The original outcome, as recorded.
     pub original: RecordedOutcome,
+    /// The resource now (its current version and the entity's view), when the original outcome
+    /// names a resource that is still available to the caller.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub current: Option<Snapshot>,
 }
 
 /// The outcome of a mutation: the `structuredContent` of a mutating tool.
@@ -204,42 +308,55 @@ pub enum MutationOutcome {
     Replayed(Replayed),
 }
 
-impl From<RecordedOutcome> for MutationOutcome {
-    fn from(outcome: RecordedOutcome) -> Self {
-        match outcome {
-            RecordedOutcome::Applied(applied) => MutationOutcome::Applied(applied),
-            RecordedOutcome::StaleView(stale) => MutationOutcome::StaleView(stale),
-            RecordedOutcome::Rejected(rejected) => MutationOutcome::Rejected(rejected),
-        }
-    }
-}
-
 impl RecordedOutcome {
     fn is_error(&self) -> bool {
         !matches!(self, RecordedOutcome::Applied(_))
     }
 
+    /// The error code, if the outcome was an error.
+    pub fn code(&self) -> Option<&str> {
+        match self {
+            RecordedOutcome::Applied(_) => None,
+            RecordedOutcome::StaleView(stale) => Some(&stale.code),
+            RecordedOutcome::Rejected(rejected) => Some(&rejected.code),
+        }
+    }
+
+    /// The resource the outcome is about, if it names one.
+    pub fn handle(&self) -> Option<&str> {
+        match self {
+            RecordedOutcome::Applied(applied) => Some(&applied.handle),
+            RecordedOutcome::StaleView(stale) => Some(&stale.handle),
+            RecordedOutcome::Rejected(_) => None,
+        }
+    }
+
     fn text(&self) -> String {
         match self {
-            RecordedOutcome::Applied(applied) => applied.text(),
-            RecordedOutcome::StaleView(stale) => stale.text(),
+            RecordedOutcome::Applied(applied) => {
+                applied_text(&applied.handle, applied.version, applied.rebased_from)
+            }
+            RecordedOutcome::StaleView(stale) => format!(
+                "Not applied: {} had changed after version {} that it was based on; it was at version {}.",
+                stale.handle, stale.expected_version, stale.current_version
+            ),
             RecordedOutcome::Rejected(rejected) => rejected.message.clone(),
         }
     }
 }
 
+fn applied_text(handle: &str, version: u64, rebased_from: Option<u64>) -> String {
+    match rebased_from {
+        Some(from) => format!(
+            "Applied to {handle} at version {version}: your change was based on version {from}, and the changes since then did not touch what it modifies."
+        ),
+        None => format!("Applied: {handle} is now at version {version}."),
+    }
+}
+
 impl Applied {
     fn text(&self) -> String {
-        match self.rebased_from {
-            Some(from) => format!(
-                "Applied to {} at version {}: your change was based on version {from}, and the changes since then did not touch what it modifies.",
-                self.handle, self.version
-            ),
-            None => format!(
-                "Applied: {} is now at version {}.",
-                self.handle, self.version
-            ),
-        }
+        applied_text(&self.handle, self.version, self.rebased_from)
     }
 }
 
@@ -286,22 +403,27 @@ impl MutationOutcome {
             MutationOutcome::Applied(_) => None,
             MutationOutcome::StaleView(stale) => Some(&stale.code),
             MutationOutcome::Rejected(rejected) => Some(&rejected.code),
-            MutationOutcome::Replayed(replayed) => match &replayed.original {
-                RecordedOutcome::Applied(_) => None,
-                RecordedOutcome::StaleView(stale) => Some(&stale.code),
-                RecordedOutcome::Rejected(rejected) => Some(&rejected.code),
-            },
+            MutationOutcome::Replayed(replayed) => replayed.original.code(),
         }
     }
 
-    /// The committed result, including one recovered by a replay.
+    /// The committed result of this request (not of a replayed one: see [`Replayed::original`]).
     pub fn applied(&self) -> Option<&Applied> {
         match self {
             MutationOutcome::Applied(applied) => Some(applied),
+            _ => None,
+        }
+    }
+
+    /// The handle of the resource a change was committed to, by this request or by the one it
+    /// replays.
+    pub fn committed_handle(&self) -> Option<&str> {
+        match self {
+            MutationOutcome::Applied(applied) => Some(&applied.handle),
             MutationOutcome::Replayed(Replayed {
                 original: RecordedOutcome::Applied(applied),
                 ..
-            }) => Some(applied),
+            }) => Some(&applied.handle),
             _ => None,
         }
     }
@@ -312,12 +434,21 @@ impl MutationOutcome {
             MutationOutcome::Applied(applied) => applied.text(),
             MutationOutcome::StaleView(stale) => stale.text(),
             MutationOutcome::Rejected(rejected) => rejected.message.clone(),
-            MutationOutcome::Replayed(replayed) => format!(
-                "Already done: this repeats operation {} recorded at {}; nothing was changed again. Original outcome: {}",
-                replayed.operation_id,
-                replayed.recorded_at,
-                replayed.original.text()
-            ),
+            MutationOutcome::Replayed(replayed) => {
+                let now = match &replayed.current {
+                    Some(current) => format!(
+                        " It is now at version {}; pass expected_version {} on your next change.",
+                        current.version, current.version
+                    ),
+                    None => String::new(),
+                };
+                format!(
+                    "Already done: this repeats operation {} recorded at {}; nothing was changed again. Original outcome: {}{now}",
+                    replayed.operation_id,
+                    replayed.recorded_at,
+                    replayed.original.text()
+                )
+            }
         }
     }
 

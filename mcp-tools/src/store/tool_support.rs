@@ -11,9 +11,11 @@ use serde::de::{DeserializeOwned, DeserializeSeed, Error as _, MapAccess, Visito
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::{Map, Value};
 
-use super::contract::{ConflictPolicy, CreateRequest, MutationRequest, ReadRequest, Transition};
+use super::contract::{
+    ConflictPolicy, CreateRequest, Creation, MutationRequest, ReadRequest, Transition,
+};
 use super::entity::Entity;
-use super::fingerprint::Fingerprint;
+use super::fingerprint::{Fingerprint, canonical_json};
 use super::outcome::{MutationOutcome, ReadOutcome, Rejected, Snapshot};
 use super::registry::SharedStore;
 use crate::context::Context;
@@ -198,19 +200,67 @@ fn object_root(mut schema: Value) -> Value {
     schema
 }
 
-/// The fingerprint of a mutation's payload: the tool name and every argument but `operation_id`.
-pub fn fingerprint(tool: &str, raw: &Value) -> Fingerprint {
+/// One of a tool's own arguments, as the payload fingerprint sees it.
+#[derive(Debug, Clone, Copy)]
+pub struct PayloadArgument {
+    /// The wire name.
+    pub name: &'static str,
+    /// Whether it is an `Option`: `null` means the same as leaving it out.
+    pub optional: bool,
+    /// The JSON of its default (`#[arg(default)]`): sending it means the same as leaving the
+    /// argument out. `None` inside when the default does not serialize.
+    pub default: Option<fn() -> Option<Value>>,
+}
+
+impl PayloadArgument {
+    /// Whether `value` says nothing that leaving the argument out would not.
+    fn is_implied(&self, value: &Value) -> bool {
+        if self.optional && value.is_null() {
+            return true;
+        }
+        self.default
+            .and_then(|default| default())
+            .is_some_and(|default| canonical_json(&default) == canonical_json(value))
+    }
+}
+
+/// The fingerprint of a call's payload: the tool name and every argument but `operation_id`,
+/// without the members that mean the same as their absence (`null` for an optional argument,
+/// the default for one with a default), so honest retries by clients that write arguments
+/// differently still match.
+pub fn fingerprint(tool: &str, arguments: &[PayloadArgument], raw: &Value) -> Fingerprint {
     match raw {
         Value::Object(object) => {
             let payload: Map<String, Value> = object
                 .iter()
-                .filter(|(key, _)| key.as_str() != "operation_id")
+                .filter(|(key, value)| {
+                    key.as_str() != "operation_id"
+                        && !arguments.iter().any(|argument| {
+                            argument.name == key.as_str() && argument.is_implied(value)
+                        })
+                })
                 .map(|(key, value)| (key.clone(), value.clone()))
                 .collect();
             Fingerprint::of_call(tool, &Value::Object(payload))
         }
         other => Fingerprint::of_call(tool, other),
     }
+}
+
+/// Holds for the type of an argument with a default of a `creates` or `mutates` tool.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` has a default in a tool with an operation id, so it must implement `Serialize`",
+    label = "this parameter's type must implement `Serialize`",
+    note = "a retry that sends the default and one that leaves the argument out are the same request: the operation-id fingerprint compares the argument with the JSON of its default",
+    note = "derive `serde::Serialize` for the type, or remove `#[arg(default)]`"
+)]
+pub trait DefaultArgument: Serialize {}
+
+impl<T: Serialize> DefaultArgument for T {}
+
+/// The JSON of an argument's default; spanned at the parameter's type by the generated code.
+pub fn default_json<T: DefaultArgument>(default: &T) -> Option<Value> {
+    serde_json::to_value(default).ok()
 }
 
 /// The registered store, or the result the call ends with.
@@ -234,33 +284,28 @@ pub fn tool_error<E: IntoToolError>(error: E) -> ToolError {
 pub struct CreateSpec<R> {
     /// The tool name, part of the payload fingerprint.
     pub tool: &'static str,
+    /// The tool's own arguments, for the payload fingerprint.
+    pub arguments: &'static [PayloadArgument],
     /// The caller's `operation_id`, unless the tool opted out.
     pub operation_id: Option<String>,
     /// The resource type.
     pub resource: PhantomData<fn() -> R>,
 }
 
-/// Stores the resource a `creates` tool made, at version 1, owned by the caller; with an
-/// operation id, a retry is `replayed` with the handle minted the first time.
-pub async fn create<R: IsEntity>(
-    store: &SharedStore,
+/// Stores the resource a `creates` tool makes, at version 1, owned by the caller. The store runs
+/// `creation` (the tool's function) only after it consulted the ledger and claimed the operation
+/// id: a retry is `replayed` with the handle minted the first time, without running the function
+/// again.
+pub async fn create<'a, R: IsEntity>(
+    store: &'a SharedStore,
     cx: &Context,
     spec: CreateSpec<R>,
     raw: &Value,
-    made: Result<R, ToolError>,
+    creation: Creation<'a>,
 ) -> CallToolResult {
-    let resource = match made {
-        Ok(resource) => resource,
-        Err(error) => {
-            return MutationOutcome::Rejected(Rejected::domain(&error)).into_call_tool_result();
-        }
-    };
-    let mut request = match CreateRequest::typed(cx.principal().clone(), &resource) {
-        Ok(request) => request,
-        Err(error) => return error.into_tool_error().into_result(),
-    };
+    let mut request = CreateRequest::deferred(R::kind(), cx.principal().clone(), creation);
     if let Some(operation_id) = spec.operation_id {
-        request = request.operation(operation_id, fingerprint(spec.tool, raw));
+        request = request.operation(operation_id, fingerprint(spec.tool, spec.arguments, raw));
     }
     match store.create(request).await {
         Ok(outcome) => outcome.into_call_tool_result(),
@@ -319,6 +364,8 @@ pub fn read_result<T: Serialize>(
 pub struct MutationSpec<R> {
     /// The tool name, part of the payload fingerprint.
     pub tool: &'static str,
+    /// The tool's own arguments, for the payload fingerprint.
+    pub arguments: &'static [PayloadArgument],
     /// The conflict policy.
     pub policy: ConflictPolicy,
     /// The handle the caller sent.
@@ -345,7 +392,7 @@ pub async fn mutate<R: IsEntity>(
         request = request.expect_version(version);
     }
     if let Some(operation_id) = spec.operation_id {
-        request = request.operation(operation_id, fingerprint(spec.tool, raw));
+        request = request.operation(operation_id, fingerprint(spec.tool, spec.arguments, raw));
     }
     match store.mutate(request, transition).await {
         Ok(outcome) => outcome.into_call_tool_result(),
@@ -381,3 +428,80 @@ impl<R: Entity> IsEntity for R {}
 
 /// Compile-time assertion, spanned at the type named by the tool kind.
 pub const fn assert_resource<R: IsEntity>() {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn thirty_two() -> Option<Value> {
+        Some(json!(32))
+    }
+
+    const ARGUMENTS: &[PayloadArgument] = &[
+        PayloadArgument {
+            name: "model",
+            optional: true,
+            default: None,
+        },
+        PayloadArgument {
+            name: "gib",
+            optional: false,
+            default: Some(thirty_two),
+        },
+        PayloadArgument {
+            name: "ratio",
+            optional: false,
+            default: None,
+        },
+    ];
+
+    fn of(raw: Value) -> Fingerprint {
+        fingerprint("t", ARGUMENTS, &raw)
+    }
+
+    #[test]
+    fn what_means_the_same_as_absence_is_left_out() {
+        let bare = of(json!({"basket_id": "b", "operation_id": "1"}));
+        assert_eq!(of(json!({"basket_id": "b"})), bare);
+        assert_eq!(of(json!({"basket_id": "b", "model": null})), bare);
+        assert_eq!(of(json!({"basket_id": "b", "gib": 32})), bare);
+        assert_eq!(of(json!({"basket_id": "b", "gib": 32.0})), bare);
+        assert_eq!(
+            of(json!({"basket_id": "b", "model": null, "gib": 32, "operation_id": "2"})),
+            bare
+        );
+        assert_eq!(
+            of(json!({"ratio": 2})),
+            of(json!({"ratio": 2.0})),
+            "a whole number is one number however it is written"
+        );
+    }
+
+    #[test]
+    fn a_real_value_still_counts() {
+        let bare = of(json!({"basket_id": "b"}));
+        assert_ne!(of(json!({"basket_id": "b", "model": "Laptop 16"})), bare);
+        assert_ne!(of(json!({"basket_id": "b", "gib": 64})), bare);
+        assert_ne!(
+            of(json!({"basket_id": "b", "gib": null})),
+            bare,
+            "not optional"
+        );
+        assert_ne!(
+            of(json!({"basket_id": "b", "ratio": null})),
+            bare,
+            "not optional"
+        );
+        assert_ne!(
+            of(json!({"basket_id": null})),
+            of(json!({})),
+            "not an argument of the tool"
+        );
+        assert_ne!(
+            fingerprint("t", &[], &json!({"model": null})),
+            fingerprint("t", &[], &json!({})),
+            "nothing is left out without the description"
+        );
+    }
+}

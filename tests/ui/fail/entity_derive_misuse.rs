@@ -21,4 +21,11 @@ struct Renamed {
 #[entity(prefix = "tpl")]
 struct Tuple(u32);
 
+#[derive(Clone, Serialize, Deserialize, JsonSchema, Entity)]
+#[entity(prefix = "wrp")]
+#[serde(transparent)]
+struct Wrapped {
+    inner: Vec<u32>,
+}
+
 fn main() {}

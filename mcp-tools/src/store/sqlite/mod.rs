@@ -1,0 +1,1094 @@
+//! The embedded durable store: one SQLite file in WAL mode, shared safely by several processes.
+
+use std::panic::AssertUnwindSafe;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::time::{Duration, Instant};
+
+use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
+
+use futures_util::FutureExt;
+
+mod writer;
+
+use writer::Writer;
+
+use crate::context::Principal;
+use crate::store::boundary::{self, Change, Claim, LedgerEntry, LedgerState, Made, Record, Txn};
+use crate::store::clock::duration_millis;
+use crate::store::contract::{
+    CreateRequest, Making, MutationRequest, PruneReport, ReadRequest, Store, StoreConfig,
+    StoreError, StoreFuture, Transition,
+};
+use crate::store::entity::Lifecycle;
+use crate::store::fingerprint::Fingerprint;
+use crate::store::handle::mint_handle;
+use crate::store::history::Undo;
+use crate::store::memory::claim_token;
+use crate::store::outcome::{MutationOutcome, ReadOutcome};
+use crate::store::sweeper::Sweeper;
+
+/// The layout of a store file, recorded as `layout` in `mcp_meta`.
+///
+/// - `mcp_resources` holds the current state of each resource once, with its version, owner,
+///   kind, lifecycle, expiry and how many ledger records count against it (`ledger_live`).
+/// - `mcp_changes` holds the undo patch of each kept version, keyed by (handle, version): what
+///   takes that version's state back to the one before. Patches beyond the history limit are
+///   deleted in batches.
+/// - `mcp_ledger` appends one row per recorded operation (or claim): its rowid order is recording
+///   order, so with one retention the oldest rows expire first and a sweep deletes a rowid range
+///   without an expiry index; the unique index on (principal, operation id) serves lookups. A row
+///   holds the outcome's summary, never a state.
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS mcp_meta (
+    key   TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+) STRICT, WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS mcp_resources (
+    handle      TEXT PRIMARY KEY,
+    kind        TEXT NOT NULL,
+    owner       TEXT NOT NULL,
+    version     INTEGER NOT NULL,
+    state       TEXT NOT NULL,
+    lifecycle   TEXT NOT NULL,
+    expires_at  INTEGER,
+    ledger_live INTEGER NOT NULL DEFAULT 0
+) STRICT;
+CREATE INDEX IF NOT EXISTS mcp_resources_expiry ON mcp_resources (expires_at)
+    WHERE expires_at IS NOT NULL;
+CREATE TABLE IF NOT EXISTS mcp_changes (
+    handle  TEXT NOT NULL,
+    version INTEGER NOT NULL,
+    undo    TEXT NOT NULL,
+    PRIMARY KEY (handle, version)
+) STRICT, WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS mcp_ledger (
+    seq          INTEGER PRIMARY KEY,
+    principal    TEXT NOT NULL,
+    operation_id TEXT NOT NULL,
+    fingerprint  TEXT NOT NULL,
+    outcome      TEXT,
+    claim        INTEGER,
+    handle       TEXT,
+    recorded_at  INTEGER NOT NULL,
+    expires_at   INTEGER NOT NULL
+) STRICT;
+CREATE UNIQUE INDEX IF NOT EXISTS mcp_ledger_key ON mcp_ledger (principal, operation_id);
+";
+
+/// The layout this version writes and reads.
+const LAYOUT: &str = "2";
+
+/// The current version of a handle.
+const LOAD_SQL: &str = "SELECT kind, owner, version, state, lifecycle, expires_at, ledger_live
+     FROM mcp_resources WHERE handle = ?1";
+
+/// Resources that expired at or before `?1`.
+const RECLAIMABLE_SQL: &str = "SELECT handle FROM mcp_resources WHERE expires_at <= ?1";
+
+/// Versions between two deletions of a resource's patches beyond the history limit.
+const HISTORY_SWEEP_EVERY: u64 = 16;
+
+/// Ledger rows one sweep transaction deletes at most, so in-process writers wait for a short
+/// transaction only.
+const SWEEP_BATCH: i64 = 4096;
+
+/// Checks the file's layout before anything is written: a new file gets this layout; a file of
+/// another layout is refused, never misread.
+fn check_layout(connection: &Connection, path: &Path) -> Result<(), StoreError> {
+    let tables: Vec<String> = connection
+        .prepare("SELECT name FROM sqlite_schema WHERE type = 'table' AND name LIKE 'mcp\\_%' ESCAPE '\\'")?
+        .query_map([], |row| row.get(0))?
+        .collect::<Result<_, _>>()?;
+    let has = |name: &str| tables.iter().any(|table| table == name);
+    if has("mcp_versions") || (has("mcp_resources") && !has("mcp_meta")) {
+        return Err(StoreError::Backend(format!(
+            "{} was written by an earlier pre-release of mcp-tools, which kept a full copy of the \
+             state for every version; this version keeps each state once and its history as \
+             changes, and does not read or migrate that layout: start from a new file",
+            path.display()
+        )));
+    }
+    if has("mcp_meta") {
+        let layout: Option<String> = connection
+            .query_row(
+                "SELECT value FROM mcp_meta WHERE key = 'layout'",
+                [],
+                |row| row.get(0),
+            )
+            .optional()?;
+        if layout.as_deref() != Some(LAYOUT) {
+            return Err(StoreError::Backend(format!(
+                "{} has storage layout {}, and this version of mcp-tools reads layout {LAYOUT} \
+                 only: open it with the version that wrote it",
+                path.display(),
+                layout.as_deref().unwrap_or("(none)")
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Writes between two wake-ups of the sweep thread.
+const SWEEP_EVERY: u64 = 1024;
+
+/// How SQLite syncs the write-ahead log.
+///
+/// Either way a mutation is atomic: its new version, history and ledger record are committed or
+/// lost together, so a retry with the same operation id stays correct.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Synchronous {
+    /// Sync on every commit: a committed outcome also survives a power loss or OS crash.
+    Full,
+    /// Sync at checkpoints only (the default): a committed outcome survives a crash of the
+    /// process; a power loss or OS crash may roll back the most recent commits, never partly.
+    #[default]
+    Normal,
+}
+
+/// Engine settings of a [`SqliteStore`].
+#[derive(Debug, Clone)]
+pub struct SqliteOptions {
+    /// How long a writer waits for another process's write transaction (default 10 s).
+    pub busy_timeout: Duration,
+    /// WAL sync mode (default [`Synchronous::Normal`]).
+    pub synchronous: Synchronous,
+}
+
+impl Default for SqliteOptions {
+    fn default() -> Self {
+        SqliteOptions {
+            busy_timeout: Duration::from_secs(10),
+            synchronous: Synchronous::Normal,
+        }
+    }
+}
+
+/// A store in one SQLite file (bundled SQLite, WAL mode).
+///
+/// Every mutation runs the whole boundary in one `BEGIN IMMEDIATE` transaction on a blocking
+/// thread: the write lock is taken before the first read, so the ledger lookup, the version
+/// comparison and the write cannot interleave with another writer, in this process or in any other
+/// process that opened the same file. Inside a process, writers queue on one connection; readers
+/// use a small pool of their own connections and never wait for writers (WAL lets them read the
+/// last committed state while a write is under way). Expired records are swept by a thread of
+/// the store's own, in short transactions, never on a request.
+#[derive(Clone)]
+pub struct SqliteStore {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    path: PathBuf,
+    config: StoreConfig,
+    options: SqliteOptions,
+    writer: Writer,
+    readers: Mutex<Vec<Connection>>,
+    sweeper: Sweeper,
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    // An open transaction rolls back when a panic unwinds through it; the connection stays usable.
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+impl From<rusqlite::Error> for StoreError {
+    fn from(error: rusqlite::Error) -> Self {
+        StoreError::Backend(error.to_string())
+    }
+}
+
+impl SqliteStore {
+    /// Opens (creating if needed) the store in the file at `path`.
+    pub fn open(path: impl AsRef<Path>, config: StoreConfig) -> Result<Self, StoreError> {
+        SqliteStore::open_with(path, config, SqliteOptions::default())
+    }
+
+    /// Opens the store with explicit engine settings.
+    pub fn open_with(
+        path: impl AsRef<Path>,
+        config: StoreConfig,
+        options: SqliteOptions,
+    ) -> Result<Self, StoreError> {
+        let path = path.as_ref().to_path_buf();
+        let mut writer = connect(&path, &options)?;
+        let txn = writer.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        check_layout(&txn, &path)?;
+        txn.execute_batch(SCHEMA)?;
+        txn.execute(
+            "INSERT OR IGNORE INTO mcp_meta (key, value) VALUES ('layout', ?1)",
+            [LAYOUT],
+        )?;
+        txn.commit()?;
+        let writer = Writer::spawn(writer, Arc::clone(&config.clock))?;
+        let inner = Arc::new_cyclic(|weak: &Weak<Inner>| Inner {
+            path,
+            config,
+            options,
+            writer,
+            readers: Mutex::new(Vec::new()),
+            sweeper: Sweeper::spawn(weak.clone(), Inner::sweep, SWEEP_EVERY),
+        });
+        Ok(SqliteStore { inner })
+    }
+
+    /// How many resources the file holds, expired ones included (for tests that count what was
+    /// actually created).
+    #[cfg(feature = "test-hooks")]
+    #[doc(hidden)]
+    pub fn resource_count_for_tests(&self) -> Result<u64, StoreError> {
+        self.inner.with_reader(|connection| {
+            Ok(
+                connection.query_row("SELECT count(*) FROM mcp_resources", [], |row| {
+                    row.get::<_, i64>(0)
+                })? as u64,
+            )
+        })
+    }
+
+    /// The `synchronous` setting in force on the connection that writes (for tests that check the
+    /// durability option reached the engine: it is a per-connection setting nothing else shows).
+    #[cfg(feature = "test-hooks")]
+    #[doc(hidden)]
+    pub fn synchronous_for_tests(&self) -> Result<Synchronous, StoreError> {
+        let level: i64 = self.inner.writer.run_blocking(|txn, _| {
+            Ok(txn
+                .connection
+                .query_row("PRAGMA synchronous", [], |row| row.get(0))?)
+        })?;
+        match level {
+            1 => Ok(Synchronous::Normal),
+            2 => Ok(Synchronous::Full),
+            other => Err(StoreError::Backend(format!(
+                "unexpected synchronous level {other}"
+            ))),
+        }
+    }
+
+    /// The file this store uses.
+    pub fn path(&self) -> &Path {
+        &self.inner.path
+    }
+}
+
+/// Switches the file to WAL and returns the journal mode in force. The switch needs the file to
+/// itself for a moment, and SQLite answers "database is locked" at once, without the busy
+/// handler, while another process opening the same new file holds it: wait as the busy timeout
+/// would.
+fn wal_mode(connection: &Connection, busy_timeout: Duration) -> Result<String, StoreError> {
+    let deadline = Instant::now() + busy_timeout;
+    loop {
+        match connection.query_row("PRAGMA journal_mode = WAL", [], |row| row.get(0)) {
+            Err(rusqlite::Error::SqliteFailure(error, _))
+                if matches!(
+                    error.code,
+                    rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked
+                ) && Instant::now() < deadline =>
+            {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            result => return Ok(result?),
+        }
+    }
+}
+
+/// Opens a connection with the settings every connection of the store shares.
+pub(crate) fn connect(path: &Path, options: &SqliteOptions) -> Result<Connection, StoreError> {
+    let connection = Connection::open(path)?;
+    connection.busy_timeout(options.busy_timeout)?;
+    let mode = wal_mode(&connection, options.busy_timeout)?;
+    if !mode.eq_ignore_ascii_case("wal") {
+        return Err(StoreError::Backend(format!(
+            "SQLite refused WAL mode for {} (journal mode {mode})",
+            path.display()
+        )));
+    }
+    let synchronous = match options.synchronous {
+        Synchronous::Full => "FULL",
+        Synchronous::Normal => "NORMAL",
+    };
+    connection.pragma_update(None, "synchronous", synchronous)?;
+    Ok(connection)
+}
+
+impl Inner {
+    fn with_reader<T>(
+        &self,
+        work: impl FnOnce(&Connection) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        let pooled = lock(&self.readers).pop();
+        let connection = match pooled {
+            Some(connection) => connection,
+            None => connect(&self.path, &self.options)?,
+        };
+        let result = work(&connection);
+        lock(&self.readers).push(connection);
+        result
+    }
+
+    /// Reads on the calling thread: a WAL reader takes no lock a writer holds, so the read is a
+    /// key lookup and a parse, never a wait.
+    fn read(&self, request: &ReadRequest) -> Result<ReadOutcome, StoreError> {
+        let now = self.config.clock.now_millis();
+        self.with_reader(|connection| boundary::read(&mut SqlTxn::new(connection), request, now))
+    }
+
+    /// The automatic sweep, on the sweep thread: its failures are logged, never answered.
+    fn sweep(&self) {
+        let swept = prune_in_steps(self.config.ledger_retention, |step| {
+            self.writer.run_blocking(move |txn, now| step.run(txn, now))
+        });
+        if let Err(error) = swept {
+            tracing::warn!(%error, path = %self.path.display(), "the state store's sweep failed; it will run again");
+        }
+    }
+}
+
+/// One transaction of a prune.
+#[derive(Debug, Clone, Copy)]
+enum PruneStep {
+    /// Up to [`SWEEP_BATCH`] expired ledger rows.
+    Ledger,
+    /// The resources that expired longer ago than `retention`.
+    Resources { retention: Duration },
+}
+
+impl PruneStep {
+    fn run(self, txn: &mut SqlTxn<'_>, now: i64) -> Result<u64, StoreError> {
+        match self {
+            PruneStep::Ledger => prune_ledger(txn.connection, now),
+            PruneStep::Resources { retention } => {
+                let cutoff = now.saturating_sub(duration_millis(retention));
+                // An expired resource is never written again, so its expiry cannot move
+                // under this sweep.
+                let handles = txn
+                    .connection
+                    .prepare_cached(RECLAIMABLE_SQL)?
+                    .query_map([cutoff], |row| row.get::<_, String>(0))?
+                    .collect::<Result<Vec<_>, _>>()?;
+                let mut resource = txn
+                    .connection
+                    .prepare_cached("DELETE FROM mcp_resources WHERE handle = ?1")?;
+                let mut changes = txn
+                    .connection
+                    .prepare_cached("DELETE FROM mcp_changes WHERE handle = ?1")?;
+                for handle in &handles {
+                    resource.execute([handle])?;
+                    changes.execute([handle])?;
+                }
+                Ok(handles.len() as u64)
+            }
+        }
+    }
+}
+
+/// A prune as short transactions, each run by `run`: the ledger a batch at a time, then the
+/// resources.
+fn prune_in_steps(
+    retention: Duration,
+    mut run: impl FnMut(PruneStep) -> Result<u64, StoreError>,
+) -> Result<PruneReport, StoreError> {
+    let mut report = PruneReport::default();
+    loop {
+        let removed = run(PruneStep::Ledger)?;
+        report.ledger_records += removed;
+        if removed < SWEEP_BATCH as u64 {
+            break;
+        }
+    }
+    report.resources = run(PruneStep::Resources { retention })?;
+    Ok(report)
+}
+
+/// Deletes up to [`SWEEP_BATCH`] expired ledger rows, oldest first, and takes them off the
+/// counts of their resources. Rows are in recording order, and with one retention in expiry
+/// order: the batch is the rowid range before the first live row. A row recorded out of order
+/// (a changed retention, a claim, a clock that went back) waits for the rows before it; lookups
+/// ignore it once expired.
+fn prune_ledger(connection: &Connection, now: i64) -> Result<u64, StoreError> {
+    let first: i64 =
+        connection.query_row("SELECT coalesce(min(seq), 0) FROM mcp_ledger", [], |row| {
+            row.get(0)
+        })?;
+    let end: i64 = connection
+        .prepare_cached(
+            "SELECT coalesce(
+                 (SELECT seq FROM mcp_ledger WHERE expires_at > ?1 ORDER BY seq LIMIT 1),
+                 (SELECT max(seq) + 1 FROM mcp_ledger),
+                 0)",
+        )?
+        .query_row([now], |row| row.get(0))?;
+    let end = end.min(first.saturating_add(SWEEP_BATCH));
+    connection
+        .prepare_cached(
+            "UPDATE mcp_resources SET ledger_live = ledger_live - counted.n
+             FROM (SELECT handle, count(*) AS n FROM mcp_ledger
+                   WHERE seq < ?1 AND handle IS NOT NULL AND outcome IS NOT NULL
+                   GROUP BY handle) AS counted
+             WHERE mcp_resources.handle = counted.handle",
+        )?
+        .execute([end])?;
+    let removed = connection
+        .prepare_cached("DELETE FROM mcp_ledger WHERE seq < ?1")?
+        .execute([end])?;
+    Ok(removed as u64)
+}
+
+/// The boundary's operations as statements on one connection; the caller holds the transaction.
+struct SqlTxn<'c> {
+    connection: &'c Connection,
+    /// `ledger_live` of the resource last loaded, by handle.
+    loaded_count: Option<(String, i64)>,
+    /// The resource whose next ledger record its write already counted.
+    counted: Option<String>,
+    /// What [`Txn::prefetch`] read, until the boundary asks for it.
+    prefetched: Option<Prefetched>,
+}
+
+/// A resource and a ledger record read in one round trip.
+struct Prefetched {
+    handle: String,
+    principal: String,
+    operation_id: Option<String>,
+    record: Option<Option<(Record, i64)>>,
+    entry: Option<Option<LedgerEntry>>,
+}
+
+/// The current version of a handle and the ledger record of (principal, operation id), in one
+/// row whichever of them exists.
+const PREFETCH_SQL: &str = "SELECT r.kind, r.owner, r.version, r.state, r.lifecycle, r.expires_at,
+         r.ledger_live, l.fingerprint, l.outcome, l.claim, l.handle, l.recorded_at, l.expires_at
+     FROM (SELECT ?1 AS handle) AS wanted
+     LEFT JOIN mcp_resources AS r ON r.handle = wanted.handle
+     LEFT JOIN mcp_ledger AS l ON l.principal = ?2 AND l.operation_id = ?3";
+
+impl<'c> SqlTxn<'c> {
+    fn new(connection: &'c Connection) -> Self {
+        SqlTxn {
+            connection,
+            loaded_count: None,
+            counted: None,
+            prefetched: None,
+        }
+    }
+}
+
+fn version_to_sql(version: u64) -> Result<i64, StoreError> {
+    i64::try_from(version)
+        .map_err(|_| StoreError::Corrupt(format!("version {version} out of range")))
+}
+
+fn version_from_sql(version: i64) -> Result<u64, StoreError> {
+    u64::try_from(version).map_err(|_| StoreError::Corrupt(format!("negative version {version}")))
+}
+
+fn json<T: serde::de::DeserializeOwned>(text: &str, what: &str) -> Result<T, StoreError> {
+    serde_json::from_str(text).map_err(|error| StoreError::Corrupt(format!("{what}: {error}")))
+}
+
+fn to_json<T: serde::Serialize>(value: &T, what: &str) -> Result<String, StoreError> {
+    serde_json::to_string(value).map_err(|error| StoreError::Corrupt(format!("{what}: {error}")))
+}
+
+impl Txn for SqlTxn<'_> {
+    fn prefetch(
+        &mut self,
+        handle: &str,
+        principal: &str,
+        operation_id: Option<&str>,
+    ) -> Result<(), StoreError> {
+        let mut statement = self.connection.prepare_cached(PREFETCH_SQL)?;
+        let mut rows = statement.query(params![handle, principal, operation_id])?;
+        let row = rows
+            .next()?
+            .ok_or_else(|| StoreError::Backend("the prefetch returned no row".into()))?;
+        let record = record_from(row, 0)?;
+        let entry = match operation_id {
+            Some(_) => entry_from(row, 7)?,
+            None => None,
+        };
+        self.prefetched = Some(Prefetched {
+            handle: handle.to_owned(),
+            principal: principal.to_owned(),
+            operation_id: operation_id.map(str::to_owned),
+            record: Some(record),
+            entry: Some(entry),
+        });
+        Ok(())
+    }
+
+    fn ledger_get(
+        &mut self,
+        principal: &str,
+        operation_id: &str,
+    ) -> Result<Option<LedgerEntry>, StoreError> {
+        if let Some(prefetched) = &mut self.prefetched
+            && prefetched.principal == principal
+            && prefetched.operation_id.as_deref() == Some(operation_id)
+            && let Some(entry) = prefetched.entry.take()
+        {
+            return Ok(entry);
+        }
+        let mut statement = self.connection.prepare_cached(
+            "SELECT fingerprint, outcome, claim, handle, recorded_at, expires_at
+             FROM mcp_ledger WHERE principal = ?1 AND operation_id = ?2",
+        )?;
+        let mut rows = statement.query(params![principal, operation_id])?;
+        match rows.next()? {
+            Some(row) => entry_from(row, 0),
+            None => Ok(None),
+        }
+    }
+
+    fn ledger_put(
+        &mut self,
+        principal: &str,
+        operation_id: &str,
+        entry: LedgerEntry,
+    ) -> Result<(), StoreError> {
+        let (outcome, claim) = match &entry.state {
+            LedgerState::Done(outcome) => (Some(to_json(outcome, "ledger outcome")?), None),
+            // Stored as its bits: SQLite integers are signed.
+            LedgerState::Pending { token } => (None, Some(*token as i64)),
+        };
+        self.connection
+            .prepare_cached(
+                "INSERT INTO mcp_ledger
+                 (principal, operation_id, fingerprint, outcome, claim, handle, recorded_at, expires_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+            )?
+            .execute(params![
+                principal,
+                operation_id,
+                entry.fingerprint.as_str(),
+                outcome,
+                claim,
+                entry.handle,
+                entry.recorded_at,
+                entry.expires_at
+            ])?;
+        if let (Some(handle), Some(_)) = (&entry.handle, &outcome) {
+            if self.counted.as_deref() == Some(handle) {
+                self.counted = None;
+            } else {
+                self.count(handle, 1)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn ledger_remove(
+        &mut self,
+        principal: &str,
+        operation_id: &str,
+        entry: &LedgerEntry,
+    ) -> Result<(), StoreError> {
+        self.connection
+            .prepare_cached("DELETE FROM mcp_ledger WHERE principal = ?1 AND operation_id = ?2")?
+            .execute(params![principal, operation_id])?;
+        if let (Some(handle), LedgerState::Done(_)) = (&entry.handle, &entry.state) {
+            self.count(handle, -1)?;
+        }
+        Ok(())
+    }
+
+    fn ledger_full(&mut self, handle: &str, quota: u64, now: i64) -> Result<bool, StoreError> {
+        let quota = i64::try_from(quota).unwrap_or(i64::MAX);
+        let live = match &self.loaded_count {
+            Some((loaded, live)) if loaded == handle => *live,
+            _ => self.live_count(handle)?,
+        };
+        if live < quota {
+            return Ok(false);
+        }
+        // At the limit, expired records may still be counted until the sweep takes them off:
+        // take them off now, so the limit counts live records only.
+        while prune_ledger(self.connection, now)? == SWEEP_BATCH as u64 {}
+        Ok(self.live_count(handle)? >= quota)
+    }
+
+    fn load(&mut self, handle: &str) -> Result<Option<Record>, StoreError> {
+        let prefetched = match &mut self.prefetched {
+            Some(prefetched) if prefetched.handle == handle => prefetched.record.take(),
+            _ => None,
+        };
+        let loaded = match prefetched {
+            Some(loaded) => loaded,
+            None => {
+                let mut statement = self.connection.prepare_cached(LOAD_SQL)?;
+                let mut rows = statement.query([handle])?;
+                match rows.next()? {
+                    Some(row) => record_from(row, 0)?,
+                    None => None,
+                }
+            }
+        };
+        Ok(loaded.map(|(record, live)| {
+            self.loaded_count = Some((handle.to_owned(), live));
+            record
+        }))
+    }
+
+    fn undo_since(
+        &mut self,
+        handle: &str,
+        version: u64,
+    ) -> Result<Option<Vec<Vec<Undo>>>, StoreError> {
+        let rows = self
+            .connection
+            .prepare_cached(
+                "SELECT version, undo FROM mcp_changes
+                 WHERE handle = ?1 AND version > ?2 ORDER BY version DESC",
+            )?
+            .query_map(params![handle, version_to_sql(version)?], |row| {
+                Ok((row.get::<_, i64>(0)?, row.get::<_, String>(1)?))
+            })?
+            .collect::<Result<Vec<_>, _>>()?;
+        let oldest = rows.last().map(|(kept, _)| *kept);
+        if oldest != Some(version_to_sql(version)? + 1) {
+            return Ok(None);
+        }
+        rows.iter()
+            .map(|(_, undo)| json(undo, "stored history"))
+            .collect::<Result<Vec<_>, _>>()
+            .map(Some)
+    }
+
+    fn insert(&mut self, handle: &str, record: Record) -> Result<(), StoreError> {
+        self.connection
+            .prepare_cached(
+                "INSERT INTO mcp_resources
+                 (handle, kind, owner, version, state, lifecycle, expires_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+            )?
+            .execute(params![
+                handle,
+                &*record.kind,
+                &*record.owner,
+                version_to_sql(record.version)?,
+                record.state.to_string(),
+                record.lifecycle.as_str(),
+                record.expires_at
+            ])?;
+        Ok(())
+    }
+
+    fn write(&mut self, handle: &str, record: Record, change: Change) -> Result<(), StoreError> {
+        let Change {
+            undo,
+            drop_through,
+            recorded,
+        } = change;
+        let version = version_to_sql(record.version)?;
+        // The boundary loaded version - 1 inside this write transaction; the condition makes
+        // any second writer of the same version fail loudly instead of overwriting. The ledger
+        // record that follows is counted here, in the same row update.
+        let updated = self
+            .connection
+            .prepare_cached(
+                "UPDATE mcp_resources SET version = ?2, state = ?3, lifecycle = ?4, expires_at = ?5,
+                     ledger_live = ledger_live + ?6
+                 WHERE handle = ?1 AND version = ?2 - 1",
+            )?
+            .execute(params![
+                handle,
+                version,
+                record.state.to_string(),
+                record.lifecycle.as_str(),
+                record.expires_at,
+                i64::from(recorded)
+            ])?;
+        if recorded {
+            self.counted = Some(handle.to_owned());
+        }
+        if updated != 1 {
+            return Err(StoreError::Backend(format!(
+                "{handle} moved past version {} during its own write transaction",
+                version - 1
+            )));
+        }
+        self.connection
+            .prepare_cached("INSERT INTO mcp_changes (handle, version, undo) VALUES (?1, ?2, ?3)")?
+            .execute(params![handle, version, to_json(&undo, "history")?])?;
+        if drop_through > 0 && drop_through.is_multiple_of(HISTORY_SWEEP_EVERY) {
+            self.connection
+                .prepare_cached("DELETE FROM mcp_changes WHERE handle = ?1 AND version <= ?2")?
+                .execute(params![handle, version_to_sql(drop_through)?])?;
+        }
+        Ok(())
+    }
+}
+
+/// A resource from the 7 columns of [`LOAD_SQL`] starting at `at`, with its `ledger_live`;
+/// `None` when they are null (a left join that found nothing).
+fn record_from(row: &rusqlite::Row<'_>, at: usize) -> Result<Option<(Record, i64)>, StoreError> {
+    let Some(kind) = row.get::<_, Option<String>>(at)? else {
+        return Ok(None);
+    };
+    let lifecycle: String = row.get(at + 4)?;
+    let state: String = row.get(at + 3)?;
+    let record = Record {
+        kind: kind.into(),
+        owner: row.get::<_, String>(at + 1)?.into(),
+        version: version_from_sql(row.get(at + 2)?)?,
+        state: Arc::new(json(&state, "stored state")?),
+        lifecycle: Lifecycle::parse(&lifecycle)
+            .ok_or_else(|| StoreError::Corrupt(format!("unknown lifecycle {lifecycle:?}")))?,
+        expires_at: row.get(at + 5)?,
+    };
+    Ok(Some((record, row.get(at + 6)?)))
+}
+
+/// A ledger record from the 6 ledger columns starting at `at`; `None` when they are null.
+fn entry_from(row: &rusqlite::Row<'_>, at: usize) -> Result<Option<LedgerEntry>, StoreError> {
+    let Some(fingerprint) = row.get::<_, Option<String>>(at)? else {
+        return Ok(None);
+    };
+    let outcome: Option<String> = row.get(at + 1)?;
+    let claim: Option<i64> = row.get(at + 2)?;
+    let state = match (outcome, claim) {
+        (Some(outcome), _) => LedgerState::Done(json(&outcome, "ledger outcome")?),
+        // Stored as its bits: SQLite integers are signed.
+        (None, Some(token)) => LedgerState::Pending {
+            token: token as u64,
+        },
+        (None, None) => {
+            return Err(StoreError::Corrupt(
+                "a ledger row with neither outcome nor claim".into(),
+            ));
+        }
+    };
+    Ok(Some(LedgerEntry {
+        fingerprint: Fingerprint::from_stored(fingerprint),
+        state,
+        handle: row.get(at + 3)?,
+        recorded_at: row.get(at + 4)?,
+        expires_at: row.get(at + 5)?,
+    }))
+}
+
+impl SqlTxn<'_> {
+    fn live_count(&self, handle: &str) -> Result<i64, StoreError> {
+        Ok(self
+            .connection
+            .prepare_cached("SELECT ledger_live FROM mcp_resources WHERE handle = ?1")?
+            .query_row([handle], |row| row.get(0))
+            .optional()?
+            .unwrap_or(0))
+    }
+
+    /// Adds `by` to the number of ledger records counted against `handle`.
+    fn count(&mut self, handle: &str, by: i64) -> Result<(), StoreError> {
+        self.connection
+            .prepare_cached(
+                "UPDATE mcp_resources SET ledger_live = max(ledger_live + ?2, 0) WHERE handle = ?1",
+            )?
+            .execute(params![handle, by])?;
+        if let Some((loaded, live)) = &mut self.loaded_count
+            && loaded == handle
+        {
+            *live += by;
+        }
+        Ok(())
+    }
+}
+
+impl SqliteStore {
+    /// Runs `work` as one atomic unit on the writer thread; `work` sees the store's settings.
+    async fn write<T, F>(&self, work: F) -> Result<T, StoreError>
+    where
+        F: FnOnce(&mut SqlTxn<'_>, &StoreConfig, i64) -> Result<T, StoreError> + Send + 'static,
+        T: Send + 'static,
+    {
+        let inner = Arc::clone(&self.inner);
+        let answer = self
+            .inner
+            .writer
+            .run(move |txn, now| work(txn, &inner.config, now))
+            .await;
+        self.inner.sweeper.count_write();
+        answer
+    }
+
+    async fn create_in_steps(
+        &self,
+        request: CreateRequest<'_>,
+    ) -> Result<MutationOutcome, StoreError> {
+        let CreateRequest {
+            kind,
+            principal,
+            operation,
+            initial,
+        } = request;
+        let initial = match initial.into_making() {
+            Making::Ready(state) => {
+                let handle = mint_handle(kind.prefix)?;
+                return self
+                    .write(move |txn, config, now| {
+                        boundary::create_now(
+                            txn,
+                            config,
+                            &kind,
+                            &principal,
+                            operation.as_ref(),
+                            &handle,
+                            state,
+                            now,
+                        )
+                    })
+                    .await;
+            }
+            Making::Deferred(making) => making,
+        };
+        let token = claim_token()?;
+        let claimed = {
+            let (principal, operation) = (principal.clone(), operation.clone());
+            self.write(move |txn, config, now| {
+                boundary::claim(
+                    txn,
+                    config,
+                    &kind,
+                    &principal,
+                    operation.as_ref(),
+                    token,
+                    now,
+                )
+            })
+            .await?
+        };
+        let token = match claimed {
+            Claim::Answer(answer) => return Ok(*answer),
+            Claim::Claimed(token) => token,
+        };
+        let mut abandon = Abandon {
+            inner: Arc::clone(&self.inner),
+            principal: principal.clone(),
+            operation: operation
+                .as_ref()
+                .zip(token)
+                .map(|((operation_id, _), token)| (operation_id.clone(), token)),
+        };
+        let made = match AssertUnwindSafe(initial).catch_unwind().await {
+            Ok(Ok(state)) => Made::State(state),
+            Ok(Err(error)) => Made::Failed(error),
+            Err(_) => Made::Panicked,
+        };
+        abandon.operation = None;
+        let handle = mint_handle(kind.prefix)?;
+        self.write(move |txn, config, now| {
+            boundary::finish_create(
+                txn,
+                config,
+                &kind,
+                &principal,
+                operation.as_ref(),
+                token,
+                &handle,
+                made,
+                now,
+            )
+        })
+        .await
+    }
+}
+
+/// Gives up a create's claim when the create is dropped before it finished (the caller went
+/// away), so a retry need not wait for the claim to lapse. The writer thread does it; nobody
+/// waits for the answer.
+struct Abandon {
+    inner: Arc<Inner>,
+    principal: Principal,
+    operation: Option<(String, u64)>,
+}
+
+impl Drop for Abandon {
+    fn drop(&mut self) {
+        let Some((operation_id, token)) = self.operation.take() else {
+            return;
+        };
+        let principal = self.principal.clone();
+        drop(
+            self.inner
+                .writer
+                .submit(move |txn, _| boundary::abandon(txn, &principal, &operation_id, token)),
+        );
+    }
+}
+
+impl Store for SqliteStore {
+    fn create<'a>(&'a self, request: CreateRequest<'a>) -> StoreFuture<'a, MutationOutcome> {
+        Box::pin(self.create_in_steps(request))
+    }
+
+    fn read(&self, request: ReadRequest) -> StoreFuture<'_, ReadOutcome> {
+        Box::pin(async move { self.inner.read(&request) })
+    }
+
+    fn mutate(
+        &self,
+        request: MutationRequest,
+        mut transition: Transition,
+    ) -> StoreFuture<'_, MutationOutcome> {
+        Box::pin(self.write(move |txn, config, now| {
+            boundary::mutate(txn, config, &request, &mut transition, now)
+        }))
+    }
+
+    fn prune(&self) -> StoreFuture<'_, PruneReport> {
+        Box::pin(async move {
+            let retention = self.inner.config.ledger_retention;
+            let mut report = PruneReport::default();
+            loop {
+                let step = PruneStep::Ledger;
+                let removed = self
+                    .inner
+                    .writer
+                    .run(move |txn, now| step.run(txn, now))
+                    .await?;
+                report.ledger_records += removed;
+                if removed < SWEEP_BATCH as u64 {
+                    break;
+                }
+            }
+            let step = PruneStep::Resources { retention };
+            report.resources = self
+                .inner
+                .writer
+                .run(move |txn, now| step.run(txn, now))
+                .await?;
+            Ok(report)
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use rusqlite::StatementStatus;
+
+    use super::*;
+
+    /// The load statement is prepared once and searches the primary key, whatever the handle.
+    #[test]
+    fn load_is_not_re_prepared() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.db");
+        let mut connection = connect(&path, &SqliteOptions::default()).unwrap();
+        connection.execute_batch(SCHEMA).unwrap();
+        let txn = connection.transaction().unwrap();
+        for handle in ["ctr_a", "ctr_b", "ctr_c"] {
+            let mut sql = SqlTxn::new(&txn);
+            assert!(sql.load(handle).unwrap().is_none());
+        }
+        let plan: String = txn
+            .query_row(
+                &format!("EXPLAIN QUERY PLAN {LOAD_SQL}"),
+                ["ctr_a"],
+                |row| row.get(3),
+            )
+            .unwrap();
+        assert!(plan.contains("(handle=?)"), "{plan}");
+        let statement = txn.prepare_cached(LOAD_SQL).unwrap();
+        assert_eq!(statement.get_status(StatementStatus::RePrepare), 0);
+    }
+
+    /// The read that starts a mutation finds the resource and the ledger record by their keys,
+    /// with no scan.
+    #[test]
+    fn the_prefetch_searches_both_keys() {
+        let connection = Connection::open_in_memory().unwrap();
+        connection.execute_batch(SCHEMA).unwrap();
+        let plan: Vec<String> = connection
+            .prepare(&format!("EXPLAIN QUERY PLAN {PREFETCH_SQL}"))
+            .unwrap()
+            .query_map(params!["bsk_a", "alice", "op"], |row| row.get(3))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert!(
+            plan.iter()
+                .any(|step| step.contains("SEARCH r USING INDEX")),
+            "{plan:?}"
+        );
+        assert!(
+            plan.iter()
+                .any(|step| step.contains("SEARCH l USING INDEX mcp_ledger_key")),
+            "{plan:?}"
+        );
+        assert!(
+            !plan
+                .iter()
+                .any(|step| step.starts_with("SCAN r") || step.starts_with("SCAN l")),
+            "{plan:?}"
+        );
+    }
+
+    /// The sweep of expired resources searches the expiry index, not the whole table.
+    #[test]
+    fn reclaim_uses_the_expiry_index() {
+        let connection = Connection::open_in_memory().unwrap();
+        connection.execute_batch(SCHEMA).unwrap();
+        let plan: Vec<String> = connection
+            .prepare(&format!("EXPLAIN QUERY PLAN {RECLAIMABLE_SQL}"))
+            .unwrap()
+            .query_map([0], |row| row.get(3))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert!(
+            plan.iter()
+                .any(|step| step.contains("mcp_resources_expiry")),
+            "{plan:?}"
+        );
+    }
+
+    /// A file of the earlier layout, which kept a copy of the state per version, is refused
+    /// with a message that says so, and is left as it was.
+    #[test]
+    fn a_file_of_the_earlier_layout_is_refused_not_misread() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("old.db");
+        let old = Connection::open(&path).unwrap();
+        old.execute_batch(
+            "CREATE TABLE mcp_versions (handle TEXT, version INTEGER, kind TEXT, owner TEXT,
+                 state TEXT, lifecycle TEXT, expires_at INTEGER, PRIMARY KEY (handle, version));
+             INSERT INTO mcp_versions VALUES ('bsk_a', 1, 'basket', 'anonymous', '{}', 'active', NULL);",
+        )
+        .unwrap();
+        drop(old);
+        let error = SqliteStore::open(&path, StoreConfig::default())
+            .err()
+            .expect("the old layout is refused");
+        let message = error.to_string();
+        assert!(message.contains("earlier pre-release"), "{message}");
+        assert!(message.contains("new file"), "{message}");
+        let tables: i64 = Connection::open(&path)
+            .unwrap()
+            .query_row(
+                "SELECT count(*) FROM sqlite_schema WHERE name = 'mcp_resources'",
+                [],
+                |row| row.get(0),
+            )
+            .unwrap();
+        assert_eq!(tables, 0, "nothing was added to the old file");
+    }
+
+    /// A file whose recorded layout is not this version's is refused.
+    #[test]
+    fn a_file_of_another_recorded_layout_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.db");
+        drop(SqliteStore::open(&path, StoreConfig::default()).unwrap());
+        Connection::open(&path)
+            .unwrap()
+            .execute("UPDATE mcp_meta SET value = '3' WHERE key = 'layout'", [])
+            .unwrap();
+        let message = SqliteStore::open(&path, StoreConfig::default())
+            .err()
+            .expect("another layout is refused")
+            .to_string();
+        assert!(message.contains("layout 3"), "{message}");
+        assert!(SqliteStore::open(dir.path().join("new.db"), StoreConfig::default()).is_ok());
+    }
+}
