@@ -4,6 +4,7 @@
 //! ```text
 //! cargo bench -p mcp-tools --bench state_store                  # criterion, then the ratios
 //! STATE_BENCH_RATIOS_ONLY=1 cargo bench -p mcp-tools --bench state_store   # the ratios only
+//! STATE_BENCH_RATIOS_ONLY=1 STATE_BENCH_ONLY=memory cargo bench ...         # one engine (memory, sqlite)
 //! ```
 //!
 //! Every case changes the same JSON state (`{"name", "count", "tags"}`: `count += 1`) on one
@@ -87,7 +88,9 @@ impl<S: Store> Versioned<S> {
         }
     }
 
-    fn step(&mut self, runtime: &Runtime) {
+    /// What the caller does before the store sees the request: the tool arguments, their
+    /// fingerprint, the request and the transition.
+    fn request(&mut self) -> (MutationRequest, Transition) {
         self.next_id += 1;
         self.clock.advance(Duration::from_millis(1));
         let operation_id = format!("op-{}", self.next_id);
@@ -103,6 +106,11 @@ impl<S: Store> Versioned<S> {
             increment(state);
             Ok(Value::Null)
         });
+        (request, transition)
+    }
+
+    fn step(&mut self, runtime: &Runtime) {
+        let (request, transition) = self.request();
         match runtime
             .block_on(self.store.mutate(request, transition))
             .unwrap()
@@ -294,9 +302,24 @@ fn compare(label: &str, mut raw: impl FnMut(), mut versioned: impl FnMut()) {
 
 fn ratio_pass(runtime: &Runtime, dir: &std::path::Path) {
     println!("\nSame-run ratios (median of 5 alternating 0.6 s windows, one writer):");
-    let mut raw = RawMemory::new();
-    let mut versioned = memory_store(runtime);
-    compare("memory", || raw.step(), || versioned.step(runtime));
+    let only = std::env::var("STATE_BENCH_ONLY").unwrap_or_default();
+    if "memory".starts_with(&only) {
+        let mut raw = RawMemory::new();
+        let mut versioned = memory_store(runtime);
+        compare("memory", || raw.step(), || versioned.step(runtime));
+        // The caller's share, inside the versioned figure: what no store can save.
+        let mut caller = memory_store(runtime);
+        let built = throughput(Duration::from_millis(600), || {
+            black_box(caller.request());
+        });
+        println!(
+            "{:<28} of which the caller builds the arguments, fingerprint and request in {:.0} ns",
+            "", 1e9 / built
+        );
+    }
+    if !"sqlite".starts_with(&only) {
+        return;
+    }
     for (synchronous, name) in [
         (Synchronous::Normal, "sqlite synchronous=NORMAL"),
         (Synchronous::Full, "sqlite synchronous=FULL"),

@@ -1,0 +1,318 @@
+#!/usr/bin/env bash
+# Throughput and server CPU per request of the basket example's stateful tools over HTTP, against
+# the quickstart's stateless `add`, measured in one run with wrk in its own process.
+#
+# usage: benches/stateful_http.sh            (from anywhere; builds the examples in release)
+#
+# Environment knobs:
+#   SECS        length of one measured run in seconds (default 5)
+#   ROUNDS      measured rounds; each round runs every case once, in the same order (default 3)
+#   WARMUP      seconds of unrecorded load per server before round 1 (default 2)
+#   CONNS       keep-alive connections (default 32); THREADS wrk threads (default 1)
+#   BASKETS     baskets per workload (default 64)
+#   PORT        first of three loopback ports (default 19290)
+#   HARNESS     the side-by-side harness folder, for its call.lua (default ../shared/bench
+#               beside the project root)
+#
+# Cases (each run of each case reads the server's user+sys time from /proc/PID/stat before and
+# after, as the harness's compare.sh does):
+#   add                quickstart `add` (a=2, b=3), the harness's call.lua: the baseline
+#   get/sqlite         basket_get on a server with --db in a temp dir
+#   get/memory         basket_get on a server with --memory
+#   upgrade/sqlite     basket_upgrade_memory, fresh operation ids, versions learned from answers
+#   upgrade/memory     the same on the memory server
+#   note/{memory,sqlite} run 1, run 2   basket_add_note, two back-to-back runs after the rounds
+#
+# Correct answers: get is `current`, upgrade is `applied` or `stale_view`, note is `applied`.
+# Anything else (rejections, JSON-RPC errors, other HTTP statuses, socket errors, two applied
+# answers for one basket version) is counted and printed, and makes the script exit 1. At the end
+# every upgraded and noted basket is read back: its version must account for every applied answer
+# (a change applied but not answered because wrk stopped while it was in flight is allowed, at most
+# CONNS per run), its memory must be the one the last upgrade set, and its notes one per version.
+#
+# The servers are the release binaries `cargo run --release --example ...` would run, started
+# directly so that the PID read from /proc is the server's, not cargo's.
+set -euo pipefail
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+lua="$root/benches/wrk/basket.lua"
+harness="${HARNESS:-$root/../shared/bench}"
+secs="${SECS:-5}"
+rounds="${ROUNDS:-3}"
+warmup="${WARMUP:-2}"
+conns="${CONNS:-32}"
+threads="${THREADS:-1}"
+baskets="${BASKETS:-64}"
+port="${PORT:-19290}"
+
+for n in "$secs" "$rounds" "$warmup" "$conns" "$threads" "$baskets" "$port"; do
+  [[ "$n" =~ ^[0-9]+$ ]] || { echo "numeric settings expected, got '$n'" >&2; exit 2; }
+done
+(( secs >= 1 && secs <= 120 && rounds >= 1 && rounds <= 20 && threads >= 1 && conns >= threads \
+  && baskets >= 1 && baskets <= 1000 )) || { echo "setting out of range" >&2; exit 2; }
+for tool in wrk curl jq; do
+  command -v "$tool" >/dev/null || { echo "$tool not found (apt-get install -y $tool)" >&2; exit 2; }
+done
+[[ -r "$harness/call.lua" ]] || { echo "no call.lua in $harness (set HARNESS)" >&2; exit 2; }
+
+echo "== building the examples (release)" >&2
+(cd "$root" && cargo build --release --quiet --example basket --example quickstart) >&2
+bin="${CARGO_TARGET_DIR:-$root/target}/release/examples"
+[[ "$bin" = /* ]] || bin="$root/$bin"
+
+work="$(mktemp -d)"
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+body_of() { # body_of TOOL ARGUMENTS_JSON
+  printf '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"%s","arguments":%s,"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}' "$1" "$2"
+}
+
+call() { # call URL TOOL ARGUMENTS_JSON -> the response body; fails unless HTTP 200
+  curl -sS --fail --max-time 10 "$1" -H 'Content-Type: application/json' \
+    -H 'Accept: application/json, text/event-stream' -H 'MCP-Protocol-Version: 2026-07-28' \
+    -H 'Mcp-Method: tools/call' -H "Mcp-Name: $2" -d "$(body_of "$2" "$3")"
+}
+
+start() { # start NAME PORT ARGS... -> sets started_pid; waits until the server answers
+  local name="$1" p="$2"; shift 2
+  local url="http://127.0.0.1:$p/mcp"
+  if curl -s -o /dev/null --max-time 1 "$url"; then
+    echo "port $p is already in use" >&2; exit 1
+  fi
+  "$bin/$name" --bind "127.0.0.1:$p" "$@" >"$work/$name-$p.log" 2>&1 &
+  started_pid=$!
+  pids+=("$started_pid")
+  for _ in $(seq 1 200); do
+    kill -0 "$started_pid" 2>/dev/null || { echo "$name exited:" >&2; cat "$work/$name-$p.log" >&2; exit 1; }
+    if curl -s -o /dev/null --max-time 1 "$url" -X POST -H 'Content-Type: application/json' -d '{}'; then
+      return
+    fi
+    sleep 0.05
+  done
+  echo "$name did not come up on $url" >&2; exit 1
+}
+
+start quickstart "$port"; pid_add=$started_pid; url_add="http://127.0.0.1:$port/mcp"
+start basket "$((port + 1))" --db "$work/basket.db"; pid_sqlite=$started_pid
+url_sqlite="http://127.0.0.1:$((port + 1))/mcp"
+start basket "$((port + 2))" --memory; pid_memory=$started_pid
+url_memory="http://127.0.0.1:$((port + 2))/mcp"
+
+echo "== wrk $(wrk -v 2>&1 | head -n1 | awk '{print $2}'), threads=$threads connections=$conns" \
+  "run=${secs}s rounds=$rounds warm-up=${warmup}s baskets=$baskets cores=$(nproc)"
+echo "== servers: add $url_add (pid $pid_add), sqlite $url_sqlite (pid $pid_sqlite, $work/basket.db)," \
+  "memory $url_memory (pid $pid_memory)"
+
+# Baskets: one set per workload and store, so that notes do not grow the baskets that are read.
+make_baskets() { # make_baskets URL FILE
+  local i out handle
+  : >"$2"
+  for ((i = 0; i < baskets; i++)); do
+    out="$(call "$1" basket_create "{\"operation_id\":\"create-$RANDOM$RANDOM-$i\"}")"
+    handle="$(jq -er '.result.structuredContent.handle' <<<"$out")" \
+      || { echo "basket_create failed: $out" >&2; exit 1; }
+    echo "$handle" >>"$2"
+  done
+}
+for store in sqlite memory; do
+  url_var="url_$store"
+  for w in get upgrade note; do make_baskets "${!url_var}" "$work/$w-$store.txt"; done
+done
+
+proc_cpu_ticks() { sed 's/.*) //' "/proc/$1/stat" | awk '{print $12 + $13}'; }
+clk_tck="$(getconf CLK_TCK)"
+field() { sed -n "s/.* $1=\([0-9.]*\).*/\1/p" <<<" $2"; }
+median() {
+  sort -g | awk '{v[NR]=$1} END {if (NR==0) {print "nan"; exit}
+    if (NR%2) printf "%.4f\n", v[(NR+1)/2]; else printf "%.4f\n", (v[NR/2]+v[NR/2+1])/2}'
+}
+
+failures=0
+declare -A applied_total=() runs_of=()
+run_seq=0
+
+# run CASE SECONDS -> sets result_line: the RESULT line of the run, with cpu_us=... appended
+# (not called in a subshell: it keeps the applied answers per case)
+run() {
+  local case="$1" d="$2" tool store url pid script out line t0 t1 cpu
+  tool="${case%%/*}"; store="${case#*/}"
+  case "$tool" in
+    add) url="$url_add"; pid="$pid_add"; script="$harness/call.lua" ;;
+    *) url_var="url_$store"; pid_var="pid_$store"; url="${!url_var}"; pid="${!pid_var}"; script="$lua" ;;
+  esac
+  run_seq=$((run_seq + 1))
+  t0="$(proc_cpu_ticks "$pid")"
+  out="$(BENCH_VERIFY=1 BENCH_TOOL="$tool" BENCH_BASKETS="$work/$tool-$store.txt" \
+    BENCH_RUN="r$run_seq$RANDOM" timeout $((d + 30)) wrk -t"$threads" -c"$conns" -d"${d}s" \
+    --timeout 5s --latency -s "$script" "$url" 2>&1)" || { echo "wrk failed on $case: $out" >&2; exit 1; }
+  t1="$(proc_cpu_ticks "$pid")"
+  line="$(grep '^RESULT ' <<<"$out" | tail -n1)"
+  [[ -n "$line" ]] || { echo "no RESULT line from wrk on $case: $out" >&2; exit 1; }
+  cpu="$(awk -v d="$((t1 - t0))" -v hz="$clk_tck" -v n="$(field requests "$line")" \
+    'BEGIN{printf "%.2f", d * 1e6 / hz / n}')"
+  if [[ "$tool" != add ]]; then
+    applied_total[$case]=$(( ${applied_total[$case]:-0} + $(field applied "$line") ))
+    runs_of[$case]=$(( ${runs_of[$case]:-0} + 1 ))
+  fi
+  result_line="$line cpu_us=$cpu"
+}
+
+# check CASE LINE -> prints "ok" or "FAIL" with the counts that should have been 0
+check() {
+  local case="$1" line="$2" tool="${1%%/*}" bad="" k v allowed
+  case "$tool" in
+    add) allowed="" ;;
+    get) allowed="current" ;;
+    upgrade) allowed="applied stale" ;;
+    note) allowed="applied" ;;
+  esac
+  local keys="non200 badbody sessionhdr err_connect err_read err_write err_status err_timeout"
+  [[ "$tool" != add ]] && keys="applied stale current rejected other rpcerror non200 badbody dup err_connect err_read err_write err_status err_timeout"
+  for k in $keys; do
+    [[ " $allowed " == *" $k "* ]] && continue
+    v="$(field "$k" "$line")"
+    [[ "${v:-0}" != 0 ]] && bad+=" $k=$v"
+  done
+  v="$(sed -n 's/.* codes=\([^ ]*\).*/\1/p' <<<" $line")"
+  [[ -n "$v" && "$v" != - ]] && bad+=" rejected_codes=$v"
+  if [[ -n "$bad" ]]; then echo "FAIL$bad"; else echo ok; fi
+}
+
+# stale_and_errors LINE -> "STALE ERRORS": answers not applied because the view was stale, and
+# every answer or failure that is not a correct answer of any tool
+stale_and_errors() {
+  local e=0 k v
+  for k in rejected other rpcerror non200 badbody dup err_connect err_read err_write err_status err_timeout; do
+    v="$(field "$k" "$1")"; e=$((e + ${v:-0}))
+  done
+  echo "$(field stale "$1") $e" | sed 's/^ /- /'
+}
+
+applied_fraction() { # LINE -> applied / requests, or "-" where nothing is applied
+  local a; a="$(field applied "$1")"
+  [[ -z "$a" || "$(field current "$1")" != 0 ]] && { echo "-"; return; }
+  awk -v a="$a" -v n="$(field requests "$1")" 'BEGIN{printf "%.3f", a / n}'
+}
+
+# Preflight: one call of each, so that a broken server fails before any load.
+out="$(call "$url_add" add '{"a":2,"b":3}')"; grep -q '"sum":5' <<<"$out" || { echo "add preflight: $out" >&2; exit 1; }
+for store in sqlite memory; do
+  url_var="url_$store"; h="$(head -n1 "$work/get-$store.txt")"
+  out="$(call "${!url_var}" basket_get "{\"basket_id\":\"$h\"}")"
+  [[ "$(jq -r .result.structuredContent.outcome <<<"$out")" == current ]] \
+    || { echo "basket_get preflight on $store: $out" >&2; exit 1; }
+done
+
+cases=(add get/sqlite get/memory upgrade/sqlite upgrade/memory)
+if (( warmup > 0 )); then
+  for c in "${cases[@]}"; do
+    run "$c" "$warmup"
+    note="$(check "$c" "$result_line")"
+    [[ "$note" == ok ]] || { failures=$((failures + 1)); echo "warm-up $c: $note"; }
+  done
+fi
+
+declare -A rps_of=() cpu_of=() rps_ratios=() cpu_ratios=() frac_of=() stale_of=() errors_of=()
+row() { # row ROUND LABEL LINE CHECKS
+  local counts; counts="$(stale_and_errors "$3")"
+  printf '%-5s %-18s %9.0f %8.3f %8.3f %9s %10s %7s %7s %6s  %s\n' "$1" "$2" "$(field rps "$3")" \
+    "$(awk -v u="$(field p50_us "$3")" 'BEGIN{print u/1000}')" \
+    "$(awk -v u="$(field p99_us "$3")" 'BEGIN{print u/1000}')" \
+    "$(field requests "$3")" "$(field cpu_us "$3")" "$(applied_fraction "$3")" \
+    "${counts% *}" "${counts#* }" "$4"
+}
+printf '%-5s %-18s %9s %8s %8s %9s %10s %7s %7s %6s  %s\n' round case "req/s" "p50(ms)" "p99(ms)" \
+  requests "cpu_us/req" applied stale errors checks
+for ((r = 1; r <= rounds; r++)); do
+  base_rps=""; base_cpu=""
+  for c in "${cases[@]}"; do
+    run "$c" "$secs"; line="$result_line"
+    note="$(check "$c" "$line")"
+    [[ "$note" == ok ]] || failures=$((failures + 1))
+    rps="$(field rps "$line")"; cpu="$(field cpu_us "$line")"
+    if [[ "$c" == add ]]; then base_rps="$rps"; base_cpu="$cpu"; fi
+    rps_of[$c]+="$rps "; cpu_of[$c]+="$cpu "
+    rps_ratios[$c]+="$(awk -v a="$rps" -v b="$base_rps" 'BEGIN{printf "%.4f", a/b}') "
+    cpu_ratios[$c]+="$(awk -v a="$cpu" -v b="$base_cpu" 'BEGIN{printf "%.4f", a/b}') "
+    frac_of[$c]+="$(applied_fraction "$line") "
+    counts="$(stale_and_errors "$line")"
+    [[ "${counts% *}" == - ]] || stale_of[$c]=$(( ${stale_of[$c]:-0} + ${counts% *} ))
+    errors_of[$c]=$(( ${errors_of[$c]:-0} + ${counts#* } ))
+    row "$r" "$c" "$line" "$note"
+  done
+done
+
+# Notes: two back-to-back runs per store, after the rounds, on baskets no one else touches.
+declare -a note_lines=()
+for store in memory sqlite; do
+  for n in 1 2; do
+    run "note/$store" "$secs"; line="$result_line"
+    note="$(check "note/$store" "$line")"
+    [[ "$note" == ok ]] || failures=$((failures + 1))
+    note_lines+=("note/$store run $n|$line|$note")
+    row - "note/$store run $n" "$line" "$note"
+  done
+done
+
+med() { tr ' ' '\n' <<<"$1" | grep . | median; }
+med_or_dash() { if [[ "$1" == -* ]]; then echo -; else med "$1"; fi; }
+med_add_rps="$(med "${rps_of[add]}")"
+med_add_cpu="$(med "${cpu_of[add]}")"
+echo
+echo "Medians over $rounds rounds; ratios are medians of the per-round ratios against that" \
+  "round's add; stale and errors are totals over the rounds."
+printf '%-22s %9s %10s %11s %9s %8s %7s %6s\n' case "req/s" "cpu_us/req" "req/s/add" "cpu/add" \
+  applied stale errors
+for c in "${cases[@]}"; do
+  printf '%-22s %9.0f %10.2f %11.3f %9.3f %8s %7s %6s\n' "$c" "$(med "${rps_of[$c]}")" \
+    "$(med "${cpu_of[$c]}")" "$(med "${rps_ratios[$c]}")" "$(med "${cpu_ratios[$c]}")" \
+    "$(med_or_dash "${frac_of[$c]}")" "${stale_of[$c]:--}" "${errors_of[$c]:-0}"
+done
+for entry in "${note_lines[@]}"; do
+  IFS='|' read -r label line note <<<"$entry"
+  counts="$(stale_and_errors "$line")"
+  printf '%-22s %9.0f %10.2f %11.3f %9.3f %8s %7s %6s\n' "$label" "$(field rps "$line")" \
+    "$(field cpu_us "$line")" \
+    "$(awk -v a="$(field rps "$line")" -v b="$med_add_rps" 'BEGIN{printf "%.4f", a/b}')" \
+    "$(awk -v a="$(field cpu_us "$line")" -v b="$med_add_cpu" 'BEGIN{printf "%.4f", a/b}')" \
+    "$(applied_fraction "$line")" "${counts% *}" "${counts#* }"
+done
+echo "(note runs against the median add of the rounds)"
+
+# Read every changed basket back and account for every applied answer.
+echo
+for case in upgrade/sqlite upgrade/memory note/memory note/sqlite; do
+  tool="${case%%/*}"; store="${case#*/}"; url_var="url_$store"
+  total=0; inconsistent=0
+  while read -r h; do
+    out="$(call "${!url_var}" basket_get "{\"basket_id\":\"$h\"}")"
+    read -r v mem notes < <(jq -r '.result.structuredContent | "\(.version) \(.state.memory_gib) \(.state.notes | length)"' <<<"$out")
+    total=$((total + v - 1))
+    if [[ "$tool" == upgrade ]]; then
+      want=$(( v == 1 ? 16 : 100 + v - 1 ))
+      (( mem == want && notes == 0 )) || inconsistent=$((inconsistent + 1))
+    else
+      (( notes == v - 1 && mem == 16 )) || inconsistent=$((inconsistent + 1))
+    fi
+  done <"$work/$tool-$store.txt"
+  answered="${applied_total[$case]:-0}"
+  slack=$(( ${runs_of[$case]:-0} * conns ))
+  verdict=ok
+  if (( total < answered || total - answered > slack || inconsistent > 0 )); then
+    verdict=FAIL; failures=$((failures + 1))
+  fi
+  printf '%-16s applied answers %8d   changes in the baskets %8d   (unanswered at stop <= %d)   inconsistent baskets %d   %s\n' \
+    "$case" "$answered" "$total" "$slack" "$inconsistent" "$verdict"
+done
+
+if (( failures > 0 )); then
+  echo "FAILED: $failures check(s) failed (see above)" >&2
+  exit 1
+fi
+echo "all answers correct"

@@ -1,0 +1,157 @@
+-- wrk script for the basket example's stateful tools: every request is a valid MCP 2026-07-28
+-- `tools/call` (the routing headers, `_meta` in params), every answer is classified, and one
+-- machine-readable RESULT line is printed at the end, in the format of the shared harness's
+-- call.lua plus the outcome counts.
+--
+-- Environment:
+--   BENCH_TOOL     get | upgrade | note
+--   BENCH_BASKETS  a file with one basket handle a line (the runner creates the baskets)
+--   BENCH_RUN      a tag unique to this wrk run, so that every operation id is fresh
+--
+-- `upgrade` sends basket_upgrade_memory with the version it last saw for the basket and
+-- memory_gib = 100 + that version. Only this script changes those baskets, so the memory at
+-- version v is 100 + v - 1 and the request is always a real upgrade: the only correct answers are
+-- `applied` and `stale_view`. The version is learned from every answer (`resumption.basis_version`,
+-- which a stale_view sets to its `current_version`), so after the first stale answer per basket
+-- (a new wrk run starts knowing none) most calls apply.
+--
+-- Two `applied` answers naming the same basket and version would be a lost update: they are
+-- counted as `dup`.
+
+local tool = os.getenv("BENCH_TOOL") or "get"
+local run = os.getenv("BENCH_RUN") or tostring(os.time())
+local names = { get = "basket_get", upgrade = "basket_upgrade_memory", note = "basket_add_note" }
+local name = names[tool] or error("BENCH_TOOL must be get, upgrade or note, not " .. tool)
+
+local handles = {}
+local file = assert(io.open(os.getenv("BENCH_BASKETS") or "", "r"), "BENCH_BASKETS: no such file")
+for line in file:lines() do
+  if line ~= "" then table.insert(handles, line) end
+end
+file:close()
+assert(#handles > 0, "BENCH_BASKETS lists no basket")
+
+local meta = '"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28",'
+  .. '"io.modelcontextprotocol/clientCapabilities":{},'
+  .. '"io.modelcontextprotocol/clientInfo":{"name":"wrk-basket","version":"1"}}'
+
+local headers = {
+  ["Content-Type"] = "application/json",
+  ["Accept"] = "application/json, text/event-stream",
+  ["MCP-Protocol-Version"] = "2026-07-28",
+  ["Mcp-Method"] = "tools/call",
+  ["Mcp-Name"] = name,
+}
+
+local threads = {}
+
+function setup(thread)
+  table.insert(threads, thread)
+end
+
+function init(args)
+  sent = 0
+  versions = {}
+  seen = {}
+  applied, stale, current, rejected, other, rpcerror, non200, badbody, dup = 0, 0, 0, 0, 0, 0, 0, 0, 0
+  codes = {}
+  codestr = ""
+end
+
+local function arguments(handle, n)
+  if tool == "get" then
+    return '{"basket_id":"' .. handle .. '"}'
+  end
+  local op = run .. "-" .. n
+  if tool == "upgrade" then
+    local v = versions[handle] or 1
+    return string.format('{"basket_id":"%s","expected_version":%d,"memory_gib":%d,"operation_id":"%s"}',
+      handle, v, 100 + v, op)
+  end
+  local text = string.format("%-40s", "note " .. op):gsub(" ", ".")
+  return string.format('{"basket_id":"%s","text":"%s","operation_id":"%s"}', handle, text, op)
+end
+
+function request()
+  sent = sent + 1
+  local handle = handles[(sent - 1) % #handles + 1]
+  local body = '{"jsonrpc":"2.0","id":' .. sent .. ',"method":"tools/call","params":{"name":"'
+    .. name .. '","arguments":' .. arguments(handle, sent) .. "," .. meta .. "}}"
+  return wrk.format("POST", nil, headers, body)
+end
+
+function response(status, hdrs, body)
+  if status ~= 200 then
+    non200 = non200 + 1
+    return
+  end
+  if string.find(body, '"error":{', 1, true) then
+    rpcerror = rpcerror + 1
+    return
+  end
+  local outcome = string.match(body, '"outcome":"([%a_]+)"')
+  if outcome == "rejected" or outcome == "replayed" or not outcome then
+    if outcome == "rejected" then
+      rejected = rejected + 1
+      -- Rare, so the summary string wrk copies out at the end is rebuilt each time.
+      local code = string.match(body, '"code":"([%w_]+)"') or "?"
+      codes[code] = (codes[code] or 0) + 1
+      local parts = {}
+      for k, v in pairs(codes) do table.insert(parts, k .. ":" .. v) end
+      codestr = table.concat(parts, ",")
+    elseif outcome == "replayed" then
+      other = other + 1
+    else
+      badbody = badbody + 1
+    end
+    return
+  end
+  local handle = string.match(body, '"handle":"([^"]+)"')
+  local version = tonumber(string.match(body, '"basis_version":(%d+)'))
+  if not handle or not version then
+    badbody = badbody + 1
+    return
+  end
+  if version > (versions[handle] or 0) then
+    versions[handle] = version
+  end
+  if outcome == "applied" then
+    applied = applied + 1
+    local key = handle .. "#" .. version
+    if seen[key] then dup = dup + 1 end
+    seen[key] = true
+  elseif outcome == "stale_view" then
+    stale = stale + 1
+  elseif outcome == "current" then
+    current = current + 1
+  else
+    other = other + 1
+  end
+end
+
+function done(summary, latency, requests)
+  local totals = {}
+  local keys = { "applied", "stale", "current", "rejected", "other", "rpcerror", "non200",
+    "badbody", "dup" }
+  for _, k in ipairs(keys) do totals[k] = 0 end
+  for _, t in ipairs(threads) do
+    for _, k in ipairs(keys) do totals[k] = totals[k] + (t:get(k) or 0) end
+  end
+  local codelist = {}
+  for _, t in ipairs(threads) do
+    local c = t:get("codestr")
+    if c and c ~= "" then table.insert(codelist, c) end
+  end
+  local e = summary.errors
+  local secs = summary.duration / 1e6
+  io.write(string.format(
+    "RESULT rps=%.1f requests=%d secs=%.3f p50_us=%d p90_us=%d p99_us=%d max_us=%d "
+      .. "applied=%d stale=%d current=%d rejected=%d other=%d rpcerror=%d non200=%d badbody=%d "
+      .. "dup=%d err_connect=%d err_read=%d err_write=%d err_status=%d err_timeout=%d codes=%s\n",
+    summary.requests / secs, summary.requests, secs,
+    latency:percentile(50), latency:percentile(90), latency:percentile(99), latency.max,
+    totals.applied, totals.stale, totals.current, totals.rejected, totals.other, totals.rpcerror,
+    totals.non200, totals.badbody, totals.dup,
+    e.connect, e.read, e.write, e.status, e.timeout,
+    #codelist > 0 and table.concat(codelist, ",") or "-"))
+end

@@ -1,0 +1,399 @@
+//! What a store retains as a resource changes: bytes kept per mutation and mutation latency, for
+//! resources of about 1 KB, 100 KB and 1 MB changed in one small field, and for a resource that
+//! receives 10,000 appended notes of 40 bytes. Not timed by criterion: it prints a table.
+//!
+//! ```text
+//! cargo bench -p mcp-tools --bench state_growth
+//! STATE_GROWTH_MUTATIONS=200 cargo bench -p mcp-tools --bench state_growth   # fewer field changes
+//! ```
+//!
+//! Every mutation goes through the public `Store` API with a fresh operation id (the ledger keeps
+//! its outcome for the default 24 hours, so every record is still there at the end) and the
+//! default configuration (history of 64 versions). Field changes send the expected version; notes
+//! are commutative and send none, as `basket_add_note` does. Every outcome must be `applied` with
+//! the next version, or the bench stops with an error.
+//!
+//! - **SQLite**: the main file plus its `-wal`, each measured after `PRAGMA
+//!   wal_checkpoint(TRUNCATE)` on a plain connection of its own (no VACUUM, so freed pages stay in
+//!   the file and are reused), right after the resource is created and after the mutations.
+//! - **memory**: resident growth (`VmRSS` from `/proc/self/status`) over the same span. Each case
+//!   runs in a fresh child process of this bench, so heap that an earlier case freed but the
+//!   allocator kept does not hide or inflate this one's growth. The first mutations also leave
+//!   one-off buffers the size of the state behind (copies, serialization), which the allocator
+//!   keeps and reuses; the "2nd half" column (growth between mutation N/2 and N, past the history
+//!   limit) is the steady cost without them.
+//!
+//! The targets: 10,000 appends retain at most 8 MB on disk with SQLite and at most 64 MB of
+//! resident memory with the memory store. The bench exits 1 when one is missed or a case fails.
+
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use mcp_tools::Principal;
+use mcp_tools::store::{
+    CreateRequest, EntityKind, Fingerprint, MemoryStore, MutationOutcome, MutationRequest,
+    SqliteStore, Store, StoreConfig, Transition,
+};
+use rusqlite::Connection;
+use serde_json::{Value, json};
+use tokio::runtime::Runtime;
+
+const DOCUMENT: EntityKind = EntityKind::new("document", "doc");
+const NOTES: usize = 10_000;
+const NOTE_BYTES: usize = 40;
+const SQLITE_TARGET: u64 = 8 << 20;
+const MEMORY_TARGET: u64 = 64 << 20;
+
+#[derive(Clone, Copy, PartialEq)]
+enum Engine {
+    Memory,
+    Sqlite,
+}
+
+impl Engine {
+    fn name(self) -> &'static str {
+        match self {
+            Engine::Memory => "memory",
+            Engine::Sqlite => "sqlite",
+        }
+    }
+}
+
+#[derive(Clone, Copy)]
+enum Workload {
+    /// A resource of about this many bytes; each mutation bumps its `count`.
+    Field(usize),
+    /// An empty notes list; each mutation appends one note.
+    Notes,
+}
+
+impl Workload {
+    fn label(self) -> String {
+        match self {
+            Workload::Field(bytes) if bytes >= 1 << 20 => format!("{} MB field", bytes >> 20),
+            Workload::Field(bytes) => format!("{} KB field", bytes >> 10),
+            Workload::Notes => format!("{NOTE_BYTES} B notes"),
+        }
+    }
+
+    fn key(self) -> String {
+        match self {
+            Workload::Field(bytes) => format!("field{bytes}"),
+            Workload::Notes => "notes".to_owned(),
+        }
+    }
+
+    fn parse(key: &str) -> Option<Self> {
+        match key {
+            "notes" => Some(Workload::Notes),
+            other => other
+                .strip_prefix("field")?
+                .parse()
+                .ok()
+                .map(Workload::Field),
+        }
+    }
+}
+
+/// A JSON state of at least `bytes` bytes serialized: a small `count` next to a big array.
+fn big_state(bytes: usize) -> Value {
+    let mut items = Vec::new();
+    let mut size = 64;
+    while size < bytes {
+        let item = format!("item {:08} of the growth benchmark", items.len());
+        size += item.len() + 3;
+        items.push(Value::String(item));
+    }
+    json!({ "name": "growth", "count": 0, "items": items })
+}
+
+fn note(i: usize) -> String {
+    let text = format!("note {i:06} ");
+    format!("{text:.<NOTE_BYTES$}")
+}
+
+fn resident_bytes() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").expect("read /proc/self/status");
+    let line = status
+        .lines()
+        .find(|line| line.starts_with("VmRSS:"))
+        .expect("VmRSS in /proc/self/status");
+    let kib: u64 = line
+        .split_whitespace()
+        .nth(1)
+        .and_then(|v| v.parse().ok())
+        .expect("VmRSS value");
+    kib * 1024
+}
+
+/// The main file plus the `-wal` after a truncating checkpoint on a connection of its own.
+fn disk_bytes(path: &Path) -> u64 {
+    let connection = Connection::open(path).expect("open the store's file");
+    let mut busy = 1;
+    for _ in 0..100 {
+        busy = connection
+            .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |row| {
+                row.get::<_, i64>(0)
+            })
+            .expect("checkpoint");
+        if busy == 0 {
+            break;
+        }
+        std::thread::yield_now();
+    }
+    assert_eq!(busy, 0, "the checkpoint stayed busy");
+    drop(connection);
+    let size = |p: &Path| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0);
+    let mut wal = path.as_os_str().to_owned();
+    wal.push("-wal");
+    size(path) + size(Path::new(&wal))
+}
+
+struct Measured {
+    state_bytes: usize,
+    mutations: usize,
+    before: u64,
+    half: u64,
+    after: u64,
+    latencies: Vec<Duration>,
+}
+
+/// Runs one case in this process.
+fn run_case<S: Store>(
+    runtime: &Runtime,
+    store: &S,
+    workload: Workload,
+    mutations: usize,
+    footprint: &dyn Fn() -> u64,
+) -> Measured {
+    let principal = Principal::subject("bench");
+    let (initial, mutations) = match workload {
+        Workload::Field(bytes) => (big_state(bytes), mutations),
+        Workload::Notes => (json!({ "name": "notes", "count": 0, "notes": [] }), NOTES),
+    };
+    let state_bytes = initial.to_string().len();
+    let created = runtime
+        .block_on(store.create(CreateRequest::new(DOCUMENT, principal.clone(), initial)))
+        .expect("create");
+    let handle = created.applied().expect("created").handle.clone();
+    let mut version = 1;
+    let before = footprint();
+    let mut half = before;
+    let mut latencies = Vec::with_capacity(mutations);
+    for i in 0..mutations {
+        if i == mutations / 2 {
+            half = footprint();
+        }
+        let operation_id = format!("growth-{i}");
+        let (request, transition) = match workload {
+            Workload::Field(_) => {
+                let arguments = json!({
+                    "document_id": handle,
+                    "expected_version": version,
+                    "operation_id": operation_id,
+                });
+                let request = MutationRequest::new(DOCUMENT, principal.clone(), &handle)
+                    .expect_version(version)
+                    .operation(operation_id, Fingerprint::of_call("touch", &arguments));
+                let transition = Transition::new(|state| {
+                    let count = state["count"].as_u64().unwrap_or(0) + 1;
+                    state["count"] = json!(count);
+                    Ok(json!(count))
+                });
+                (request, transition)
+            }
+            Workload::Notes => {
+                let text = note(i);
+                let arguments = json!({
+                    "document_id": handle,
+                    "text": text,
+                    "operation_id": operation_id,
+                });
+                let request = MutationRequest::new(DOCUMENT, principal.clone(), &handle)
+                    .operation(operation_id, Fingerprint::of_call("add_note", &arguments));
+                let transition = Transition::new(move |state| {
+                    let notes = state["notes"].as_array_mut().expect("notes");
+                    notes.push(Value::String(text.clone()));
+                    Ok(json!(notes.len()))
+                });
+                (request, transition)
+            }
+        };
+        let started = Instant::now();
+        let outcome = runtime
+            .block_on(store.mutate(request, transition))
+            .expect("mutate");
+        latencies.push(started.elapsed());
+        match outcome {
+            MutationOutcome::Applied(applied) if applied.version == version + 1 => {
+                version = applied.version;
+            }
+            other => panic!("mutation {i} at version {version}: expected applied, got {other:?}"),
+        }
+    }
+    let after = footprint();
+    Measured {
+        state_bytes,
+        mutations,
+        before,
+        half,
+        after,
+        latencies,
+    }
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
+}
+
+/// The child's side: one case, one `RESULT` line.
+fn child(case: &str) {
+    let (engine, workload) = case.split_once(':').expect("engine:workload");
+    let workload = Workload::parse(workload).expect("workload");
+    let mutations = std::env::var("STATE_GROWTH_MUTATIONS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1000usize);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let mut measured = match engine {
+        "memory" => {
+            let store = MemoryStore::new(StoreConfig::default());
+            run_case(&runtime, &store, workload, mutations, &resident_bytes)
+        }
+        "sqlite" => {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("growth.db");
+            let store = SqliteStore::open(&path, StoreConfig::default()).expect("open");
+            run_case(&runtime, &store, workload, mutations, &|| disk_bytes(&path))
+        }
+        other => panic!("unknown engine {other}"),
+    };
+    measured.latencies.sort_unstable();
+    println!(
+        "RESULT state_bytes={} mutations={} before={} half={} after={} p50_ns={} p99_ns={}",
+        measured.state_bytes,
+        measured.mutations,
+        measured.before,
+        measured.half,
+        measured.after,
+        percentile(&measured.latencies, 0.5).as_nanos(),
+        percentile(&measured.latencies, 0.99).as_nanos(),
+    );
+}
+
+fn field(line: &str, name: &str) -> f64 {
+    line.split_whitespace()
+        .find_map(|kv| kv.strip_prefix(name)?.strip_prefix('='))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no {name} in {line}"))
+}
+
+fn bytes(n: f64) -> String {
+    if n.abs() >= (1 << 20) as f64 {
+        format!("{:.2} MB", n / (1 << 20) as f64)
+    } else if n.abs() >= 1024.0 {
+        format!("{:.1} KB", n / 1024.0)
+    } else {
+        format!("{n:.0} B")
+    }
+}
+
+fn micros(ns: f64) -> String {
+    format!("{:.1} µs", ns / 1000.0)
+}
+
+fn main() {
+    if let Ok(case) = std::env::var("STATE_GROWTH_CASE") {
+        child(&case);
+        return;
+    }
+    let exe = std::env::current_exe().expect("own executable");
+    let workloads = [
+        Workload::Field(1 << 10),
+        Workload::Field(100 << 10),
+        Workload::Field(1 << 20),
+        Workload::Notes,
+    ];
+    println!(
+        "{:<7} {:<14} {:>9} {:>10} {:>11} {:>12} {:>12} {:>10} {:>10}  target",
+        "store",
+        "resource",
+        "mutations",
+        "state",
+        "retained",
+        "per mutation",
+        "2nd half/mut",
+        "p50",
+        "p99",
+    );
+    let mut failed = false;
+    // Memory first, each case in a fresh process (see the module's comment).
+    for engine in [Engine::Memory, Engine::Sqlite] {
+        for workload in workloads {
+            let output = Command::new(&exe)
+                .env(
+                    "STATE_GROWTH_CASE",
+                    format!("{}:{}", engine.name(), workload.key()),
+                )
+                .output()
+                .expect("run a case");
+            let stdout = String::from_utf8_lossy(&output.stdout);
+            let Some(line) = stdout.lines().find(|l| l.starts_with("RESULT ")) else {
+                println!(
+                    "{:<7} {:<14} FAILED: {}",
+                    engine.name(),
+                    workload.label(),
+                    String::from_utf8_lossy(&output.stderr).trim()
+                );
+                failed = true;
+                continue;
+            };
+            let n = field(line, "mutations");
+            let (before, half, after) = (
+                field(line, "before"),
+                field(line, "half"),
+                field(line, "after"),
+            );
+            let retained = after - before;
+            let second_half = (after - half) / (n - (n / 2.0).floor());
+            let target = match (workload, engine) {
+                (Workload::Notes, Engine::Sqlite) => {
+                    let pass = retained <= SQLITE_TARGET as f64;
+                    failed |= !pass;
+                    format!("<= 8 MB on disk: {}", if pass { "PASS" } else { "FAIL" })
+                }
+                (Workload::Notes, Engine::Memory) => {
+                    let pass = retained <= MEMORY_TARGET as f64;
+                    failed |= !pass;
+                    format!("<= 64 MB resident: {}", if pass { "PASS" } else { "FAIL" })
+                }
+                _ => String::new(),
+            };
+            println!(
+                "{:<7} {:<14} {:>9} {:>10} {:>11} {:>12} {:>12} {:>10} {:>10}  {target}",
+                engine.name(),
+                workload.label(),
+                n,
+                bytes(field(line, "state_bytes")),
+                bytes(retained),
+                bytes(retained / n),
+                bytes(second_half),
+                micros(field(line, "p50_ns")),
+                micros(field(line, "p99_ns")),
+            );
+        }
+    }
+    println!(
+        "\nstate: the resource's initial JSON size. retained: SQLite main file + -wal after a \
+         truncating checkpoint, memory VmRSS, both from just after the create to after the last \
+         mutation. Notes also retain the notes themselves ({} x {NOTE_BYTES} B).",
+        NOTES
+    );
+    if failed {
+        std::process::exit(1);
+    }
+}
