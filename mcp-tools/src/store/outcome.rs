@@ -387,6 +387,26 @@ impl StaleView {
 }
 
 impl MutationOutcome {
+    /// The state this outcome carries, taken out (left `null`), and the path of its member in
+    /// the serialized outcome.
+    fn take_state(&mut self) -> Option<(&'static str, Option<&'static str>, Value)> {
+        match self {
+            MutationOutcome::Applied(applied) => {
+                Some(("state", None, std::mem::take(&mut applied.state)))
+            }
+            MutationOutcome::StaleView(stale) => Some((
+                "current_state",
+                None,
+                std::mem::take(&mut stale.current_state),
+            )),
+            MutationOutcome::Replayed(Replayed {
+                current: Some(current),
+                ..
+            }) => Some(("current", Some("state"), std::mem::take(&mut current.state))),
+            _ => None,
+        }
+    }
+
     /// Whether the result is an error for the model (`isError`): everything but `applied`, and a
     /// replay of anything but `applied`.
     pub fn is_error(&self) -> bool {
@@ -460,10 +480,11 @@ impl MutationOutcome {
     }
 
     /// The tool result: `structuredContent` is this outcome, the text is [`MutationOutcome::text`].
-    pub fn into_call_tool_result(self) -> CallToolResult {
+    pub fn into_call_tool_result(mut self) -> CallToolResult {
         let is_error = self.is_error();
         let text = self.text();
-        to_result(&self, text, is_error)
+        let state = self.take_state();
+        to_result(&self, state, text, is_error)
     }
 }
 
@@ -524,10 +545,16 @@ impl ReadOutcome {
     }
 
     /// The tool result.
-    pub fn into_call_tool_result(self) -> CallToolResult {
+    pub fn into_call_tool_result(mut self) -> CallToolResult {
         let is_error = self.is_error();
         let text = self.text();
-        to_result(&self, text, is_error)
+        let state = match &mut self {
+            ReadOutcome::Current(snapshot) => {
+                Some(("state", None, std::mem::take(&mut snapshot.state)))
+            }
+            ReadOutcome::Rejected(_) => None,
+        };
+        to_result(&self, state, text, is_error)
     }
 }
 
@@ -556,11 +583,106 @@ fn schema_value(schema: schemars::Schema) -> Value {
     schema.to_value()
 }
 
-fn to_result<T: Serialize>(outcome: &T, text: String, is_error: bool) -> CallToolResult {
+/// The tool result of an outcome whose (possibly large) state was taken out of it: the rest is
+/// serialized and the state moved back into its member, so the state is never copied.
+fn to_result<T: Serialize>(
+    outcome: &T,
+    state: Option<(&'static str, Option<&'static str>, Value)>,
+    text: String,
+    is_error: bool,
+) -> CallToolResult {
+    let mut structured = serde_json::to_value(outcome).ok();
+    if let (Some(Value::Object(members)), Some((member, nested, state))) =
+        (structured.as_mut(), state)
+    {
+        let slot = match nested {
+            None => members.get_mut(member),
+            Some(inner) => members
+                .get_mut(member)
+                .and_then(|value| value.get_mut(inner)),
+        };
+        if let Some(slot) = slot {
+            *slot = state;
+        }
+    }
     CallToolResult {
         content: vec![Content::text(text)],
-        structured_content: serde_json::to_value(outcome).ok(),
+        structured_content: structured,
         is_error,
         meta: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn resumption() -> Resumption {
+        Resumption {
+            handle: "bsk_a".into(),
+            basis_version: 3,
+            lifecycle: Lifecycle::Active,
+            expires_at: None,
+        }
+    }
+
+    fn snapshot() -> Snapshot {
+        Snapshot {
+            handle: "bsk_a".into(),
+            version: 3,
+            state: json!({"notes": ["a", "b"], "memory_gib": 16}),
+            resumption: resumption(),
+        }
+    }
+
+    /// The structured content is the outcome as serialized, whichever way the state got there.
+    #[test]
+    fn structured_content_is_the_serialized_outcome() {
+        let applied = Applied {
+            handle: "bsk_a".into(),
+            version: 3,
+            state: json!({"memory_gib": 32}),
+            result: json!(32),
+            rebased_from: Some(2),
+            resumption: resumption(),
+        };
+        let stale = StaleView {
+            code: code::STALE_VIEW.into(),
+            handle: "bsk_a".into(),
+            expected_version: 1,
+            current_version: 3,
+            recovery: Recovery::RefreshAndReplan,
+            delta_available: true,
+            delta: vec![],
+            current_state: json!({"memory_gib": 64}),
+            resumption: resumption(),
+        };
+        let replayed = Replayed {
+            operation_id: "op".into(),
+            recorded_at: "2026-07-28T09:30:00.000Z".into(),
+            original: RecordedOutcome::Applied(RecordedApplied::from(&applied)),
+            current: Some(snapshot()),
+        };
+        for outcome in [
+            MutationOutcome::Applied(applied),
+            MutationOutcome::StaleView(stale),
+            MutationOutcome::Replayed(replayed),
+            MutationOutcome::Rejected(Rejected::not_found("basket")),
+        ] {
+            let expected = serde_json::to_value(&outcome).unwrap();
+            let result = outcome.into_call_tool_result();
+            assert_eq!(result.structured_content, Some(expected));
+        }
+        for outcome in [
+            ReadOutcome::Current(snapshot()),
+            ReadOutcome::Rejected(Rejected::not_found("basket")),
+        ] {
+            let expected = serde_json::to_value(&outcome).unwrap();
+            assert_eq!(
+                outcome.into_call_tool_result().structured_content,
+                Some(expected)
+            );
+        }
     }
 }

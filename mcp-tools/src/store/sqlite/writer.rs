@@ -1,13 +1,16 @@
-//! The one thread that writes a SQLite store: requests hand it their atomic units and await the
-//! answer, so no async worker blocks on the write lock, and the units queued while a commit was
-//! under way are committed together (group commit), each in a savepoint of its own.
+//! The writer of a SQLite store, with group commit: a request queues its atomic unit, and whoever
+//! finds the writer connection free leads: it runs every queued unit in one transaction (a
+//! savepoint each, so a failed unit leaves no trace), commits once and answers them all. A
+//! request that finds a leader at work awaits its answer without holding a thread, so writers
+//! never pile up on the lock, and an uncontended write runs on its caller's thread, with no
+//! hand-off.
 
 use std::any::Any;
 use std::panic::{self, AssertUnwindSafe};
-use std::sync::Arc;
-use std::sync::mpsc::{self, Receiver, Sender};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use rusqlite::Connection;
+use tokio::runtime::RuntimeFlavor;
 
 use super::SqlTxn;
 use crate::store::clock::Clock;
@@ -72,51 +75,96 @@ fn panic_message(payload: &(dyn Any + Send)) -> String {
     format!("the store task panicked: {message}")
 }
 
-/// The handle to the writer thread; the thread ends when the handle is dropped.
+/// The writer connection and the units waiting for it.
 pub(super) struct Writer {
-    jobs: Sender<Box<dyn Job>>,
+    connection: Mutex<Connection>,
+    queue: Mutex<Vec<Box<dyn Job>>>,
+    clock: Arc<dyn Clock>,
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    // Units run under catch_unwind and transactions roll back as a panic unwinds, so what a
+    // poisoned lock guards is intact.
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 impl Writer {
-    /// Starts the thread that owns `connection`.
-    pub(super) fn spawn(connection: Connection, clock: Arc<dyn Clock>) -> Result<Self, StoreError> {
-        let (jobs, queue) = mpsc::channel::<Box<dyn Job>>();
-        std::thread::Builder::new()
-            .name("mcp-tools-sqlite-writer".into())
-            .spawn(move || serve(&connection, &queue, &*clock))
-            .map_err(|error| StoreError::Backend(format!("cannot start the writer: {error}")))?;
-        Ok(Writer { jobs })
+    pub(super) fn new(connection: Connection, clock: Arc<dyn Clock>) -> Self {
+        Writer {
+            connection: Mutex::new(connection),
+            queue: Mutex::new(Vec::new()),
+            clock,
+        }
     }
 
-    pub(super) fn submit<T, F>(
-        &self,
-        work: F,
-    ) -> tokio::sync::oneshot::Receiver<Result<T, StoreError>>
+    fn enqueue<T, F>(&self, work: F) -> tokio::sync::oneshot::Receiver<Result<T, StoreError>>
     where
         F: FnOnce(&mut SqlTxn<'_>, i64) -> Result<T, StoreError> + Send + 'static,
         T: Send + 'static,
     {
         let (reply, answer) = tokio::sync::oneshot::channel();
-        let unit = Unit {
+        lock(&self.queue).push(Box::new(Unit {
             work: Some(work),
             result: None,
             reply,
-        };
-        // The thread only stops once every handle is gone, so this cannot fail while `self`
-        // lives; if it did, the dropped reply answers the request with an error below.
-        let _ = self.jobs.send(Box::new(unit));
+        }));
         answer
     }
 
-    /// Runs `work` as one atomic unit and awaits its committed answer.
-    pub(super) async fn run<T, F>(&self, work: F) -> Result<T, StoreError>
+    /// Runs what is queued if nobody else is; returns when the queue is empty or another
+    /// request leads. Every leader looks at the queue again after it let go of the connection,
+    /// so a unit queued while it was letting go is never left behind.
+    fn lead(&self) {
+        loop {
+            let connection = match self.connection.try_lock() {
+                Ok(connection) => connection,
+                Err(std::sync::TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
+                Err(std::sync::TryLockError::WouldBlock) => return,
+            };
+            loop {
+                let mut batch: Vec<Box<dyn Job>> = {
+                    let mut queue = lock(&self.queue);
+                    let take = queue.len().min(MAX_BATCH);
+                    queue.drain(..take).collect()
+                };
+                if batch.is_empty() {
+                    break;
+                }
+                let committed = run_batch(&connection, &mut batch, &*self.clock);
+                let committed = committed.as_ref().map(|_| ()).map_err(String::as_str);
+                for job in batch {
+                    job.finish(committed);
+                }
+            }
+            drop(connection);
+            if lock(&self.queue).is_empty() {
+                return;
+            }
+        }
+    }
+
+    /// Runs `work` as one atomic unit and awaits its committed answer. On a multi-threaded
+    /// runtime a leader runs the batch in place (`block_in_place`); elsewhere on the blocking
+    /// pool, so a current-thread runtime is never blocked.
+    pub(super) async fn run<T, F>(self: &Arc<Self>, work: F) -> Result<T, StoreError>
     where
         F: FnOnce(&mut SqlTxn<'_>, i64) -> Result<T, StoreError> + Send + 'static,
         T: Send + 'static,
     {
-        self.submit(work)
+        let answer = self.enqueue(work);
+        let multi_thread = tokio::runtime::Handle::try_current()
+            .is_ok_and(|handle| handle.runtime_flavor() == RuntimeFlavor::MultiThread);
+        if multi_thread {
+            tokio::task::block_in_place(|| self.lead());
+        } else {
+            let writer = Arc::clone(self);
+            let _ = tokio::task::spawn_blocking(move || writer.lead()).await;
+        }
+        answer
             .await
-            .unwrap_or_else(|_| Err(StoreError::Task("the writer thread stopped".into())))
+            .unwrap_or_else(|_| Err(StoreError::Task("the unit was dropped unanswered".into())))
     }
 
     /// [`Writer::run`] for a thread outside any runtime (the sweeper).
@@ -125,31 +173,16 @@ impl Writer {
         F: FnOnce(&mut SqlTxn<'_>, i64) -> Result<T, StoreError> + Send + 'static,
         T: Send + 'static,
     {
-        self.submit(work)
+        let answer = self.enqueue(work);
+        self.lead();
+        answer
             .blocking_recv()
-            .unwrap_or_else(|_| Err(StoreError::Task("the writer thread stopped".into())))
+            .unwrap_or_else(|_| Err(StoreError::Task("the unit was dropped unanswered".into())))
     }
 }
 
-/// The writer's loop: take what is queued, run it in one `BEGIN IMMEDIATE` transaction (a
-/// savepoint per unit when there are several, so a failed unit leaves no trace), commit, answer.
-fn serve(connection: &Connection, queue: &Receiver<Box<dyn Job>>, clock: &dyn Clock) {
-    while let Ok(first) = queue.recv() {
-        let mut batch = vec![first];
-        while batch.len() < MAX_BATCH {
-            match queue.try_recv() {
-                Ok(job) => batch.push(job),
-                Err(_) => break,
-            }
-        }
-        let committed = run_batch(connection, &mut batch, clock);
-        let committed = committed.as_ref().map(|_| ()).map_err(String::as_str);
-        for job in batch {
-            job.finish(committed);
-        }
-    }
-}
-
+/// Runs a batch in one `BEGIN IMMEDIATE` transaction, a savepoint per unit when there are
+/// several, and commits it.
 fn run_batch(
     connection: &Connection,
     batch: &mut [Box<dyn Job>],
@@ -220,30 +253,37 @@ mod tests {
         connection
             .execute_batch("CREATE TABLE t (v INTEGER)")
             .unwrap();
-        let writer = Writer::spawn(connection, Arc::new(SystemClock)).unwrap();
+        let writer = Arc::new(Writer::new(connection, Arc::new(SystemClock)));
 
         let (started, running) = std_mpsc::channel::<()>();
         let (release, released) = std_mpsc::channel::<()>();
-        let first = writer.submit(move |txn, _| {
-            insert(txn, 1)?;
-            let _ = started.send(());
-            let _ = released.recv_timeout(Duration::from_secs(30));
-            Ok(())
+        let leader = std::thread::spawn({
+            let writer = Arc::clone(&writer);
+            move || {
+                writer.run_blocking(move |txn, _| {
+                    insert(txn, 1)?;
+                    let _ = started.send(());
+                    let _ = released.recv_timeout(Duration::from_secs(30));
+                    Ok(())
+                })
+            }
         });
         running.recv_timeout(Duration::from_secs(30)).unwrap();
-        // Queued while the first runs: taken as one batch once it returns.
-        let failing = writer.submit(|txn, _| {
+        // Queued while the leader runs its unit: it takes them as one batch afterwards.
+        let failing = writer.enqueue(|txn, _| {
             insert(txn, 2)?;
             Err::<(), _>(StoreError::Backend("refused".into()))
         });
-        let panicking = writer.submit(|txn, _| -> Result<(), StoreError> {
+        let panicking = writer.enqueue(|txn, _| -> Result<(), StoreError> {
             insert(txn, 3)?;
             panic!("a bug in a unit")
         });
-        let last = writer.submit(|txn, _| insert(txn, 4));
+        let last = writer.enqueue(|txn, _| insert(txn, 4));
+        // The connection is taken: this caller does not lead and leaves its units queued.
+        writer.lead();
         release.send(()).unwrap();
 
-        assert!(first.blocking_recv().unwrap().is_ok());
+        assert!(leader.join().unwrap().is_ok());
         assert!(matches!(
             failing.blocking_recv().unwrap(),
             Err(StoreError::Backend(_))
