@@ -314,7 +314,8 @@ fn ratio_pass(runtime: &Runtime, dir: &std::path::Path) {
         });
         println!(
             "{:<28} of which the caller builds the arguments, fingerprint and request in {:.0} ns",
-            "", 1e9 / built
+            "",
+            1e9 / built
         );
     }
     if !"sqlite".starts_with(&only) {
