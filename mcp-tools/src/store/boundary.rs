@@ -1,19 +1,24 @@
 //! The atomic boundary, written once against a minimal transaction interface that each store
 //! implements while it holds its locks (memory) or its write transaction (SQL).
 
+use std::future::Future;
 use std::panic::{self, AssertUnwindSafe};
 use std::sync::Arc;
+
+use futures_util::FutureExt;
 
 use serde_json::Value;
 
 use super::clock::{duration_millis, format_rfc3339};
 use super::contract::{
-    ConflictPolicy, MutationRequest, ReadRequest, StoreConfig, StoreError, Transition,
+    ConflictPolicy, CreateRequest, Making, MutationRequest, ReadRequest, StoreConfig, StoreError,
+    Transition,
 };
 use super::delta::diff;
 use super::entity::{EntityKind, Lifecycle};
 use super::fingerprint::Fingerprint;
 use super::handle::has_prefix;
+use super::handle::mint_handle;
 use super::history::{Undo, apply_undo, undo_patch};
 use super::outcome::{
     Applied, MutationOutcome, ReadOutcome, RecordedApplied, RecordedOutcome, RecordedStaleView,
@@ -275,6 +280,145 @@ fn record(
         expires_at: now.saturating_add(duration_millis(config.ledger_retention)),
     };
     txn.ledger_put(principal, operation_id, entry)
+}
+
+/// How a store runs the atomic units of a create, each holding the ledger key of its operation
+/// id (a lock in memory, the write transaction in SQL).
+pub(crate) trait CreateUnits: Sync {
+    /// The store's transaction.
+    type Txn<'t>: Txn;
+
+    /// Runs `work` as one atomic unit.
+    fn unit<T, F>(
+        &self,
+        principal: &Principal,
+        operation_id: Option<&str>,
+        work: F,
+    ) -> impl Future<Output = Result<T, StoreError>> + Send
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut Self::Txn<'_>, &StoreConfig, i64) -> Result<T, StoreError> + Send + 'static;
+
+    /// Gives up the claim `token` on `operation_id` without waiting for it: the create was
+    /// dropped while its state was being made (its caller went away), so a retry need not wait
+    /// for the claim to lapse.
+    fn abandon(&self, principal: &Principal, operation_id: &str, token: u64);
+}
+
+/// A create, in the steps every store takes: a state known up front is stored in the unit that
+/// consults the ledger; a state the tool makes is made between a unit that claims the operation
+/// id and one that stores the state, so it is made once however often the create is retried.
+pub(crate) async fn create(
+    store: &impl CreateUnits,
+    request: CreateRequest<'_>,
+) -> Result<MutationOutcome, StoreError> {
+    let CreateRequest {
+        kind,
+        principal,
+        operation,
+        initial,
+    } = request;
+    let operation_id = operation
+        .as_ref()
+        .map(|(operation_id, _)| operation_id.clone());
+    let making = match initial.into_making() {
+        Making::Ready(state) => {
+            let handle = mint_handle(kind.prefix)?;
+            let who = principal.clone();
+            return store
+                .unit(
+                    &principal,
+                    operation_id.as_deref(),
+                    move |txn, config, now| {
+                        create_now(
+                            txn,
+                            config,
+                            &kind,
+                            &who,
+                            operation.as_ref(),
+                            &handle,
+                            state,
+                            now,
+                        )
+                    },
+                )
+                .await;
+        }
+        Making::Deferred(making) => making,
+    };
+    let token = claim_token()?;
+    let claimed = {
+        let (who, operation) = (principal.clone(), operation.clone());
+        store
+            .unit(
+                &principal,
+                operation_id.as_deref(),
+                move |txn, config, now| {
+                    claim(txn, config, &kind, &who, operation.as_ref(), token, now)
+                },
+            )
+            .await?
+    };
+    let token = match claimed {
+        Claim::Answer(answer) => return Ok(*answer),
+        Claim::Claimed(token) => token,
+    };
+    let mut abandon = Abandon {
+        store,
+        principal: &principal,
+        claim: operation_id.as_deref().zip(token),
+    };
+    let made = match AssertUnwindSafe(making).catch_unwind().await {
+        Ok(Ok(state)) => Made::State(state),
+        Ok(Err(error)) => Made::Failed(error),
+        Err(_) => Made::Panicked,
+    };
+    abandon.claim = None;
+    let handle = mint_handle(kind.prefix)?;
+    let who = principal.clone();
+    store
+        .unit(
+            &principal,
+            operation_id.as_deref(),
+            move |txn, config, now| {
+                finish_create(
+                    txn,
+                    config,
+                    &kind,
+                    &who,
+                    operation.as_ref(),
+                    token,
+                    &handle,
+                    made,
+                    now,
+                )
+            },
+        )
+        .await
+}
+
+/// Gives a create's claim up if the create is dropped while its state is being made.
+struct Abandon<'a, S: CreateUnits> {
+    store: &'a S,
+    principal: &'a Principal,
+    claim: Option<(&'a str, u64)>,
+}
+
+impl<S: CreateUnits> Drop for Abandon<'_, S> {
+    fn drop(&mut self) {
+        if let Some((operation_id, token)) = self.claim {
+            self.store.abandon(self.principal, operation_id, token);
+        }
+    }
+}
+
+/// A random token that tells one create's claim from another's.
+fn claim_token() -> Result<u64, StoreError> {
+    let mut bytes = [0u8; 8];
+    getrandom::fill(&mut bytes).map_err(|error| {
+        StoreError::Backend(format!("the system random source failed: {error}"))
+    })?;
+    Ok(u64::from_le_bytes(bytes))
 }
 
 /// What the first step of a create decided.

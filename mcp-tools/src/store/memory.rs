@@ -2,20 +2,18 @@
 
 use std::collections::hash_map::RandomState;
 use std::collections::{HashMap, VecDeque};
+use std::future::Future;
 use std::hash::BuildHasher;
-use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, Mutex, MutexGuard, RwLock, TryLockError, Weak};
 
 use arc_swap::ArcSwap;
-use futures_util::FutureExt;
 
-use super::boundary::{self, Change, Claim, LedgerEntry, LedgerState, Made, Record, Txn};
+use super::boundary::{self, Change, LedgerEntry, LedgerState, Record, Txn};
 use super::clock::duration_millis;
 use super::contract::{
-    CreateRequest, Making, MutationRequest, PruneReport, ReadRequest, Store, StoreConfig,
-    StoreError, StoreFuture, Transition,
+    CreateRequest, MutationRequest, PruneReport, ReadRequest, Store, StoreConfig, StoreError,
+    StoreFuture, Transition,
 };
-use super::handle::mint_handle;
 use super::history::Undo;
 use super::outcome::{MutationOutcome, ReadOutcome};
 use super::sweeper::Sweeper;
@@ -291,111 +289,32 @@ impl Inner {
         };
         work(&mut txn, self.config.clock.now_millis())
     }
+}
 
-    async fn create(&self, request: CreateRequest<'_>) -> Result<MutationOutcome, StoreError> {
-        let CreateRequest {
-            kind,
-            principal,
-            operation,
-            initial,
-        } = request;
-        let operation_id = operation
-            .as_ref()
-            .map(|(operation_id, _)| operation_id.as_str());
-        let initial = match initial.into_making() {
-            Making::Ready(state) => {
-                let handle = mint_handle(kind.prefix)?;
-                let outcome = self.with_slot(&principal, operation_id, |txn, now| {
-                    boundary::create_now(
-                        txn,
-                        &self.config,
-                        &kind,
-                        &principal,
-                        operation.as_ref(),
-                        &handle,
-                        state,
-                        now,
-                    )
-                });
-                self.sweeper.count_write();
-                return outcome;
-            }
-            Making::Deferred(making) => making,
-        };
-        let token = claim_token()?;
-        let claimed = self.with_slot(&principal, operation_id, |txn, now| {
-            boundary::claim(
-                txn,
-                &self.config,
-                &kind,
-                &principal,
-                operation.as_ref(),
-                token,
-                now,
-            )
-        })?;
-        let token = match claimed {
-            Claim::Answer(answer) => return Ok(*answer),
-            Claim::Claimed(token) => token,
-        };
-        // Gives the claim up if this future is dropped while the state is being made.
-        let mut abandon = Abandon {
-            inner: self,
-            principal: &principal,
-            operation: operation_id.zip(token),
-        };
-        let made = match AssertUnwindSafe(initial).catch_unwind().await {
-            Ok(Ok(state)) => Made::State(state),
-            Ok(Err(error)) => Made::Failed(error),
-            Err(_) => Made::Panicked,
-        };
-        abandon.operation = None;
-        let handle = mint_handle(kind.prefix)?;
-        let outcome = self.with_slot(&principal, operation_id, |txn, now| {
-            boundary::finish_create(
-                txn,
-                &self.config,
-                &kind,
-                &principal,
-                operation.as_ref(),
-                token,
-                &handle,
-                made,
-                now,
-            )
+impl boundary::CreateUnits for Inner {
+    type Txn<'t> = MemoryTxn<'t>;
+
+    fn unit<T, F>(
+        &self,
+        principal: &Principal,
+        operation_id: Option<&str>,
+        work: F,
+    ) -> impl Future<Output = Result<T, StoreError>> + Send
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut MemoryTxn<'_>, &StoreConfig, i64) -> Result<T, StoreError> + Send + 'static,
+    {
+        let answer = self.with_slot(principal, operation_id, |txn, now| {
+            work(txn, &self.config, now)
         });
         self.sweeper.count_write();
-        outcome
+        std::future::ready(answer)
     }
-}
 
-/// A random token that tells one create's claim from another's.
-pub(crate) fn claim_token() -> Result<u64, StoreError> {
-    let mut bytes = [0u8; 8];
-    getrandom::fill(&mut bytes).map_err(|error| {
-        StoreError::Backend(format!("the system random source failed: {error}"))
-    })?;
-    Ok(u64::from_le_bytes(bytes))
-}
-
-/// Gives up a create's claim when the create is dropped before it finished (the caller went
-/// away), so a retry need not wait for the claim to lapse.
-struct Abandon<'a> {
-    inner: &'a Inner,
-    principal: &'a Principal,
-    operation: Option<(&'a str, u64)>,
-}
-
-impl Drop for Abandon<'_> {
-    fn drop(&mut self) {
-        let Some((operation_id, token)) = self.operation else {
-            return;
-        };
-        let _ = self
-            .inner
-            .with_slot(self.principal, Some(operation_id), |txn, _| {
-                boundary::abandon(txn, self.principal, operation_id, token)
-            });
+    fn abandon(&self, principal: &Principal, operation_id: &str, token: u64) {
+        let _ = self.with_slot(principal, Some(operation_id), |txn, _| {
+            boundary::abandon(txn, principal, operation_id, token)
+        });
     }
 }
 
@@ -441,7 +360,7 @@ impl Drop for Lease<'_> {
     }
 }
 
-struct MemoryTxn<'a> {
+pub(crate) struct MemoryTxn<'a> {
     inner: &'a Inner,
     slot: Option<&'a mut Option<LedgerEntry>>,
     /// The resource the request names, and its handle.
@@ -566,7 +485,7 @@ impl Txn for MemoryTxn<'_> {
 
 impl Store for MemoryStore {
     fn create<'a>(&'a self, request: CreateRequest<'a>) -> StoreFuture<'a, MutationOutcome> {
-        Box::pin(self.inner.create(request))
+        Box::pin(boundary::create(&*self.inner, request))
     }
 
     fn read(&self, request: ReadRequest) -> StoreFuture<'_, ReadOutcome> {
@@ -607,7 +526,7 @@ mod tests {
         if let Some(operation_id) = operation_id {
             request = request.operation(operation_id, Fingerprint::of_call("create", &json!({})));
         }
-        futures_util::FutureExt::now_or_never(inner.create(request))
+        futures_util::FutureExt::now_or_never(boundary::create(inner, request))
             .expect("a ready creation completes at once")
             .unwrap();
     }

@@ -1,30 +1,26 @@
 //! The embedded durable store: one SQLite file in WAL mode, shared safely by several processes.
 
-use std::panic::AssertUnwindSafe;
+use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 
-use futures_util::FutureExt;
-
 mod writer;
 
 use writer::Writer;
 
 use crate::context::Principal;
-use crate::store::boundary::{self, Change, Claim, LedgerEntry, LedgerState, Made, Record, Txn};
+use crate::store::boundary::{self, Change, LedgerEntry, LedgerState, Record, Txn};
 use crate::store::clock::duration_millis;
 use crate::store::contract::{
-    CreateRequest, Making, MutationRequest, PruneReport, ReadRequest, Store, StoreConfig,
-    StoreError, StoreFuture, Transition,
+    CreateRequest, MutationRequest, PruneReport, ReadRequest, Store, StoreConfig, StoreError,
+    StoreFuture, Transition,
 };
 use crate::store::entity::Lifecycle;
 use crate::store::fingerprint::Fingerprint;
-use crate::store::handle::mint_handle;
 use crate::store::history::Undo;
-use crate::store::memory::claim_token;
 use crate::store::outcome::{MutationOutcome, ReadOutcome};
 use crate::store::sweeper::Sweeper;
 
@@ -438,7 +434,7 @@ fn prune_ledger(connection: &Connection, now: i64) -> Result<u64, StoreError> {
 }
 
 /// The boundary's operations as statements on one connection; the caller holds the transaction.
-struct SqlTxn<'c> {
+pub(crate) struct SqlTxn<'c> {
     connection: &'c Connection,
     /// `ledger_live` of the resource last loaded, by handle.
     loaded_count: Option<(String, i64)>,
@@ -816,106 +812,30 @@ impl SqliteStore {
         self.inner.sweeper.count_write();
         answer
     }
+}
 
-    async fn create_in_steps(
+impl boundary::CreateUnits for SqliteStore {
+    type Txn<'t> = SqlTxn<'t>;
+
+    fn unit<T, F>(
         &self,
-        request: CreateRequest<'_>,
-    ) -> Result<MutationOutcome, StoreError> {
-        let CreateRequest {
-            kind,
-            principal,
-            operation,
-            initial,
-        } = request;
-        let initial = match initial.into_making() {
-            Making::Ready(state) => {
-                let handle = mint_handle(kind.prefix)?;
-                return self
-                    .write(move |txn, config, now| {
-                        boundary::create_now(
-                            txn,
-                            config,
-                            &kind,
-                            &principal,
-                            operation.as_ref(),
-                            &handle,
-                            state,
-                            now,
-                        )
-                    })
-                    .await;
-            }
-            Making::Deferred(making) => making,
-        };
-        let token = claim_token()?;
-        let claimed = {
-            let (principal, operation) = (principal.clone(), operation.clone());
-            self.write(move |txn, config, now| {
-                boundary::claim(
-                    txn,
-                    config,
-                    &kind,
-                    &principal,
-                    operation.as_ref(),
-                    token,
-                    now,
-                )
-            })
-            .await?
-        };
-        let token = match claimed {
-            Claim::Answer(answer) => return Ok(*answer),
-            Claim::Claimed(token) => token,
-        };
-        let mut abandon = Abandon {
-            inner: Arc::clone(&self.inner),
-            principal: principal.clone(),
-            operation: operation
-                .as_ref()
-                .zip(token)
-                .map(|((operation_id, _), token)| (operation_id.clone(), token)),
-        };
-        let made = match AssertUnwindSafe(initial).catch_unwind().await {
-            Ok(Ok(state)) => Made::State(state),
-            Ok(Err(error)) => Made::Failed(error),
-            Err(_) => Made::Panicked,
-        };
-        abandon.operation = None;
-        let handle = mint_handle(kind.prefix)?;
-        self.write(move |txn, config, now| {
-            boundary::finish_create(
-                txn,
-                config,
-                &kind,
-                &principal,
-                operation.as_ref(),
-                token,
-                &handle,
-                made,
-                now,
-            )
-        })
-        .await
+        _: &Principal,
+        _: Option<&str>,
+        work: F,
+    ) -> impl Future<Output = Result<T, StoreError>> + Send
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut SqlTxn<'_>, &StoreConfig, i64) -> Result<T, StoreError> + Send + 'static,
+    {
+        // One writer serializes every unit, so the ledger key needs no lock of its own.
+        self.write(work)
     }
-}
 
-/// Gives up a create's claim when the create is dropped before it finished (the caller went
-/// away), so a retry need not wait for the claim to lapse; a task of its own does it.
-struct Abandon {
-    inner: Arc<Inner>,
-    principal: Principal,
-    operation: Option<(String, u64)>,
-}
-
-impl Drop for Abandon {
-    fn drop(&mut self) {
-        let Some((operation_id, token)) = self.operation.take() else {
-            return;
-        };
+    fn abandon(&self, principal: &Principal, operation_id: &str, token: u64) {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
-        let principal = self.principal.clone();
+        let (principal, operation_id) = (principal.clone(), operation_id.to_owned());
         let writer = Arc::clone(&self.inner.writer);
         runtime.spawn(async move {
             let released = writer
@@ -930,7 +850,7 @@ impl Drop for Abandon {
 
 impl Store for SqliteStore {
     fn create<'a>(&'a self, request: CreateRequest<'a>) -> StoreFuture<'a, MutationOutcome> {
-        Box::pin(self.create_in_steps(request))
+        Box::pin(boundary::create(self, request))
     }
 
     fn read(&self, request: ReadRequest) -> StoreFuture<'_, ReadOutcome> {
