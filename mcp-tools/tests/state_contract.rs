@@ -1204,6 +1204,31 @@ async fn ledger_is_bounded_per_resource<S: Store>(open: Open<'_, S>) {
     expect_applied(&mutate(&store, send, set_memory(4, &calls)).await);
 }
 
+/// An expired operation id used again counts once: at a full share the expired record is swept
+/// and replaced, and the share stays exact, so the next new id is refused.
+async fn a_reused_expired_id_counts_once<S: Store>(open: Open<'_, S>) {
+    let clock = ManualClock::at_millis(T0);
+    let store = open(StoreConfig {
+        ledger_quota: 3,
+        ledger_retention: Duration::from_secs(600),
+        ..config(&clock)
+    });
+    let a = create(&store, alice(), &laptop()).await;
+    let calls = Arc::new(AtomicUsize::new(0));
+    let change = |id: &str, gib: u32| request(alice(), &a, "m", None, Some(id), json!(gib));
+    expect_applied(&mutate(&store, change("a-1", 1), set_memory(1, &calls)).await);
+    clock.advance(Duration::from_secs(300));
+    expect_applied(&mutate(&store, change("a-2", 2), set_memory(2, &calls)).await);
+    expect_applied(&mutate(&store, change("a-3", 3), set_memory(3, &calls)).await);
+    // a-1 has expired; a-2 and a-3 are live. Sent again, a-1 is a new operation.
+    clock.advance(Duration::from_secs(301));
+    expect_applied(&mutate(&store, change("a-1", 4), set_memory(4, &calls)).await);
+    // Three live records now: a-2, a-3 and the new a-1.
+    let full = mutate(&store, change("a-4", 5), set_memory(5, &calls)).await;
+    expect_rejected(&full, code::LEDGER_FULL);
+    assert_eq!(state(&store, &a).await.0, 5);
+}
+
 /// A resource (or a store descriptor) that declares a view shows it in every outcome: applied,
 /// stale_view (whose delta is computed between views, so it never shows what the view hides)
 /// and a replay's `current`; reads return the whole state.
@@ -1342,6 +1367,7 @@ macro_rules! contract {
             case!(create_ledger_retention);
             case!(expired_resources_are_reclaimed);
             case!(ledger_is_bounded_per_resource);
+            case!(a_reused_expired_id_counts_once);
             case!(views_shape_outcomes);
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -4,6 +4,7 @@ use std::collections::hash_map::RandomState;
 use std::collections::{HashMap, VecDeque};
 use std::future::Future;
 use std::hash::BuildHasher;
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock, TryLockError, Weak};
 
 use arc_swap::ArcSwap;
@@ -78,6 +79,10 @@ struct Inner {
     hasher: RandomState,
     resources: Box<[ResourceShard]>,
     ledger: Box<[LedgerShard]>,
+    /// No ledger record expires before this instant (a lower bound).
+    ledger_due: AtomicI64,
+    /// No resource is reclaimable before this instant (a lower bound).
+    resources_due: AtomicI64,
     sweeper: Sweeper,
 }
 
@@ -96,6 +101,8 @@ impl MemoryStore {
             hasher: RandomState::new(),
             resources: (0..SHARDS).map(|_| RwLock::default()).collect(),
             ledger: (0..SHARDS).map(|_| Mutex::default()).collect(),
+            ledger_due: AtomicI64::new(i64::MAX),
+            resources_due: AtomicI64::new(i64::MAX),
             sweeper: Sweeper::spawn(weak.clone(), Inner::sweep, SWEEP_EVERY),
         });
         MemoryStore { inner }
@@ -159,40 +166,90 @@ impl Inner {
 
     fn prune(&self) -> PruneReport {
         let now = self.config.clock.now_millis();
-        let mut report = PruneReport::default();
-        for shard in 0..SHARDS {
-            report.ledger_records += self.prune_ledger_shard(shard, now);
-            report.resources += self.prune_resource_shard(shard, now);
+        PruneReport {
+            ledger_records: self.prune_ledger(now),
+            resources: self.prune_resources(now),
         }
-        report
     }
 
-    /// The automatic sweep, on the sweep thread.
+    /// The automatic sweep, on the sweep thread: each map is swept only once something in it
+    /// is due, so a store whose records are all live costs the sweep nothing.
     fn sweep(&self) {
-        self.prune();
+        let now = self.config.clock.now_millis();
+        if self.ledger_due.load(Ordering::Relaxed) <= now {
+            self.prune_ledger(now);
+        }
+        if self.resources_due.load(Ordering::Relaxed) <= now {
+            self.prune_resources(now);
+        }
+    }
+
+    /// Removes the ledger records past their retention, a shard at a time, and notes when the
+    /// earliest of the others falls due. Writes lower that instant as they record, so it is
+    /// never later than the earliest record.
+    fn prune_ledger(&self, now: i64) -> u64 {
+        self.ledger_due.store(i64::MAX, Ordering::Relaxed);
+        let mut removed = 0;
+        let mut due = i64::MAX;
+        for shard in 0..SHARDS {
+            removed += self.prune_ledger_shard(shard, now, &mut due);
+        }
+        self.ledger_due.fetch_min(due, Ordering::Relaxed);
+        removed
+    }
+
+    /// Removes the resources that expired longer ago than the ledger retention, as
+    /// [`Inner::prune_ledger`] does for records.
+    fn prune_resources(&self, now: i64) -> u64 {
+        self.resources_due.store(i64::MAX, Ordering::Relaxed);
+        let mut removed = 0;
+        let mut due = i64::MAX;
+        for shard in 0..SHARDS {
+            removed += self.prune_resource_shard(shard, now, &mut due);
+        }
+        self.resources_due.fetch_min(due, Ordering::Relaxed);
+        removed
     }
 
     /// Removes the ledger records of one shard past their retention.
-    fn prune_ledger_shard(&self, shard: usize, now: i64) -> u64 {
+    fn prune_ledger_shard(&self, shard: usize, now: i64, due: &mut i64) -> u64 {
         let mut removed = 0;
         lock(&self.ledger[shard]).retain(|_, slot| {
             // Clones of a slot are only taken under this shard lock, so a count of one means
-            // no request holds it or is about to lock it.
+            // no request holds it or is about to lock it. One in use is looked at next time.
             if Arc::strong_count(slot) > 1 {
+                *due = (*due).min(now);
                 return true;
             }
-            let live = lock(slot).as_ref().map(|entry| entry.expires_at > now);
-            if live == Some(false) {
-                removed += 1;
+            let expires_at = lock(slot).as_ref().map(|entry| entry.expires_at);
+            match expires_at {
+                Some(at) if at > now => {
+                    *due = (*due).min(at);
+                    true
+                }
+                Some(_) => {
+                    removed += 1;
+                    false
+                }
+                None => false,
             }
-            live == Some(true)
         });
         removed
     }
 
+    /// Notes when `record`, just written, becomes reclaimable.
+    fn resource_falls_due(&self, record: &Record) {
+        if let Some(at) = record.expires_at {
+            let retention = duration_millis(self.config.ledger_retention);
+            self.resources_due
+                .fetch_min(at.saturating_add(retention), Ordering::Relaxed);
+        }
+    }
+
     /// Removes the resources of one shard that expired longer ago than the ledger retention.
-    fn prune_resource_shard(&self, shard: usize, now: i64) -> u64 {
-        let cutoff = now.saturating_sub(duration_millis(self.config.ledger_retention));
+    fn prune_resource_shard(&self, shard: usize, now: i64, due: &mut i64) -> u64 {
+        let retention = duration_millis(self.config.ledger_retention);
+        let cutoff = now.saturating_sub(retention);
         let mut removed = 0;
         self.resources[shard]
             .write()
@@ -202,15 +259,15 @@ impl Inner {
                 // one means no request holds the cell. An expired resource is never written
                 // again, so its expiry cannot move once it is past.
                 if Arc::strong_count(cell) > 1 {
+                    *due = (*due).min(now);
                     return true;
                 }
-                let reclaim = cell
-                    .current
-                    .load()
-                    .expires_at
-                    .is_some_and(|at| at <= cutoff);
+                let expires_at = cell.current.load().expires_at;
+                let reclaim = expires_at.is_some_and(|at| at <= cutoff);
                 if reclaim {
                     removed += 1;
+                } else if let Some(at) = expires_at {
+                    *due = (*due).min(at.saturating_add(retention));
                 }
                 !reclaim
             });
@@ -390,6 +447,9 @@ impl Txn for MemoryTxn<'_> {
                 }
             }
         }
+        self.inner
+            .ledger_due
+            .fetch_min(entry.expires_at, Ordering::Relaxed);
         **slot = Some(entry);
         Ok(())
     }
@@ -446,6 +506,7 @@ impl Txn for MemoryTxn<'_> {
 
     fn insert(&mut self, handle: &str, record: Record) -> Result<(), StoreError> {
         let inner = self.inner;
+        inner.resource_falls_due(&record);
         let mut shard = inner.resources[inner.shard_of(&handle)]
             .write()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
@@ -478,6 +539,7 @@ impl Txn for MemoryTxn<'_> {
         {
             guarded.history.pop_front();
         }
+        self.inner.resource_falls_due(&record);
         cell.current.store(Arc::new(record));
         Ok(())
     }

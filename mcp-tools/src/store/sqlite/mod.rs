@@ -586,10 +586,15 @@ impl Txn for SqlTxn<'_> {
         operation_id: &str,
         entry: &LedgerEntry,
     ) -> Result<(), StoreError> {
-        self.connection
+        let removed = self
+            .connection
             .prepare_cached("DELETE FROM mcp_ledger WHERE principal = ?1 AND operation_id = ?2")?
             .execute(params![principal, operation_id])?;
-        if let (Some(handle), LedgerState::Done(_)) = (&entry.handle, &entry.state) {
+        // A sweep earlier in this transaction (at a full share) may have removed the row and
+        // taken it off the count already.
+        if removed == 1
+            && let (Some(handle), LedgerState::Done(_)) = (&entry.handle, &entry.state)
+        {
             self.count(handle, -1)?;
         }
         Ok(())
