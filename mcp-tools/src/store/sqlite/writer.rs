@@ -113,16 +113,28 @@ impl Writer {
         answer
     }
 
+    /// The writer connection, if nobody holds it.
+    fn try_connection(&self) -> Option<MutexGuard<'_, Connection>> {
+        match self.connection.try_lock() {
+            Ok(connection) => Some(connection),
+            Err(std::sync::TryLockError::Poisoned(poisoned)) => Some(poisoned.into_inner()),
+            Err(std::sync::TryLockError::WouldBlock) => None,
+        }
+    }
+
     /// Runs what is queued if nobody else is; returns when the queue is empty or another
-    /// request leads. Every leader looks at the queue again after it let go of the connection,
-    /// so a unit queued while it was letting go is never left behind.
+    /// request leads.
     fn lead(&self) {
+        if let Some(connection) = self.try_connection() {
+            self.lead_holding(connection);
+        }
+    }
+
+    /// Runs what is queued with the connection held, until the queue is empty. Every leader
+    /// looks at the queue again after it let go of the connection, so a unit queued while it was
+    /// letting go is never left behind.
+    fn lead_holding<'w>(&'w self, mut connection: MutexGuard<'w, Connection>) {
         loop {
-            let connection = match self.connection.try_lock() {
-                Ok(connection) => connection,
-                Err(std::sync::TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
-                Err(std::sync::TryLockError::WouldBlock) => return,
-            };
             loop {
                 let mut batch: Vec<Box<dyn Job>> = {
                     let mut queue = lock(&self.queue);
@@ -142,12 +154,17 @@ impl Writer {
             if lock(&self.queue).is_empty() {
                 return;
             }
+            match self.try_connection() {
+                Some(again) => connection = again,
+                None => return,
+            }
         }
     }
 
-    /// Runs `work` as one atomic unit and awaits its committed answer. On a multi-threaded
-    /// runtime a leader runs the batch in place (`block_in_place`); elsewhere on the blocking
-    /// pool, so a current-thread runtime is never blocked.
+    /// Runs `work` as one atomic unit and awaits its committed answer. A request that finds the
+    /// connection free leads: on a multi-threaded runtime in place (`block_in_place`, entered
+    /// only by the leader, so a request that waits hands no worker over), elsewhere on the
+    /// blocking pool, so a current-thread runtime is never blocked.
     pub(super) async fn run<T, F>(self: &Arc<Self>, work: F) -> Result<T, StoreError>
     where
         F: FnOnce(&mut SqlTxn<'_>, i64) -> Result<T, StoreError> + Send + 'static,
@@ -157,7 +174,9 @@ impl Writer {
         let multi_thread = tokio::runtime::Handle::try_current()
             .is_ok_and(|handle| handle.runtime_flavor() == RuntimeFlavor::MultiThread);
         if multi_thread {
-            tokio::task::block_in_place(|| self.lead());
+            if let Some(connection) = self.try_connection() {
+                tokio::task::block_in_place(|| self.lead_holding(connection));
+            }
         } else {
             let writer = Arc::clone(self);
             let _ = tokio::task::spawn_blocking(move || writer.lead()).await;
