@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use mcp_tools::store::{
-    Applied, ConflictPolicy, CreateRequest, Entity, Fingerprint, Lifecycle, ManualClock,
+    Applied, ConflictPolicy, CreateRequest, Creation, Entity, Fingerprint, Lifecycle, ManualClock,
     MemoryStore, MutationOutcome, MutationRequest, PruneReport, ReadOutcome, ReadRequest,
     RecordedApplied, RecordedOutcome, RecordedStaleView, Recovery, Rejected, SqliteStore,
     StaleView, Store, StoreConfig, Transition, code, format_rfc3339,
@@ -1229,6 +1229,58 @@ async fn a_reused_expired_id_counts_once<S: Store>(open: Open<'_, S>) {
     assert_eq!(state(&store, &a).await.0, 5);
 }
 
+/// A create whose claim lapsed while its state was being made (a stalled caller) does not mint a
+/// second entity when it finally finishes: the retry that took the id over stands, and the
+/// stalled create answers with its outcome.
+async fn a_create_whose_claim_lapsed_gives_way<S: Store + Clone + CountResources>(
+    open: Open<'_, S>,
+) {
+    let clock = ManualClock::at_millis(T0);
+    let store = open(StoreConfig {
+        creation_lease: Duration::from_secs(10),
+        ..config(&clock)
+    });
+    let before = store.resources();
+    let (started, running) = tokio::sync::oneshot::channel::<()>();
+    let (release, released) = tokio::sync::oneshot::channel::<()>();
+    let stalled = tokio::spawn({
+        let store = store.clone();
+        async move {
+            let making = Creation::typed(async move {
+                let _ = started.send(());
+                let _ = released.await;
+                Ok::<_, ToolError>(laptop())
+            });
+            let request = CreateRequest::deferred(Basket::kind(), alice(), making)
+                .operation("c-1", Fingerprint::of(&json!("c-1")));
+            store.create(request).await
+        }
+    });
+    within("the stalled create to start making its state", running)
+        .await
+        .unwrap();
+    // While the claim holds, a retry is told to come back.
+    let retry = || {
+        CreateRequest::typed(alice(), &laptop())
+            .unwrap()
+            .operation("c-1", Fingerprint::of(&json!("c-1")))
+    };
+    let busy = create_outcome(&store, retry()).await;
+    expect_rejected(&busy, code::OPERATION_IN_PROGRESS);
+    // Past the lease the retry takes the id over.
+    clock.advance(Duration::from_secs(11));
+    let taken = create_outcome(&store, retry()).await;
+    let handle = expect_applied(&taken).handle.clone();
+    release.send(()).unwrap();
+    let late = within("the stalled create to finish", stalled)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(late.committed_handle(), Some(handle.as_str()), "{late:?}");
+    assert!(matches!(late, MutationOutcome::Replayed(_)), "{late:?}");
+    assert_eq!(store.resources(), before + 1);
+}
+
 /// A resource (or a store descriptor) that declares a view shows it in every outcome: applied,
 /// stale_view (whose delta is computed between views, so it never shows what the view hides)
 /// and a replay's `current`; reads return the whole state.
@@ -1368,6 +1420,7 @@ macro_rules! contract {
             case!(expired_resources_are_reclaimed);
             case!(ledger_is_bounded_per_resource);
             case!(a_reused_expired_id_counts_once);
+            case!(a_create_whose_claim_lapsed_gives_way);
             case!(views_shape_outcomes);
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

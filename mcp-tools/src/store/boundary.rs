@@ -229,15 +229,29 @@ fn lookup(
     if entry.expires_at <= now {
         return Ok(Lookup::Fresh { stale: Some(entry) });
     }
-    if &entry.fingerprint != fingerprint {
-        return Ok(Lookup::Answer(MutationOutcome::Rejected(
-            Rejected::operation_id_reused(operation_id),
+    let answer = answer(txn, kind, principal, operation_id, fingerprint, entry, now)?;
+    Ok(Lookup::Answer(answer))
+}
+
+/// The answer a live ledger record gives a request with its operation id.
+fn answer(
+    txn: &mut impl Txn,
+    kind: &EntityKind,
+    principal: &str,
+    operation_id: &str,
+    fingerprint: &Fingerprint,
+    entry: LedgerEntry,
+    now: i64,
+) -> Result<MutationOutcome, StoreError> {
+    if entry.fingerprint != *fingerprint {
+        return Ok(MutationOutcome::Rejected(Rejected::operation_id_reused(
+            operation_id,
         )));
     }
     let original = match entry.state {
         LedgerState::Pending { .. } => {
-            return Ok(Lookup::Answer(MutationOutcome::Rejected(
-                Rejected::operation_in_progress(operation_id),
+            return Ok(MutationOutcome::Rejected(Rejected::operation_in_progress(
+                operation_id,
             )));
         }
         LedgerState::Done(original) => original,
@@ -246,12 +260,12 @@ fn lookup(
         Some(handle) => current_view(txn, kind, principal, handle, now)?,
         None => None,
     };
-    Ok(Lookup::Answer(MutationOutcome::Replayed(Replayed {
-        operation_id: operation_id.clone(),
+    Ok(MutationOutcome::Replayed(Replayed {
+        operation_id: operation_id.to_owned(),
         recorded_at: format_rfc3339(entry.recorded_at),
         original,
         current,
-    })))
+    }))
 }
 
 /// Records `outcome` about the resource `handle` under the operation id, replacing the expired
@@ -488,23 +502,22 @@ pub(crate) fn finish_create(
     now: i64,
 ) -> Result<MutationOutcome, StoreError> {
     let principal = principal.key();
-    let mut stale = None;
-    if let (Some((operation_id, _)), Some(token)) = (operation, token) {
-        match txn.ledger_get(principal, operation_id)? {
-            Some(entry) if matches!(entry.state, LedgerState::Pending { token: held } if held == token) =>
-            {
-                stale = Some(entry);
-            }
-            // The claim lapsed and another attempt took the id over: its outcome stands.
-            Some(entry) if entry.expires_at > now => {
-                if let Lookup::Answer(answer) = lookup(txn, kind, principal, operation, now)? {
-                    return Ok(answer);
+    // Our claim (lapsed or not), an expired record or nothing is replaced; a live record of
+    // another attempt that took the id over after our claim lapsed stands, and answers.
+    let stale = match (operation, token) {
+        (Some((operation_id, fingerprint)), Some(token)) => {
+            match txn.ledger_get(principal, operation_id)? {
+                Some(entry)
+                    if entry.expires_at > now
+                        && !matches!(entry.state, LedgerState::Pending { token: held } if held == token) =>
+                {
+                    return answer(txn, kind, principal, operation_id, fingerprint, entry, now);
                 }
-                stale = Some(entry);
+                other => other,
             }
-            other => stale = other,
         }
-    }
+        _ => None,
+    };
     let state = match made {
         Made::State(state) => state,
         Made::Failed(error) => {

@@ -27,6 +27,25 @@ impl Fingerprint {
         Fingerprint::of_digest(hasher)
     }
 
+    /// [`Fingerprint::of_call`] of the members of `arguments` that `keep` keeps, without
+    /// building that object: the members are hashed where they are.
+    pub(crate) fn of_call_members(
+        tool: &str,
+        arguments: &Map<String, Value>,
+        keep: impl Fn(&str, &Value) -> bool,
+    ) -> Self {
+        let mut hasher = Hasher(Sha256::new());
+        write_str(tool, &mut hasher);
+        hasher.0.update(b"\n");
+        let mut members: Vec<(&String, &Value)> = arguments
+            .iter()
+            .filter(|(key, value)| keep(key, value))
+            .collect();
+        members.sort_unstable_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
+        write_members(members.into_iter(), &mut hasher);
+        Fingerprint::of_digest(hasher)
+    }
+
     /// The fingerprint of one JSON value.
     pub fn of(value: &Value) -> Self {
         let mut hasher = Hasher(Sha256::new());
@@ -136,6 +155,29 @@ fn sorted_members(map: &Map<String, Value>) -> Vec<(&String, &Value)> {
     let mut entries: Vec<(&String, &Value)> = map.iter().collect();
     entries.sort_unstable_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
     entries
+}
+
+#[cfg(test)]
+mod members_tests {
+    use super::*;
+    use serde_json::json;
+
+    /// Hashing kept members in place gives the fingerprint of the object they would make.
+    #[test]
+    fn members_hash_as_the_object_they_make() {
+        let arguments = json!({"z": 1, "operation_id": "op", "a": [1.0, {"b": null}], "m": null});
+        let Value::Object(map) = &arguments else {
+            unreachable!()
+        };
+        let kept = Fingerprint::of_call_members("t", map, |key, value| {
+            key != "operation_id" && !value.is_null()
+        });
+        assert_eq!(
+            kept,
+            Fingerprint::of_call("t", &json!({"z": 1, "a": [1.0, {"b": null}]}))
+        );
+        assert_ne!(kept, Fingerprint::of_call("t", &json!({"z": 1})));
+    }
 }
 
 fn write_members<'a, W: Write>(

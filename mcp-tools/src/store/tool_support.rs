@@ -230,19 +230,12 @@ impl PayloadArgument {
 /// differently still match.
 pub fn fingerprint(tool: &str, arguments: &[PayloadArgument], raw: &Value) -> Fingerprint {
     match raw {
-        Value::Object(object) => {
-            let payload: Map<String, Value> = object
-                .iter()
-                .filter(|(key, value)| {
-                    key.as_str() != "operation_id"
-                        && !arguments.iter().any(|argument| {
-                            argument.name == key.as_str() && argument.is_implied(value)
-                        })
-                })
-                .map(|(key, value)| (key.clone(), value.clone()))
-                .collect();
-            Fingerprint::of_call(tool, &Value::Object(payload))
-        }
+        Value::Object(object) => Fingerprint::of_call_members(tool, object, |key, value| {
+            key != "operation_id"
+                && !arguments
+                    .iter()
+                    .any(|argument| argument.name == key && argument.is_implied(value))
+        }),
         other => Fingerprint::of_call(tool, other),
     }
 }
