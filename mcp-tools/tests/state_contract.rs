@@ -1281,6 +1281,73 @@ async fn a_create_whose_claim_lapsed_gives_way<S: Store + Clone + CountResources
     assert_eq!(store.resources(), before + 1);
 }
 
+/// A create whose state could not be made records nothing and gives its claim up: a failing
+/// function and a panicking one are both run again by a retry with the same id, and a retry
+/// after a create was dropped mid-way (its caller went away) need not wait for the lease.
+async fn a_create_that_did_not_finish_leaves_the_id_free<S: Store + Clone + CountResources>(
+    open: Open<'_, S>,
+) {
+    let clock = ManualClock::at_millis(T0);
+    let store = open(config(&clock));
+    let before = store.resources();
+    let runs = Arc::new(AtomicUsize::new(0));
+    let request = |id: &str, outcome: fn() -> Result<Basket, ToolError>| {
+        let runs = Arc::clone(&runs);
+        let making = Creation::typed(async move {
+            runs.fetch_add(1, Ordering::SeqCst);
+            outcome()
+        });
+        CreateRequest::deferred(Basket::kind(), alice(), making)
+            .operation(id, Fingerprint::of(&json!(id)))
+    };
+    let refused = || Err(ToolError::new("SEAT_TAKEN", "taken"));
+    let made = || Ok(laptop());
+    for _ in 0..2 {
+        let failed = create_outcome(&store, request("fails", refused)).await;
+        expect_rejected(&failed, "SEAT_TAKEN");
+    }
+    assert_eq!(
+        runs.load(Ordering::SeqCst),
+        2,
+        "a failed create was replayed"
+    );
+    let panicked = create_outcome(&store, request("panics", || panic!("a bug in the tool"))).await;
+    expect_rejected(&panicked, code::TRANSITION_PANICKED);
+    expect_applied(&create_outcome(&store, request("panics", made)).await);
+    assert_eq!(runs.load(Ordering::SeqCst), 4);
+
+    // A create dropped while its function runs gives the claim up on its own.
+    let (started, running) = tokio::sync::oneshot::channel::<()>();
+    let stalled = tokio::spawn({
+        let store = store.clone();
+        async move {
+            let making = Creation::typed(async move {
+                let _ = started.send(());
+                std::future::pending::<Result<Basket, ToolError>>().await
+            });
+            let request = CreateRequest::deferred(Basket::kind(), alice(), making)
+                .operation("dropped", Fingerprint::of(&json!("dropped")));
+            store.create(request).await
+        }
+    });
+    within("the create to start making its state", running)
+        .await
+        .unwrap();
+    stalled.abort();
+    let _ = within("the aborted create to stop", stalled).await;
+    within("the dropped create's claim to be given up", async {
+        loop {
+            let retry = create_outcome(&store, request("dropped", made)).await;
+            match retry.code() {
+                Some(code::OPERATION_IN_PROGRESS) => tokio::task::yield_now().await,
+                _ => break expect_applied(&retry).version,
+            }
+        }
+    })
+    .await;
+    assert_eq!(store.resources(), before + 2);
+}
+
 /// A resource (or a store descriptor) that declares a view shows it in every outcome: applied,
 /// stale_view (whose delta is computed between views, so it never shows what the view hides)
 /// and a replay's `current`; reads return the whole state.
@@ -1421,6 +1488,7 @@ macro_rules! contract {
             case!(ledger_is_bounded_per_resource);
             case!(a_reused_expired_id_counts_once);
             case!(a_create_whose_claim_lapsed_gives_way);
+            case!(a_create_that_did_not_finish_leaves_the_id_free);
             case!(views_shape_outcomes);
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

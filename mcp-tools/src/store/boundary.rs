@@ -17,8 +17,8 @@ use super::contract::{
 use super::delta::diff;
 use super::entity::{EntityKind, Lifecycle};
 use super::fingerprint::Fingerprint;
-use super::handle::has_prefix;
 use super::handle::mint_handle;
+use super::handle::{has_prefix, random};
 use super::history::{Undo, apply_undo, undo_patch};
 use super::outcome::{
     Applied, MutationOutcome, ReadOutcome, RecordedApplied, RecordedOutcome, RecordedStaleView,
@@ -428,11 +428,7 @@ impl<S: CreateUnits> Drop for Abandon<'_, S> {
 
 /// A random token that tells one create's claim from another's.
 fn claim_token() -> Result<u64, StoreError> {
-    let mut bytes = [0u8; 8];
-    getrandom::fill(&mut bytes).map_err(|error| {
-        StoreError::Backend(format!("the system random source failed: {error}"))
-    })?;
-    Ok(u64::from_le_bytes(bytes))
+    random().map(u64::from_le_bytes)
 }
 
 /// What the first step of a create decided.

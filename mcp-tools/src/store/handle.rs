@@ -14,11 +14,17 @@ const HANDLE_ENTROPY_BYTES: usize = 20;
 /// created it. Without authentication every caller is the anonymous principal, and a handle is then a
 /// bearer capability: whoever holds it can use it.
 pub fn mint_handle(prefix: &str) -> Result<String, StoreError> {
-    let mut bytes = [0u8; HANDLE_ENTROPY_BYTES];
+    let bytes: [u8; HANDLE_ENTROPY_BYTES] = random()?;
+    Ok(format!("{prefix}_{}", URL_SAFE_NO_PAD.encode(bytes)))
+}
+
+/// `N` bytes from the operating system's CSPRNG.
+pub(crate) fn random<const N: usize>() -> Result<[u8; N], StoreError> {
+    let mut bytes = [0u8; N];
     getrandom::fill(&mut bytes).map_err(|error| {
         StoreError::Backend(format!("the system random source failed: {error}"))
     })?;
-    Ok(format!("{prefix}_{}", URL_SAFE_NO_PAD.encode(bytes)))
+    Ok(bytes)
 }
 
 /// Whether `handle` has the shape `mint_handle(prefix)` produces; a cheap filter before any lookup.

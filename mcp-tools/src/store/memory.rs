@@ -487,20 +487,15 @@ impl Txn for MemoryTxn<'_> {
         let Some(guarded) = self.guarded.as_ref() else {
             return Ok(None);
         };
-        let patches: Vec<Vec<Undo>> = guarded
-            .history
-            .iter()
-            .rev()
-            .take_while(|(kept, _)| *kept > version)
-            .map(|(_, patch)| patch.clone())
-            .collect();
-        let oldest = guarded
-            .history
-            .iter()
-            .rev()
-            .take_while(|(kept, _)| *kept > version)
-            .last()
-            .map(|(kept, _)| *kept);
+        let mut patches = Vec::new();
+        let mut oldest = None;
+        for (kept, patch) in guarded.history.iter().rev() {
+            if *kept <= version {
+                break;
+            }
+            patches.push(patch.clone());
+            oldest = Some(*kept);
+        }
         Ok((oldest == Some(version + 1)).then_some(patches))
     }
 

@@ -610,8 +610,9 @@ impl Txn for SqlTxn<'_> {
             return Ok(false);
         }
         // At the limit, expired records may still be counted until the sweep takes them off:
-        // take them off now, so the limit counts live records only.
-        while prune_ledger(self.connection, now)? == SWEEP_BATCH as u64 {}
+        // take a batch of them off now (bounded: this runs inside a request), so the limit
+        // counts live records only.
+        prune_ledger(self.connection, now)?;
         Ok(self.live_count(handle)? >= quota)
     }
 
@@ -873,28 +874,18 @@ impl Store for SqliteStore {
     }
 
     fn prune(&self) -> StoreFuture<'_, PruneReport> {
+        let inner = Arc::clone(&self.inner);
         Box::pin(async move {
-            let retention = self.inner.config.ledger_retention;
-            let mut report = PruneReport::default();
-            loop {
-                let step = PruneStep::Ledger;
-                let removed = self
-                    .inner
-                    .writer
-                    .run(move |txn, now| step.run(txn, now))
-                    .await?;
-                report.ledger_records += removed;
-                if removed < SWEEP_BATCH as u64 {
-                    break;
-                }
-            }
-            let step = PruneStep::Resources { retention };
-            report.resources = self
-                .inner
-                .writer
-                .run(move |txn, now| step.run(txn, now))
-                .await?;
-            Ok(report)
+            // The steps wait for the writer as the sweep thread does, on a blocking thread.
+            tokio::task::spawn_blocking(move || {
+                prune_in_steps(inner.config.ledger_retention, |step| {
+                    inner
+                        .writer
+                        .run_blocking(move |txn, now| step.run(txn, now))
+                })
+            })
+            .await
+            .map_err(|error| StoreError::Task(error.to_string()))?
         })
     }
 }
