@@ -2,7 +2,8 @@
 //!
 //! `cargo run --example basket` serves on 127.0.0.1:8080 with the SQLite file `basket.db`.
 //! Options: `--db PATH` (another SQLite file), `--memory` (keep state in memory),
-//! `--bind ADDR`. `--print-schemas` prints the tools' JSON document and exits.
+//! `--bind ADDR`. `--print-schemas` prints the tools' JSON document and `--print-docs` their
+//! Markdown page (typed outcomes, codes and recovery hints included), then exit.
 //!
 //! No authentication is configured here, so every caller is the anonymous principal and a basket
 //! handle is a bearer capability: whoever holds it can use it.
@@ -19,6 +20,7 @@ struct Options {
     bind: String,
     db: Option<String>,
     print_schemas: bool,
+    print_docs: bool,
 }
 
 fn options() -> Result<Options, String> {
@@ -26,6 +28,7 @@ fn options() -> Result<Options, String> {
         bind: "127.0.0.1:8080".to_owned(),
         db: Some("basket.db".to_owned()),
         print_schemas: false,
+        print_docs: false,
     };
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
@@ -34,9 +37,10 @@ fn options() -> Result<Options, String> {
             "--db" => options.db = Some(args.next().ok_or("--db needs a path")?),
             "--memory" => options.db = None,
             "--print-schemas" => options.print_schemas = true,
+            "--print-docs" => options.print_docs = true,
             other => {
                 return Err(format!(
-                    "unknown option {other}; use --bind ADDR, --db PATH, --memory or --print-schemas"
+                    "unknown option {other}; use --bind ADDR, --db PATH, --memory, --print-schemas or --print-docs"
                 ));
             }
         }
@@ -52,6 +56,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             "{}",
             serde_json::to_string_pretty(&basket::tool_set().schema_document())?
         );
+        return Ok(());
+    }
+    if options.print_docs {
+        print!("{}", basket::tool_set().markdown());
         return Ok(());
     }
     tracing_subscriber::fmt()

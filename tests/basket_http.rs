@@ -44,21 +44,21 @@ async fn tools_publish_the_added_arguments_and_derived_hints() {
             .unwrap_or_else(|| panic!("{property} undescribed: {input}"));
         assert!(description.contains(hint), "{property}: {description}");
     }
-    assert_eq!(input["properties"]["expected_version"]["minimum"], 1);
+    // A version number or the validator of a result; required at call time unless `_meta`
+    // carries the validator, so the schema cannot require it.
+    let expected = &input["properties"]["expected_version"];
+    assert_eq!(expected["type"], json!(["integer", "string"]));
+    assert_eq!(expected["minimum"], 1);
     let required: Vec<&str> = input["required"]
         .as_array()
         .unwrap()
         .iter()
         .map(|v| v.as_str().unwrap())
         .collect();
-    for property in [
-        "basket_id",
-        "expected_version",
-        "operation_id",
-        "memory_gib",
-    ] {
+    for property in ["basket_id", "operation_id", "memory_gib"] {
         assert!(required.contains(&property), "{required:?}");
     }
+    assert!(!required.contains(&"expected_version"), "{required:?}");
     assert_eq!(upgrade["annotations"]["idempotentHint"], true);
     let output = upgrade["outputSchema"].to_string();
     for branch in ["applied", "stale_view", "rejected", "replayed"] {
@@ -82,6 +82,139 @@ async fn tools_publish_the_added_arguments_and_derived_hints() {
     assert_eq!(properties["operation_id"]["minLength"], 1);
     assert_eq!(create["inputSchema"]["required"], json!(["operation_id"]));
     assert_eq!(create["annotations"]["idempotentHint"], true);
+}
+
+/// Each stateful tool publishes its own outcome union (the basket's view in `state`, its result
+/// type, exactly its codes) and its concurrency contract; the docs render both.
+#[tokio::test]
+async fn each_tool_publishes_its_own_outcomes_and_contract() {
+    let (_server, agent) = memory_server().await;
+    let reply = common::Call::new("tools/list", json!(1), json!({}))
+        .send_to(&agent.url)
+        .await;
+    let tools = reply.result()["tools"].as_array().unwrap().clone();
+    let tool = |name: &str| tools.iter().find(|t| t["name"] == name).unwrap().clone();
+    let codes = |schema: &Value| -> Vec<String> {
+        schema["$defs"]["Rejected"]["properties"]["code"]["anyOf"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|code| code["const"].as_str().unwrap_or("<open>").to_owned())
+            .collect()
+    };
+
+    let upgrade = tool("basket_upgrade_memory");
+    let schema = &upgrade["outputSchema"];
+    let defs = &schema["$defs"];
+    assert_eq!(
+        defs["Applied"]["properties"]["state"]["$ref"],
+        "#/$defs/BasketView"
+    );
+    assert_eq!(defs["Applied"]["properties"]["result"]["type"], "integer");
+    assert_eq!(
+        defs["StaleView"]["properties"]["current_state"]["$ref"],
+        "#/$defs/BasketView"
+    );
+    assert!(defs["BasketView"]["properties"]["note_count"].is_object());
+    let declared = codes(schema);
+    for code in [
+        "NOT_AN_UPGRADE",
+        "INVALID_SIZE",
+        "NOT_FOUND",
+        "FUTURE_VERSION",
+    ] {
+        assert!(declared.contains(&code.to_owned()), "{code}: {declared:?}");
+    }
+    assert!(
+        !declared.contains(&"<open>".to_owned()),
+        "a closed set: {declared:?}"
+    );
+    // The schema tells a well-typed outcome from a mistyped one.
+    let validator = common::compile(schema);
+    let resumption = json!({"handle": "bsk_a", "basis_version": 2, "lifecycle": "active"});
+    let view = json!({"model": "Laptop 14", "memory_gib": 32, "storage_gib": 512,
+        "note_count": 0, "recent_notes": [], "checked_out": false});
+    let applied = json!({"outcome": "applied", "handle": "bsk_a", "version": 2, "state": view,
+        "result": 32, "resumption": resumption});
+    assert!(validator.is_valid(&applied), "{applied}");
+    let mut whole_basket = applied.clone();
+    whole_basket["state"] = json!({"model": "Laptop 14", "memory_gib": 32, "storage_gib": 512,
+        "notes": [], "checked_out": false});
+    assert!(!validator.is_valid(&whole_basket), "the state is the view");
+    let mut text_result = applied.clone();
+    text_result["result"] = json!("32");
+    assert!(
+        !validator.is_valid(&text_result),
+        "the result is the function's type"
+    );
+    let made_up = json!({"outcome": "rejected", "code": "MADE_UP", "message": "m"});
+    assert!(!validator.is_valid(&made_up), "only declared codes");
+
+    // The read's state is the whole basket; the add-note result is a count and it cannot fail.
+    let get = tool("basket_get");
+    assert_eq!(
+        get["outputSchema"]["$defs"]["Snapshot"]["properties"]["state"]["$ref"],
+        "#/$defs/Basket"
+    );
+    let note = tool("basket_add_note");
+    assert!(!codes(&note["outputSchema"]).contains(&"NOT_AN_UPGRADE".to_owned()));
+
+    // The concurrency contract.
+    let contract = |name: &str| tool(name)["_meta"]["io.github.mcp-tools/state"].clone();
+    let memory = contract("basket_upgrade_memory");
+    assert_eq!(memory["resource"], "basket");
+    assert_eq!(memory["tool"], "mutates");
+    assert_eq!(memory["handle"], "basket_id");
+    assert_eq!(memory["conflict"], "reject");
+    assert_eq!(memory["precondition"], "expected_version");
+    assert_eq!(memory["idempotency"], "operation_id");
+    assert_eq!(memory["codes_open"], false);
+    let not_an_upgrade = memory["codes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|code| code["code"] == "NOT_AN_UPGRADE")
+        .unwrap()
+        .clone();
+    assert_eq!(not_an_upgrade["recovery"], "refresh_and_replan");
+    assert!(
+        not_an_upgrade["description"]
+            .as_str()
+            .unwrap()
+            .starts_with("The size asked for is not larger"),
+        "{not_an_upgrade}"
+    );
+    let storage = contract("basket_upgrade_storage");
+    assert_eq!(storage["conflict"], "rebase");
+    assert_eq!(storage["touches"], json!(["storage_gib"]));
+    let checkout = contract("basket_checkout");
+    assert_eq!(checkout["conflict"], "reconfirm");
+    assert_eq!(checkout["terminal"], true);
+    assert_eq!(
+        tool("basket_checkout")["annotations"]["destructiveHint"],
+        true
+    );
+    assert!(
+        tool("basket_upgrade_memory")["annotations"]
+            .get("destructiveHint")
+            .is_none()
+    );
+    assert_eq!(contract("basket_add_note")["precondition"], Value::Null);
+    let create = contract("basket_create");
+    assert_eq!(create["tool"], "creates");
+    assert!(create.get("handle").is_none());
+    assert_eq!(contract("basket_get")["tool"], "reads");
+
+    let docs = basket::tool_set().markdown();
+    assert!(
+        docs.contains(
+            "| `NOT_AN_UPGRADE` | `refresh_and_replan` | The size asked for is not larger"
+        ),
+        "{docs}"
+    );
+    assert!(docs.contains(
+        "Mutates a `basket`; handle argument `basket_id`; on conflict `reconfirm`; terminal"
+    ));
 }
 
 #[tokio::test]
@@ -536,6 +669,14 @@ async fn a_domain_error_is_a_rejection_with_its_code() {
         .await;
     assert_eq!(outcome(&down), "rejected", "{down}");
     assert_eq!(down["structuredContent"]["code"], "NOT_AN_UPGRADE");
+    assert_eq!(down["structuredContent"]["recovery"], "refresh_and_replan");
+    // The model reads the hint in the text as well.
+    let text = down["content"][0]["text"].as_str().unwrap();
+    assert!(
+        text.starts_with("memory is already 16 GiB; an upgrade must be larger.")
+            && text.contains("Read the resource again"),
+        "{text}"
+    );
     assert_eq!(agent.get(&handle).await.0, 1);
 }
 

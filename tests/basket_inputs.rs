@@ -238,10 +238,10 @@ async fn bad_inputs_leave_the_basket_unchanged(store: impl Store) {
             Expect::Schema(&["/expected_version"], "minimum of 1"),
         ),
         (
-            "expected_version \"1\"",
+            "expected_version \"2\", a string that is no validator",
             "basket_upgrade_memory",
             with(&|a| a["expected_version"] = json!("2")),
-            Expect::Schema(&["/expected_version"], "integer"),
+            Expect::Rejected("INVALID_VALIDATOR", Some("refresh_and_replan")),
         ),
         (
             "expected_version 1.5",
@@ -256,16 +256,16 @@ async fn bad_inputs_leave_the_basket_unchanged(store: impl Store) {
             Expect::Schema(&["/expected_version"], "minimum of 1"),
         ),
         (
-            "expected_version 2.0, an integer to the schema but a float to the decoder",
+            "expected_version 2.5e15, a whole number far beyond any version",
             "basket_upgrade_memory",
-            with(&|a| a["expected_version"] = json!(2.0)),
-            Expect::Decoding(&["/expected_version"], "floating point"),
+            with(&|a| a["expected_version"] = json!(2.5e15)),
+            Expect::Rejected("FUTURE_VERSION", Some("refresh_and_replan")),
         ),
         (
-            "expected_version null",
+            "expected_version null, which is no version",
             "basket_upgrade_memory",
             with(&|a| a["expected_version"] = Value::Null),
-            Expect::Schema(&["/expected_version"], "integer"),
+            Expect::Schema(&["/expected_version"], "null"),
         ),
         (
             "expected_version missing",
@@ -273,7 +273,7 @@ async fn bad_inputs_leave_the_basket_unchanged(store: impl Store) {
             with(&|a| {
                 a.as_object_mut().unwrap().remove("expected_version");
             }),
-            Expect::Schema(&["/"], "expected_version"),
+            Expect::Decoding(&["/"], "expected_version"),
         ),
         (
             "expected_version on a tool that takes none",
@@ -337,7 +337,7 @@ async fn bad_inputs_leave_the_basket_unchanged(store: impl Store) {
             "memory_gib 0, refused by the tool",
             "basket_upgrade_memory",
             with(&|a| a["memory_gib"] = json!(0)),
-            Expect::Rejected("INVALID_SIZE", None),
+            Expect::Rejected("INVALID_SIZE", Some("fix_the_arguments")),
         ),
         (
             "an argument the tool does not have",
@@ -445,10 +445,10 @@ async fn bad_inputs_get_their_exact_answer_and_leave_the_basket_unchanged_in_sql
     remove_db(&path);
 }
 
-/// A version the basket never had is answered like an old one: `stale_view` with no delta, and
+/// A version the basket never had was not read: its own code, with a "read first" recovery, and
 /// nothing applied.
 #[tokio::test]
-async fn an_expected_version_from_the_future_is_a_stale_view_without_delta() {
+async fn an_expected_version_from_the_future_asks_to_read_first() {
     let server = TestServer::start(server(MemoryStore::default())).await;
     let agent = Agent::connect(&server.url(), None).await;
     let handle = agent.create().await;
@@ -459,16 +459,16 @@ async fn an_expected_version_from_the_future_is_a_stale_view_without_delta() {
             json!({"basket_id": handle, "expected_version": 9, "operation_id": operation_id("f"), "memory_gib": 32}),
         )
         .await;
-    assert_eq!(outcome(&result), "stale_view", "{result}");
-    let stale = &result["structuredContent"];
-    assert_eq!(stale["code"], "STALE_VIEW");
-    assert_eq!(stale["expected_version"], 9);
-    assert_eq!(stale["current_version"], 1);
-    assert_eq!(stale["delta_available"], false);
-    assert_eq!(stale["delta"], json!([]));
-    assert_eq!(stale["recovery"], "refresh_and_replan");
-    // Outcomes show the basket's view; the read returned the whole basket.
-    let basket: basket::Basket = serde_json::from_value(before.1.clone()).unwrap();
-    assert_eq!(stale["current_state"], json!(basket.summary()));
+    assert_eq!(outcome(&result), "rejected", "{result}");
+    assert_eq!(result["isError"], true);
+    let rejected = &result["structuredContent"];
+    assert_eq!(rejected["code"], "FUTURE_VERSION");
+    assert_eq!(rejected["recovery"], "refresh_and_replan");
+    assert_eq!(rejected["details"], json!({ "current_version": 1 }));
+    let text = result["content"][0]["text"].as_str().unwrap();
+    assert!(
+        text.contains("never was at version 9") && text.contains("Read the basket first"),
+        "{text}"
+    );
     assert_eq!(agent.get(&handle).await, before);
 }

@@ -56,6 +56,7 @@ impl Tool for ReadCounter {
             kind: Counter::kind(),
             principal: Principal::Anonymous,
             handle: args.handle,
+            since: None,
         };
         self.0.read(request).await.unwrap()
     }

@@ -57,7 +57,7 @@ impl Basket {
 pub const RECENT_NOTES: usize = 3;
 
 /// A basket as outcomes show it.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, JsonSchema)]
 pub struct BasketView<'a> {
     /// The laptop model.
     pub model: &'a str,
@@ -76,12 +76,48 @@ pub struct BasketView<'a> {
 /// The largest memory or storage size a basket accepts, in GiB.
 pub const MAX_GIB: u32 = 1 << 20;
 
-fn check_size(what: &str, gib: u32) -> Result<(), ToolError> {
+/// Why a basket refuses a change. Each code is published, with its hint, in the output schema
+/// and the docs of the tools that return it.
+#[derive(Debug, ToolError)]
+pub enum BasketError {
+    /// The size asked for is not larger than the current one: read the basket and choose a
+    /// larger size, or leave it as it is.
+    #[code = "NOT_AN_UPGRADE"]
+    #[recovery = "refresh_and_replan"]
+    NotAnUpgrade {
+        /// `memory` or `storage`.
+        what: &'static str,
+        /// The current size, in GiB.
+        current: u32,
+    },
+    /// The size is outside what a basket accepts (1 GiB to 1 PiB): send a size in range.
+    #[code = "INVALID_SIZE"]
+    #[recovery(custom = "fix_the_arguments")]
+    InvalidSize {
+        /// The argument.
+        what: &'static str,
+        /// The size sent, in GiB.
+        gib: u32,
+    },
+}
+
+impl std::fmt::Display for BasketError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            BasketError::NotAnUpgrade { what, current } => write!(
+                f,
+                "{what} is already {current} GiB; an upgrade must be larger"
+            ),
+            BasketError::InvalidSize { what, gib } => {
+                write!(f, "{what} must be between 1 and {MAX_GIB} GiB, not {gib}")
+            }
+        }
+    }
+}
+
+fn check_size(what: &'static str, gib: u32) -> Result<(), BasketError> {
     if gib == 0 || gib > MAX_GIB {
-        return Err(ToolError::new(
-            "INVALID_SIZE",
-            format!("{what} must be between 1 and {MAX_GIB} GiB, not {gib}"),
-        ));
+        return Err(BasketError::InvalidSize { what, gib });
     }
     Ok(())
 }
@@ -117,16 +153,13 @@ pub fn basket_upgrade_memory(
     basket: &mut Basket,
     /// The new memory size in GiB, larger than the current one.
     memory_gib: u32,
-) -> Result<u32, ToolError> {
+) -> Result<u32, BasketError> {
     check_size("memory_gib", memory_gib)?;
     if memory_gib <= basket.memory_gib {
-        return Err(ToolError::new(
-            "NOT_AN_UPGRADE",
-            format!(
-                "memory is already {} GiB; an upgrade must be larger",
-                basket.memory_gib
-            ),
-        ));
+        return Err(BasketError::NotAnUpgrade {
+            what: "memory",
+            current: basket.memory_gib,
+        });
     }
     basket.memory_gib = memory_gib;
     Ok(memory_gib)
@@ -140,16 +173,13 @@ pub fn basket_upgrade_storage(
     basket: &mut Basket,
     /// The new storage size in GiB, larger than the current one.
     storage_gib: u32,
-) -> Result<u32, ToolError> {
+) -> Result<u32, BasketError> {
     check_size("storage_gib", storage_gib)?;
     if storage_gib <= basket.storage_gib {
-        return Err(ToolError::new(
-            "NOT_AN_UPGRADE",
-            format!(
-                "storage is already {} GiB; an upgrade must be larger",
-                basket.storage_gib
-            ),
-        ));
+        return Err(BasketError::NotAnUpgrade {
+            what: "storage",
+            current: basket.storage_gib,
+        });
     }
     basket.storage_gib = storage_gib;
     Ok(storage_gib)
@@ -166,7 +196,7 @@ pub fn basket_replace_configuration(
     memory_gib: u32,
     /// Storage, in GiB.
     storage_gib: u32,
-) -> Result<Basket, ToolError> {
+) -> Result<Basket, BasketError> {
     check_size("memory_gib", memory_gib)?;
     check_size("storage_gib", storage_gib)?;
     basket.memory_gib = memory_gib;
@@ -186,7 +216,7 @@ pub struct Receipt {
 /// Consequential: if the basket changed since, nothing is ordered and the result asks you to
 /// confirm the current configuration first (`recovery: reconfirm`). Afterwards the basket is
 /// terminal and accepts no change.
-#[tool(mutates = Basket, on_conflict = reconfirm)]
+#[tool(mutates = Basket, on_conflict = reconfirm, terminal)]
 pub fn basket_checkout(basket: &mut Basket) -> Receipt {
     basket.checked_out = true;
     Receipt {

@@ -208,6 +208,8 @@ struct ImplParts {
     /// The generator parameter of `output_schema`: `_generator` where the schema is fixed.
     output_generator: Ident,
     output_schema: TokenStream,
+    /// What `info` adds to the tool's `_meta`, if anything.
+    info_meta: Option<TokenStream>,
     /// The lints `call` allows.
     call_lints: TokenStream,
     /// The name of the `call` input.
@@ -248,11 +250,16 @@ fn tool_impl(tool: &ToolFn, target: &TokenStream, callee: &TokenStream) -> Token
         input_schema,
         output_generator,
         output_schema,
+        info_meta,
         call_lints,
         input,
         call_body,
     } = parts;
     let info = info(tool);
+    let info = match info_meta {
+        Some(meta) => quote!(#info #meta),
+        None => info,
+    };
     let entity_kind = tool.stateful().map(|stateful| {
         let ty = &stateful.ty;
         quote! {
@@ -369,6 +376,7 @@ fn plain_parts(
         input_schema: quote!(::mcp_tools::__private::input_schema::<__McpArgs>(generator)),
         output_generator: format_ident!("generator"),
         output_schema,
+        info_meta: None,
         call_lints: quote!(unused_variables),
         input: format_ident!("__mcp_args"),
         call_body: quote! {
@@ -453,12 +461,29 @@ fn stateful_parts(
             pub __mcp_handle: ::std::string::String
         });
     }
+    // A version by number or by validator; optional in the schema, since a validator may come
+    // in `_meta` instead (the runtime says what is missing).
+    let version_argument = |wire: &str, field: Ident| {
+        quote! {
+            #[serde(rename = #wire, default)]
+            #[schemars(with = "::mcp_tools::__private::stateful::ExpectedVersion")]
+            pub #field: ::core::option::Option<
+                ::mcp_tools::__private::stateful::ExpectedVersion,
+            >
+        }
+    };
+    let basis_version = kind == StatefulKind::Reads;
+    if basis_version {
+        injected.push(version_argument(
+            "basis_version",
+            format_ident!("__mcp_basis_version"),
+        ));
+    }
     if expected_version {
-        injected.push(quote! {
-            #[serde(rename = "expected_version")]
-            #[schemars(range(min = 1))]
-            pub __mcp_expected_version: u64
-        });
+        injected.push(version_argument(
+            "expected_version",
+            format_ident!("__mcp_expected_version"),
+        ));
     }
     if operation_id {
         injected.push(quote! {
@@ -515,7 +540,7 @@ fn stateful_parts(
     let store = quote! {
         let __mcp_store = match ::mcp_tools::__private::stateful::store(&__mcp_cx) {
             ::core::result::Result::Ok(store) => store,
-            ::core::result::Result::Err(result) => return result,
+            ::core::result::Result::Err(result) => return ::core::convert::From::from(result),
         };
     };
     let operation = if operation_id {
@@ -532,9 +557,13 @@ fn stateful_parts(
             const __MCP_PAYLOAD: &[::mcp_tools::__private::stateful::PayloadArgument] = #payload;
         });
     }
+    let contract = published_contract(tool, kind, &tool.output);
+    helpers.push(quote! {
+        const __MCP_CONTRACT: ::mcp_tools::__private::stateful::StatefulContract = #contract;
+    });
     let (output_schema, body) = match kind {
         StatefulKind::Creates => (
-            quote!(::mcp_tools::__private::stateful::mutation_output_schema()),
+            quote!(__MCP_CONTRACT.mutation_schema::<#resource, ()>(generator)),
             quote! {
                 #store
                 let __mcp_spec = ::mcp_tools::__private::stateful::CreateSpec::<#resource> {
@@ -565,7 +594,7 @@ fn stateful_parts(
             },
         ),
         StatefulKind::Reads => (
-            quote!(::mcp_tools::__private::stateful::read_output_schema()),
+            quote!(__MCP_CONTRACT.read_schema::<#ok_ty>(generator)),
             quote! {
                 #store
                 #(#extractions)*
@@ -573,6 +602,7 @@ fn stateful_parts(
                     &__mcp_store,
                     &__mcp_cx,
                     __mcp_args.__mcp_handle,
+                    __mcp_args.__mcp_basis_version,
                 ).await {
                     ::core::result::Result::Ok(read) => read,
                     ::core::result::Result::Err(result) => return result,
@@ -604,14 +634,12 @@ fn stateful_parts(
                 }
             };
             let expected = if expected_version {
-                quote!(::core::option::Option::Some(
-                    __mcp_args.__mcp_expected_version
-                ))
+                quote!(__mcp_args.__mcp_expected_version)
             } else {
                 quote!(::core::option::Option::None)
             };
             (
-                quote!(::mcp_tools::__private::stateful::mutation_output_schema()),
+                quote!(__MCP_CONTRACT.mutation_schema::<#resource, #ok_ty>(generator)),
                 quote! {
                     #store
                     let __mcp_spec = ::mcp_tools::__private::stateful::MutationSpec {
@@ -619,6 +647,7 @@ fn stateful_parts(
                         arguments: __MCP_PAYLOAD,
                         policy: #policy,
                         handle: __mcp_args.__mcp_handle,
+                        precondition: #expected_version,
                         expected_version: #expected,
                         operation_id: #operation,
                         resource: ::core::marker::PhantomData,
@@ -638,9 +667,14 @@ fn stateful_parts(
         }
     };
 
+    // A mutation may ask for a confirmation first (`on_conflict = reconfirm`).
+    let output = match kind {
+        StatefulKind::Mutates => quote!(::mcp_tools::ToolReply<::mcp_tools::CallToolResult>),
+        _ => quote!(::mcp_tools::CallToolResult),
+    };
     ImplParts {
         args: quote!(::mcp_tools::__private::stateful::WithRaw<__McpArgs>),
-        output: quote!(::mcp_tools::CallToolResult),
+        output,
         input_schema: quote! {
             ::mcp_tools::__private::stateful::input_schema::<__McpArgs, #resource>(
                 generator,
@@ -648,17 +682,68 @@ fn stateful_parts(
                     handle: #handle,
                     expected_version: #expected_version,
                     operation_id: #operation_id,
+                    basis_version: #basis_version,
                 },
             )
         },
-        output_generator: format_ident!("_generator"),
+        output_generator: format_ident!("generator"),
         output_schema: quote!(::core::option::Option::Some(#output_schema)),
+        info_meta: Some(quote! {
+            .with_meta(
+                ::mcp_tools::store::STATE_CONTRACT_META_KEY,
+                __MCP_CONTRACT.meta::<#resource>(),
+            )
+        }),
         call_lints: quote!(unused_variables, unused_mut),
         input: format_ident!("__mcp_input"),
         call_body: quote! {
             let ::mcp_tools::__private::stateful::WithRaw { raw: __mcp_raw, args: mut __mcp_args } = __mcp_input;
             #body
         },
+    }
+}
+
+/// The `StatefulContract` constant of a stateful tool: what it publishes of its concurrency
+/// contract and which codes its outcomes can carry.
+fn published_contract(tool: &ToolFn, kind: StatefulKind, output: &Output) -> TokenStream {
+    let support = quote!(::mcp_tools::__private::stateful);
+    let kind_path = match kind {
+        StatefulKind::Creates => quote!(#support::ToolKind::Creates),
+        StatefulKind::Reads => quote!(#support::ToolKind::Reads),
+        StatefulKind::Mutates => quote!(#support::ToolKind::Mutates),
+    };
+    let policy = match tool.conflict_policy() {
+        ConflictPolicy::Reject => quote!(#support::PublishedPolicy::Reject),
+        ConflictPolicy::Rebase => quote!(#support::PublishedPolicy::Rebase),
+        ConflictPolicy::Reconfirm => quote!(#support::PublishedPolicy::Reconfirm),
+    };
+    let handle = tool.handle_name().unwrap_or_default();
+    let expected_version = tool.takes_expected_version();
+    let operation_id = tool.takes_operation_id();
+    let touches: Vec<String> = tool
+        .attrs
+        .touches
+        .iter()
+        .flat_map(|touches| touches.fields.iter().map(unraw))
+        .collect();
+    let terminal = tool.is_terminal();
+    let domain_codes = match output {
+        Output::Result { err, .. } => {
+            quote!(<#err as ::mcp_tools::IntoToolError>::declared_codes)
+        }
+        _ => quote!(#support::no_domain_codes),
+    };
+    quote! {
+        #support::StatefulContract {
+            kind: #kind_path,
+            handle: #handle,
+            expected_version: #expected_version,
+            operation_id: #operation_id,
+            policy: #policy,
+            touches: &[#(#touches),*],
+            terminal: #terminal,
+            domain_codes: #domain_codes,
+        }
     }
 }
 
@@ -764,7 +849,15 @@ pub fn resource(resource: &Resource) -> TokenStream {
         let call = quote_spanned! {span=>
             ::mcp_tools::store::view_json(&#function(__mcp_entity))
         };
+        let schema = quote_spanned! {span=>
+            ::mcp_tools::store::view_schema(#function, __mcp_generator)
+        };
         quote! {
+            fn view_schema(
+                __mcp_generator: &mut ::mcp_tools::__private::schemars::SchemaGenerator,
+            ) -> ::mcp_tools::__private::schemars::Schema {
+                #schema
+            }
             const VIEW: ::core::option::Option<
                 fn(&Self) -> ::mcp_tools::__private::serde_json::Value,
             > = ::core::option::Option::Some({
@@ -818,30 +911,84 @@ fn field_key(resource: &Resource) -> Option<TokenStream> {
 
 /// `impl IntoToolError`: the code of each value, the message from `Display`.
 pub fn tool_error(error: &ToolErrorType) -> TokenStream {
+    use crate::model::{ErrorCode, RecoveryHint};
+
+    fn recovery(hint: &RecoveryHint) -> TokenStream {
+        match hint {
+            RecoveryHint::Known(variant) => {
+                let variant = format_ident!("{variant}");
+                quote!(::mcp_tools::Recovery::#variant)
+            }
+            RecoveryHint::Custom(name) => {
+                quote!(::mcp_tools::Recovery::Other(::std::borrow::Cow::Borrowed(#name)))
+            }
+        }
+    }
+
+    fn to_tool_error(declared: &ErrorCode) -> TokenStream {
+        let code = &declared.code;
+        let with_recovery = declared.recovery.as_ref().map(|hint| {
+            let hint = recovery(hint);
+            quote!(.with_recovery(#hint))
+        });
+        quote!(::mcp_tools::ToolError::new(#code, message) #with_recovery)
+    }
+
     let ident = &error.ident;
     let (impl_generics, ty_generics, where_clause) = error.generics.split_for_impl();
-    let code = match &error.codes {
+    let (convert, declared): (TokenStream, Vec<&ErrorCode>) = match &error.codes {
         ErrorCodes::Enum(variants) => {
             let arms = variants.iter().map(|variant| {
                 let name = &variant.ident;
-                let code = &variant.code;
                 let pattern = match variant.fields {
                     VariantFields::Named => quote!(#ident::#name { .. }),
                     VariantFields::Unnamed => quote!(#ident::#name(..)),
                     VariantFields::Unit => quote!(#ident::#name),
                 };
-                quote!(#pattern => #code,)
+                let convert = to_tool_error(&variant.code);
+                quote!(#pattern => #convert,)
             });
-            quote!(match &self { #(#arms)* })
+            // Variants sharing a code declare it alike (validated), so the first one speaks
+            // for all.
+            let mut declared: Vec<&ErrorCode> = Vec::new();
+            for variant in variants {
+                if !declared.iter().any(|code| code.code == variant.code.code) {
+                    declared.push(&variant.code);
+                }
+            }
+            (quote!(match &self { #(#arms)* }), declared)
         }
-        ErrorCodes::Struct(code) => quote!(#code),
+        ErrorCodes::Struct(code) => (to_tool_error(code), vec![code]),
     };
+    let declared = declared.into_iter().map(|declared| {
+        let code = &declared.code;
+        let description = declared.description.as_deref().unwrap_or_default();
+        let hint = match &declared.recovery {
+            Some(hint) => {
+                let hint = recovery(hint);
+                quote!(::std::option::Option::Some(#hint))
+            }
+            None => quote!(::std::option::Option::None),
+        };
+        quote! {
+            ::mcp_tools::DomainCode {
+                code: #code,
+                description: #description,
+                recovery: #hint,
+            }
+        }
+    });
     quote! {
         #[automatically_derived]
         impl #impl_generics ::mcp_tools::IntoToolError for #ident #ty_generics #where_clause {
             fn into_tool_error(self) -> ::mcp_tools::ToolError {
-                let code: &'static str = #code;
-                ::mcp_tools::ToolError::new(code, ::std::string::ToString::to_string(&self))
+                let message = ::std::string::ToString::to_string(&self);
+                #convert
+            }
+
+            fn declared_codes() -> ::std::option::Option<&'static [::mcp_tools::DomainCode]> {
+                const CODES: &[::mcp_tools::DomainCode] = &[#(#declared),*];
+                ::std::option::Option::Some(CODES)
             }
         }
     }

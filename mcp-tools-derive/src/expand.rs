@@ -100,6 +100,9 @@ pub fn tool_error(input: TokenStream) -> TokenStream {
     };
     let cx = Ctxt::new();
     let error = parse::tool_error(&input, &cx);
+    if let Some(error) = &error {
+        validate::tool_error(error, &cx);
+    }
     if let Err(errors) = cx.check() {
         return errors.into_compile_error();
     }

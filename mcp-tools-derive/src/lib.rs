@@ -59,11 +59,16 @@ use proc_macro::TokenStream;
 ///   synchronous transition over a `&mut R` parameter) run the function against the state store
 ///   registered with `.state(mcp_tools::store::Store::new(..))`, where `R` derives
 ///   `mcp_tools::store::Entity`. A mutation takes `on_conflict = reject | rebase | reconfirm`,
-///   `touches = [field, ...]` (with `rebase`), `expected_version = false` and
-///   `operation_id = false`; a create takes `operation_id = false`. The macro adds the handle
-///   argument (`basket_id` for `Basket`), `expected_version` and `operation_id` (to creates too)
-///   to the input schema, publishes the outcome union as the output schema, marks reads
-///   read-only and creates and mutations with an operation id idempotent. A `creates` tool's
+///   `touches = [field, ...]` (with `rebase`), `expected_version = false`,
+///   `operation_id = false` and `terminal` (the transition ends the resource: published
+///   `destructiveHint: true`); a create takes `operation_id = false`. The macro adds the handle
+///   argument (`basket_id` for `Basket`), `expected_version` (a version number or a validator)
+///   and `operation_id` (to creates too), and to reads an optional `basis_version` that asks
+///   what changed since. It publishes the tool's own outcome union as the output schema (the
+///   entity's view in `state`, the function's type in `result`, every code with its recovery
+///   hint, from `#[derive(ToolError)]` on the error type), the concurrency contract in `_meta`
+///   under `io.github.mcp-tools/state`, marks reads read-only and creates and mutations with an
+///   operation id idempotent. A `creates` tool's
 ///   function runs only once the store has claimed the operation id, so a retry replays
 ///   without running it again. The payload fingerprint of an operation id leaves out an
 ///   optional argument sent as `null` and an argument sent as its default (whose type must then
@@ -101,21 +106,42 @@ pub fn toolbox(args: TokenStream, input: TokenStream) -> TokenStream {
     expand::toolbox(args.into(), input.into()).into()
 }
 
-/// Implements `IntoToolError` for an error type that implements `Display`.
-///
-/// Each enum variant's code is `#[code = "..."]` or, without it, the variant name in
-/// `UPPER_SNAKE_CASE`; a struct's code is its `#[code = "..."]` or its name. The message is the
-/// `Display` text.
+/// Implements `IntoToolError` for an error type that implements `Display`, declaring its codes.
 ///
 /// ```ignore
-/// #[derive(Debug, mcp_tools::ToolError)]
-/// enum DivideError {
-///     #[code = "DIVISION_BY_ZERO"]
-///     ByZero,
-///     Overflow,            // code "OVERFLOW"
+/// use mcp_tools::ToolError;
+///
+/// #[derive(Debug, ToolError)]
+/// enum BookingError {
+///     /// The room is taken for those nights.
+///     #[recovery = "refresh_and_replan"]
+///     RoomTaken { room: String },
+///     /// The hotel does not know that room.
+///     #[code = "NOT_FOUND"]
+///     #[recovery = "stop"]
+///     NoSuchRoom,
+///     /// The booking needs the manager's approval; ask them, then book again.
+///     #[recovery(custom = "ask_the_manager")]
+///     NeedsApproval,
 /// }
+///
+/// impl std::fmt::Display for BookingError { /* the message the model reads */ }
 /// ```
-#[proc_macro_derive(ToolError, attributes(code))]
+///
+/// * **Code**: each enum variant's is `#[code = "..."]` or, without it, the variant name in
+///   `UPPER_SNAKE_CASE` (`ROOM_TAKEN` above); a struct's is its `#[code = "..."]` or its name.
+/// * **Description**: the doc comment of the variant (or struct), whole.
+/// * **Recovery hint** (optional): `#[recovery = "..."]` with a hint the framework knows
+///   (`refresh_and_replan`, `reconfirm`, `stop`, `create_new`, `new_operation_id`,
+///   `retry_later`), or `#[recovery(custom = "...")]` with a `snake_case` hint of your own that
+///   the description explains. `into_tool_error` attaches it with `ToolError::with_recovery`.
+/// * **Declared codes**: `IntoToolError::declared_codes()` lists one `DomainCode` per distinct
+///   code, in declaration order. Variants may share a code if they give it the same doc comment
+///   and hint.
+///
+/// The message is the `Display` text. Mistakes (an unknown hint, a custom hint that is not
+/// `snake_case`, a shared code declared two ways) are compile errors at the offending token.
+#[proc_macro_derive(ToolError, attributes(code, recovery))]
 pub fn derive_tool_error(input: TokenStream) -> TokenStream {
     expand::tool_error(input.into()).into()
 }

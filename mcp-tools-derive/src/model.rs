@@ -24,6 +24,7 @@ pub enum ToolKey {
     Touches,
     ExpectedVersion,
     OperationId,
+    Terminal,
 }
 
 impl Key for ToolKey {
@@ -43,6 +44,7 @@ impl Key for ToolKey {
         ("touches", ToolKey::Touches),
         ("expected_version", ToolKey::ExpectedVersion),
         ("operation_id", ToolKey::OperationId),
+        ("terminal", ToolKey::Terminal),
     ];
 }
 
@@ -136,6 +138,8 @@ pub struct ToolAttrs {
     pub expected_version: Option<Flag>,
     /// `operation_id = false` opts out of the idempotency key (`creates` and `mutates`).
     pub operation_id: Option<Flag>,
+    /// `terminal`: the transition ends the resource's life (published `destructiveHint: true`).
+    pub terminal: Option<Flag>,
 }
 
 /// A boolean key: `key` alone is `true`, `key = false` is explicit.
@@ -353,6 +357,11 @@ impl ToolFn {
             && self.attrs.expected_version.is_none_or(|flag| flag.value)
     }
 
+    /// Whether the tool declares that its transition ends the resource's life.
+    pub fn is_terminal(&self) -> bool {
+        self.attrs.terminal.is_some_and(|flag| flag.value)
+    }
+
     /// Whether the input schema has `operation_id`: creates and mutations, unless opted out.
     pub fn takes_operation_id(&self) -> bool {
         matches!(
@@ -383,7 +392,7 @@ impl ToolFn {
                 self.attrs.read_only,
                 self.kind() == Some(StatefulKind::Reads),
             ),
-            destructive: self.attrs.destructive,
+            destructive: derived(self.attrs.destructive, self.is_terminal()),
             idempotent: derived(self.attrs.idempotent, self.takes_operation_id()),
             open_world: self.attrs.open_world,
         }
@@ -461,14 +470,68 @@ pub enum ErrorCodes {
     /// One code per variant.
     Enum(Vec<ErrorVariant>),
     /// One code for the struct.
-    Struct(String),
+    Struct(ErrorCode),
 }
 
 /// A variant of an error enum.
 pub struct ErrorVariant {
     pub ident: Ident,
     pub fields: VariantFields,
+    pub code: ErrorCode,
+}
+
+/// What a value of the error type declares about its code.
+pub struct ErrorCode {
     pub code: String,
+    /// The doc comment of the variant (or struct).
+    pub description: Option<String>,
+    /// `#[recovery = "..."]` or `#[recovery(custom = "...")]`.
+    pub recovery: Option<RecoveryHint>,
+}
+
+/// A recovery hint as `#[recovery]` names it.
+#[derive(Clone, PartialEq, Eq)]
+pub enum RecoveryHint {
+    /// One the framework knows, by the name of its `mcp_tools::Recovery` variant.
+    Known(&'static str),
+    /// `#[recovery(custom = "...")]`.
+    Custom(String),
+}
+
+/// The hints of `mcp_tools::Recovery` (the derive cannot depend on the runtime crate): each
+/// wire name with its variant, in the order of `Recovery::known_names()`.
+pub const KNOWN_RECOVERIES: &[(&str, &str)] = &[
+    ("refresh_and_replan", "RefreshAndReplan"),
+    ("reconfirm", "Reconfirm"),
+    ("stop", "Stop"),
+    ("create_new", "CreateNew"),
+    ("new_operation_id", "NewOperationId"),
+    ("retry_later", "RetryLater"),
+];
+
+impl RecoveryHint {
+    /// The wire name.
+    pub fn name(&self) -> &str {
+        match self {
+            RecoveryHint::Known(variant) => KNOWN_RECOVERIES
+                .iter()
+                .find(|(_, known)| known == variant)
+                .map(|(name, _)| *name)
+                .expect("every known hint has a name"),
+            RecoveryHint::Custom(name) => name,
+        }
+    }
+}
+
+/// The keys of `#[recovery(...)]`.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum RecoveryKey {
+    Custom,
+}
+
+impl Key for RecoveryKey {
+    const ATTR: &'static str = "recovery";
+    const NAMES: &'static [(&'static str, Self)] = &[("custom", RecoveryKey::Custom)];
 }
 
 /// The shape of a variant, for its match pattern.

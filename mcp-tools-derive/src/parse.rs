@@ -16,12 +16,12 @@ use syn::{
 use crate::attr::{self, Key};
 use crate::ctxt::Ctxt;
 use crate::model::{
-    ArgAttrs, ArgDefault, ArgKey, ConflictPolicy, EntityField, ErrorCodes, ErrorVariant,
-    OnConflict, Output, Param, ParamKind, Place, Receiver, Resource, ResourceAttrs, ResourceKey,
-    SerdeUse, Stateful, StatefulKind, ToolAttrs, ToolErrorType, ToolFn, ToolKey, Touches, TtlSecs,
-    VariantFields,
+    ArgAttrs, ArgDefault, ArgKey, ConflictPolicy, EntityField, ErrorCode, ErrorCodes, ErrorVariant,
+    KNOWN_RECOVERIES, OnConflict, Output, Param, ParamKind, Place, Receiver, RecoveryHint,
+    RecoveryKey, Resource, ResourceAttrs, ResourceKey, SerdeUse, Stateful, StatefulKind, ToolAttrs,
+    ToolErrorType, ToolFn, ToolKey, Touches, TtlSecs, VariantFields,
 };
-use crate::naming::{unraw, upper_snake_case};
+use crate::naming::{did_you_mean, snake_case, unraw, upper_snake_case};
 
 /// Builds the model of a tool from the arguments of its `#[tool(...)]` and the function.
 pub fn tool_fn(
@@ -249,6 +249,9 @@ fn tool_key(
             &mut attrs.operation_id,
             attr::flag(meta)?.into(),
         ),
+        ToolKey::Terminal => {
+            attr::set(cx, meta, key, &mut attrs.terminal, attr::flag(meta)?.into())
+        }
     }
 }
 
@@ -675,27 +678,33 @@ fn find_key(attr: &Attribute, keys: &[&str]) -> Option<String> {
 pub fn tool_error(input: &DeriveInput, cx: &Ctxt) -> Option<ToolErrorType> {
     let ident = &input.ident;
     let codes = match &input.data {
-        Data::Enum(data) => ErrorCodes::Enum(
-            data.variants
+        Data::Enum(data) => {
+            if let Some(attr) = input
+                .attrs
                 .iter()
-                .map(|variant| ErrorVariant {
-                    ident: variant.ident.clone(),
-                    fields: match variant.fields {
-                        Fields::Named(_) => VariantFields::Named,
-                        Fields::Unnamed(_) => VariantFields::Unnamed,
-                        Fields::Unit => VariantFields::Unit,
-                    },
-                    code: code_attr(&variant.attrs, cx)
-                        .map(|lit| lit.value())
-                        .unwrap_or_else(|| upper_snake_case(&variant.ident)),
-                })
-                .collect(),
-        ),
-        Data::Struct(_) => ErrorCodes::Struct(
-            code_attr(&input.attrs, cx)
-                .map(|lit| lit.value())
-                .unwrap_or_else(|| upper_snake_case(ident)),
-        ),
+                .find(|attr| attr.path().is_ident("recovery"))
+            {
+                cx.error_spanned_by(
+                    attr,
+                    "on an enum, `#[recovery]` goes on each variant it applies to; move it there",
+                );
+            }
+            ErrorCodes::Enum(
+                data.variants
+                    .iter()
+                    .map(|variant| ErrorVariant {
+                        ident: variant.ident.clone(),
+                        fields: match variant.fields {
+                            Fields::Named(_) => VariantFields::Named,
+                            Fields::Unnamed(_) => VariantFields::Unnamed,
+                            Fields::Unit => VariantFields::Unit,
+                        },
+                        code: error_code(&variant.attrs, &variant.ident, cx),
+                    })
+                    .collect(),
+            )
+        }
+        Data::Struct(_) => ErrorCodes::Struct(error_code(&input.attrs, ident, cx)),
         Data::Union(_) => {
             cx.error_spanned_by(ident, "`ToolError` cannot be derived for a union");
             return None;
@@ -706,6 +715,18 @@ pub fn tool_error(input: &DeriveInput, cx: &Ctxt) -> Option<ToolErrorType> {
         generics: input.generics.clone(),
         codes,
     })
+}
+
+/// The code, description and hint a variant (or struct) declares; the code defaults to the
+/// name in `UPPER_SNAKE_CASE`.
+fn error_code(attrs: &[Attribute], ident: &syn::Ident, cx: &Ctxt) -> ErrorCode {
+    ErrorCode {
+        code: code_attr(attrs, cx)
+            .map(|lit| lit.value())
+            .unwrap_or_else(|| upper_snake_case(ident)),
+        description: doc_text(attrs),
+        recovery: recovery_attr(attrs, cx),
+    }
 }
 
 /// `#[code = "..."]`.
@@ -720,6 +741,152 @@ fn code_attr(attrs: &[Attribute], cx: &Ctxt) -> Option<LitStr> {
     }
     cx.error_spanned_by(attr, "write the code as `#[code = \"NOT_FOUND\"]`");
     None
+}
+
+const RECOVERY_FORMS: &str = "write a known hint as `#[recovery = \"stop\"]` or one of your own as `#[recovery(custom = \"ask_the_owner\")]`";
+
+/// `#[recovery = "stop"]` or `#[recovery(custom = "ask_the_owner")]`, at most once.
+fn recovery_attr(attrs: &[Attribute], cx: &Ctxt) -> Option<RecoveryHint> {
+    let mut recovery_attrs = attrs.iter().filter(|attr| attr.path().is_ident("recovery"));
+    let first = recovery_attrs.next()?;
+    for repeated in recovery_attrs {
+        cx.error_spanned_by(
+            repeated,
+            "`#[recovery]` specified more than once: a code has one hint; remove the repeated one",
+        );
+    }
+    match &first.meta {
+        Meta::NameValue(nv) => match &nv.value {
+            Expr::Lit(ExprLit {
+                lit: Lit::Str(lit), ..
+            }) => known_recovery(lit, cx),
+            other => {
+                cx.error_spanned_by(
+                    other,
+                    format!("expected the hint as a string: {RECOVERY_FORMS}"),
+                );
+                None
+            }
+        },
+        Meta::List(list) => {
+            if list.tokens.is_empty() {
+                cx.error_spanned_by(
+                    first,
+                    format!("`#[recovery()]` names no hint: {RECOVERY_FORMS}"),
+                );
+                return None;
+            }
+            // `#[recovery(stop)]` reads like a hint, not like a key that is merely unknown.
+            if let Ok(name) = syn::parse2::<syn::Ident>(list.tokens.clone())
+                && name != "custom"
+            {
+                let name = unraw(&name);
+                let message = if KNOWN_RECOVERIES.iter().any(|(known, _)| *known == name) {
+                    format!("write the hint as a string: `#[recovery = \"{name}\"]`")
+                } else {
+                    format!(
+                        "`{name}` is not a key of `#[recovery(...)]`: for a hint of your own, write `#[recovery(custom = \"{}\")]`; the known hints are {}, written `#[recovery = \"...\"]`",
+                        own_recovery_name(&name),
+                        known_recoveries()
+                    )
+                };
+                cx.error_spanned_by(&list.tokens, message);
+                return None;
+            }
+            let mut custom = None;
+            attr::parse_attr(cx, first, |key, meta| match key {
+                RecoveryKey::Custom => attr::set(cx, meta, key, &mut custom, attr::string(meta)?),
+            });
+            // Without a value, `parse_attr` has reported why.
+            custom_recovery(&custom?, cx)
+        }
+        Meta::Path(_) => {
+            cx.error_spanned_by(
+                first,
+                format!("`#[recovery]` needs a hint: {RECOVERY_FORMS}"),
+            );
+            None
+        }
+    }
+}
+
+/// The hint of `#[recovery = "..."]`, which must be one the framework knows.
+fn known_recovery(lit: &LitStr, cx: &Ctxt) -> Option<RecoveryHint> {
+    let name = lit.value();
+    if let Some((_, variant)) = KNOWN_RECOVERIES.iter().find(|(known, _)| *known == name) {
+        return Some(RecoveryHint::Known(variant));
+    }
+    let guess = did_you_mean(&name, KNOWN_RECOVERIES.iter().map(|(name, _)| *name))
+        .map(|best| format!("did you mean `{best}`? "))
+        .unwrap_or_default();
+    cx.error_spanned_by(
+        lit,
+        format!(
+            "unknown recovery hint `{name}`: {guess}the known hints are {}; for a hint of your own, write `#[recovery(custom = \"{}\")]` and explain it in the doc comment",
+            known_recoveries(),
+            own_recovery_name(&name)
+        ),
+    );
+    None
+}
+
+/// The known hints, for a message.
+fn known_recoveries() -> String {
+    KNOWN_RECOVERIES
+        .iter()
+        .map(|(name, _)| format!("`{name}`"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// `name` as a custom hint in a suggestion, when it is a valid one.
+fn own_recovery_name(name: &str) -> &str {
+    if is_recovery_name(name) {
+        name
+    } else {
+        "ask_the_owner"
+    }
+}
+
+/// The hint of `#[recovery(custom = "...")]`: `snake_case`, as clients read it, and not one of
+/// the known names (those have their own `Recovery` variant).
+fn custom_recovery(lit: &LitStr, cx: &Ctxt) -> Option<RecoveryHint> {
+    let name = lit.value();
+    if KNOWN_RECOVERIES.iter().any(|(known, _)| *known == name) {
+        cx.error_spanned_by(
+            lit,
+            format!("`{name}` is a hint the framework knows: write `#[recovery = \"{name}\"]`"),
+        );
+        return None;
+    }
+    if !is_recovery_name(&name) {
+        let suggestion = if name.bytes().any(|b| b.is_ascii_lowercase()) {
+            snake_case(&name)
+        } else {
+            name.to_lowercase()
+        }
+        .replace(['-', ' '], "_");
+        let hint = if is_recovery_name(&suggestion) {
+            format!("write `custom = \"{suggestion}\"`")
+        } else {
+            "e.g. `custom = \"ask_the_owner\"`".to_owned()
+        };
+        cx.error_spanned_by(
+            lit,
+            format!(
+                "a custom recovery hint is snake_case (`^[a-z][a-z0-9_]*$`), the form clients expect: {hint}"
+            ),
+        );
+        return None;
+    }
+    Some(RecoveryHint::Custom(name))
+}
+
+/// `^[a-z][a-z0-9_]*$`, the pattern the runtime's `Recovery` schema publishes.
+fn is_recovery_name(name: &str) -> bool {
+    let mut bytes = name.bytes();
+    bytes.next().is_some_and(|b| b.is_ascii_lowercase())
+        && bytes.all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
 }
 
 #[cfg(test)]

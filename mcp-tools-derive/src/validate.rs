@@ -10,7 +10,8 @@ use syn::Type;
 use crate::attr::Key;
 use crate::ctxt::Ctxt;
 use crate::model::{
-    ConflictPolicy, Output, Param, ParamKind, Place, Resource, StatefulKind, ToolFn, ToolKey,
+    ConflictPolicy, ErrorCodes, ErrorVariant, Output, Param, ParamKind, Place, Resource,
+    StatefulKind, ToolErrorType, ToolFn, ToolKey,
 };
 use crate::naming::{
     is_reserved_argument, is_valid_handle_prefix, is_valid_resource_kind, is_valid_tool_name,
@@ -98,7 +99,7 @@ pub fn tool(tool: &ToolFn, cx: &Ctxt) {
             cx.error_at(
                 param.wire_span(),
                 format!(
-                    "`{wire}` is a reserved argument name (the runtime uses `expected_version`, `operation_id` and `_meta`); rename the parameter or use `#[arg(rename = \"...\")]`"
+                    "`{wire}` is a reserved argument name (the runtime uses `expected_version`, `basis_version`, `operation_id` and `_meta`); rename the parameter or use `#[arg(rename = \"...\")]`"
                 ),
             );
         }
@@ -172,6 +173,17 @@ fn stateful(tool: &ToolFn, cx: &Ctxt) {
         if let Some(flag) = &tool.attrs.expected_version {
             cx.error_at(flag.span, applies(ToolKey::ExpectedVersion));
         }
+        if let Some(flag) = &tool.attrs.terminal {
+            cx.error_at(flag.span, applies(ToolKey::Terminal));
+        }
+    }
+    if tool.is_terminal()
+        && let Some(flag) = tool.attrs.destructive.filter(|flag| !flag.value)
+    {
+        cx.error_at(
+            flag.span,
+            "a `terminal` transition ends the resource, so it is destructive; remove `destructive = false`",
+        );
     }
     if !matches!(
         kind,
@@ -407,5 +419,47 @@ pub fn resource(resource: &Resource, cx: &Ctxt) {
             ttl.span,
             "`ttl_secs` must be at least 1; leave it out to keep entities forever",
         );
+    }
+}
+
+/// Rules on a type deriving `ToolError`: variants may share a code, but a code has one meaning
+/// and one hint, since it is declared once.
+pub fn tool_error(error: &ToolErrorType, cx: &Ctxt) {
+    let ErrorCodes::Enum(variants) = &error.codes else {
+        return;
+    };
+    let mut first_with: HashMap<&str, &ErrorVariant> = HashMap::new();
+    for variant in variants {
+        let code = variant.code.code.as_str();
+        let Some(first) = first_with.get(code) else {
+            first_with.insert(code, variant);
+            continue;
+        };
+        let own_code = format!("give `{}` its own `#[code = \"...\"]`", variant.ident);
+        if first.code.description != variant.code.description {
+            cx.error_at(
+                variant.ident.span(),
+                format!(
+                    "variants `{}` and `{}` share the code `{code}` but not its description (their doc comments differ): give both the same doc comment, or {own_code}",
+                    first.ident, variant.ident
+                ),
+            );
+        }
+        if first.code.recovery != variant.code.recovery {
+            let hint = |variant: &ErrorVariant| match &variant.code.recovery {
+                Some(recovery) => format!("`{}`", recovery.name()),
+                None => "none".to_owned(),
+            };
+            cx.error_at(
+                variant.ident.span(),
+                format!(
+                    "variants `{}` and `{}` share the code `{code}` but not its recovery hint ({} and {}): give both the same `#[recovery]`, or {own_code}",
+                    first.ident,
+                    variant.ident,
+                    hint(first),
+                    hint(variant)
+                ),
+            );
+        }
     }
 }

@@ -100,6 +100,7 @@ pub use tools::content::{CallToolResult, Content, IntoToolError, ToolError};
 pub use tools::extract::{FromContext, MISSING_STATE, State};
 pub use tools::input::{InputRequired, ToolReply};
 pub use tools::output::{IntoCallToolResult, Structured};
+pub use tools::recovery::{DomainCode, Recovery};
 pub use tools::set::ToolSet;
 pub use tools::{NoArgs, Tool, ToolAnnotations, ToolInfo};
 pub use transport::http::serve::shutdown_signal;

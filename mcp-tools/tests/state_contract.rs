@@ -155,6 +155,7 @@ async fn read<S: Store>(store: &S, principal: Principal, handle: &str) -> ReadOu
         kind: Basket::kind(),
         principal,
         handle: handle.to_owned(),
+        since: None,
     };
     within(&format!("a read of {handle}"), store.read(request))
         .await
@@ -742,9 +743,24 @@ async fn history_is_pruned_by_count<S: Store>(open: Open<'_, S>) {
         serde_json::to_value(&stale.delta).unwrap(),
         json!([{"path": "/memory_gib", "before": 3, "after": 5}])
     );
-    // A version from the future has no history either.
+    // A version the basket never reached was not read: its own code, and nothing applied.
     let send = request(alice(), &handle, "s", Some(9), None, json!(0));
-    assert!(!expect_stale(&mutate(&store, send, set_storage(0)).await).delta_available);
+    let ahead = mutate(&store, send, set_storage(0)).await;
+    let rejected = expect_rejected(&ahead, code::FUTURE_VERSION);
+    assert_eq!(rejected.recovery, Some(Recovery::RefreshAndReplan));
+    assert_eq!(rejected.details, Some(json!({ "current_version": 6 })));
+    assert!(ahead.text().contains("Read the basket first"));
+    assert_matches_schema(&ahead);
+    let read = store
+        .read(ReadRequest {
+            kind: Basket::kind(),
+            principal: alice(),
+            handle: handle.clone(),
+            since: None,
+        })
+        .await
+        .unwrap();
+    assert_eq!(read.snapshot().unwrap().version, 6, "nothing was applied");
 }
 
 async fn ledger_retention<S: Store>(open: Open<'_, S>) {
@@ -1146,6 +1162,64 @@ fn unchecked() -> StoreConfig {
 /// `LEDGER_FULL` (nothing applied, nothing recorded) until records expire, while replays of
 /// recorded ids, changes without an operation id and every other resource go on as before, and
 /// guessed handles record nothing at all.
+/// A change confirmed against the version a `stale_view` showed replaces that record under the
+/// same operation id, applies once, and never replaces an applied record.
+async fn a_confirmed_retry_replaces_its_stale_view<S: Store>(open: Open<'_, S>) {
+    let clock = ManualClock::at_millis(T0);
+    let store = open(StoreConfig {
+        ledger_quota: 3,
+        ..config(&clock)
+    });
+    let handle = create(&store, alice(), &laptop()).await;
+    let calls = Arc::new(AtomicUsize::new(0));
+    let send = request(alice(), &handle, "m", Some(1), Some("other"), json!(32));
+    expect_applied(&mutate(&store, send, set_memory(32, &calls)).await);
+
+    let checkout = |expected: u64, confirmed: Option<u64>| {
+        let mut send = request(alice(), &handle, "m", Some(expected), Some("co"), json!(64))
+            .policy(ConflictPolicy::Reconfirm);
+        if let Some(version) = confirmed {
+            send.expected_version = Some(version);
+            send = send.reconfirmed();
+        }
+        send
+    };
+    let stale = mutate(&store, checkout(1, None), set_memory(64, &calls)).await;
+    assert_eq!(expect_stale(&stale).recovery, Recovery::Reconfirm);
+    // Unconfirmed, the same request replays its `stale_view`.
+    let replay = mutate(&store, checkout(1, None), set_memory(64, &calls)).await;
+    assert!(
+        matches!(&replay, MutationOutcome::Replayed(r) if matches!(r.original, RecordedOutcome::StaleView(_))),
+        "{replay:?}"
+    );
+    // A confirmation against an older version than now is stale again, and still replaceable.
+    let again = mutate(&store, checkout(1, Some(1)), set_memory(64, &calls)).await;
+    expect_stale(&again);
+    let applied = mutate(&store, checkout(1, Some(2)), set_memory(64, &calls)).await;
+    assert_eq!(expect_applied(&applied).version, 3);
+    assert_eq!(calls.load(Ordering::SeqCst), 2, "applied once");
+    // Once applied, no confirmation applies it again.
+    for confirmed in [Some(3), Some(2), None] {
+        let replay = mutate(&store, checkout(1, confirmed), set_memory(64, &calls)).await;
+        assert!(
+            matches!(&replay, MutationOutcome::Replayed(r) if matches!(r.original, RecordedOutcome::Applied(_))),
+            "{confirmed:?}: {replay:?}"
+        );
+    }
+    assert_eq!(calls.load(Ordering::SeqCst), 2);
+    // Another payload under the id is still another request.
+    let mut other = request(alice(), &handle, "m", Some(1), Some("co"), json!(128));
+    other.expected_version = Some(3);
+    let reused = mutate(&store, other.reconfirmed(), set_memory(128, &calls)).await;
+    expect_rejected(&reused, code::OPERATION_ID_REUSED);
+    // The replaced record took its count with it: two ids are recorded, so a third fits.
+    let send = request(alice(), &handle, "m", Some(3), Some("third"), json!(8));
+    expect_applied(&mutate(&store, send, set_memory(8, &calls)).await);
+    let send = request(alice(), &handle, "m", Some(4), Some("fourth"), json!(9));
+    let full = mutate(&store, send, set_memory(9, &calls)).await;
+    expect_rejected(&full, code::LEDGER_FULL);
+}
+
 async fn ledger_is_bounded_per_resource<S: Store>(open: Open<'_, S>) {
     let clock = ManualClock::at_millis(T0);
     let store = open(StoreConfig {
@@ -1401,6 +1475,7 @@ async fn views_shape_outcomes<S: Store>(open: Open<'_, S>) {
         kind: Account::kind(),
         principal: alice(),
         handle: created.handle.clone(),
+        since: None,
     };
     let ReadOutcome::Current(snapshot) = within("a read", store.read(read)).await.unwrap() else {
         panic!("expected the account");
@@ -1480,6 +1555,7 @@ macro_rules! contract {
             case!(domain_error_is_recorded);
             case!(commutative_without_expected_version);
             case!(history_is_pruned_by_count);
+            case!(a_confirmed_retry_replaces_its_stale_view);
             case!(ledger_retention);
             case!(same_operation_id_storm);
             case!(idempotent_create);

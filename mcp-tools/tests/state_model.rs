@@ -541,6 +541,7 @@ impl Resource {
             basis_version: self.version(),
             lifecycle: lifecycle_of(self.current()),
             expires_at: Some(format_rfc3339(self.expires_at)),
+            validator: None,
         }
     }
 
@@ -550,6 +551,7 @@ impl Resource {
             version: self.version(),
             state,
             resumption: self.resumption(),
+            changes: None,
         }
     }
 }
@@ -923,6 +925,7 @@ impl Model {
                     delta,
                     current_state: view_of(resource.current()),
                     resumption: resource.resumption(),
+                    confirmation: None,
                 });
                 same("stale view", &expected, actual)?;
                 self.record(call.who, operation, fingerprint, actual, index);
@@ -1070,6 +1073,7 @@ impl<S: Store> Run<'_, S> {
                     kind: KIND,
                     principal: principal(*who),
                     handle: handle.clone(),
+                    since: None,
                 };
                 let outcome = within(&format!("a read of {handle}"), self.store.read(request))
                     .await
@@ -1559,6 +1563,7 @@ async fn agent<S: Store + Clone>(
                 kind: TALLY,
                 principal: Principal::subject("alice"),
                 handle: handles[resource].clone(),
+                since: None,
             };
             match within("a read", store.read(request)).await {
                 Ok(ReadOutcome::Current(now)) => {
@@ -1739,6 +1744,7 @@ async fn concurrent_round<S: Store + Clone>(
             kind: TALLY,
             principal: Principal::subject("alice"),
             handle: handle.clone(),
+            since: None,
         };
         let now = match within("the final read", stores[0].read(request)).await {
             Ok(ReadOutcome::Current(now)) => now,

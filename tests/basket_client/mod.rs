@@ -100,7 +100,20 @@ impl Agent {
 
     /// Calls a tool; returns the `CallToolResult`, checked against both schemas.
     pub async fn call(&self, tool: &str, arguments: Value) -> Value {
+        self.call_with_meta(tool, arguments, &[]).await
+    }
+
+    /// [`Agent::call`] with these extra `_meta` entries in the request.
+    pub async fn call_with_meta(
+        &self,
+        tool: &str,
+        arguments: Value,
+        meta: &[(&str, Value)],
+    ) -> Value {
         let mut call = Call::call_tool(tool, arguments);
+        for (key, value) in meta {
+            call = call.meta(key, value.clone());
+        }
         if let Some(token) = &self.token {
             call = call.header("authorization", &format!("Bearer {token}"));
         }
@@ -308,4 +321,35 @@ pub fn assert_no_lost_update(
         versions, expected,
         "each applied outcome has its own version"
     );
+}
+
+/// `on_every_store!(case, ...)`: for each `async fn case(store: impl Store)` of the test file, a
+/// test `in_memory::case` on a `MemoryStore` and a test `in_sqlite::case` on a fresh SQLite file.
+#[macro_export]
+macro_rules! on_every_store {
+    ($($case:ident),* $(,)?) => {
+        mod in_memory {
+            $(
+                #[tokio::test]
+                async fn $case() {
+                    super::$case(::mcp_tools::store::MemoryStore::default()).await;
+                }
+            )*
+        }
+        mod in_sqlite {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $case() {
+                    let path = $crate::basket_client::temp_db(stringify!($case));
+                    let store = ::mcp_tools::store::SqliteStore::open(
+                        &path,
+                        ::mcp_tools::store::StoreConfig::default(),
+                    )
+                    .unwrap();
+                    super::$case(store).await;
+                    $crate::basket_client::remove_db(&path);
+                }
+            )*
+        }
+    };
 }

@@ -97,15 +97,12 @@ pub(super) fn round_target(route: Route, params: &Map<String, Value>) -> Option<
         _ => return None,
     };
     // The method is part of the binding: a state sealed for prompt `x` must not open for tool `x`.
-    let method = match route {
-        Route::CallTool => "tools/call",
-        Route::GetPrompt => "prompts/get",
-        _ => "resources/read",
-    };
-    params
-        .get(field)
-        .and_then(Value::as_str)
-        .map(|t| format!("{method}:{t}"))
+    let target = params.get(field).and_then(Value::as_str)?;
+    Some(match route {
+        Route::CallTool => crate::protocol::seal::tool_call_target(target),
+        Route::GetPrompt => format!("prompts/get:{target}"),
+        _ => format!("resources/read:{target}"),
+    })
 }
 
 /// The arguments a state is bound to; absent and `null` count as `{}`, as they do for the call.

@@ -27,6 +27,8 @@ const STATE_LIFETIME_SECS: u64 = 15 * 60;
 
 const CURSOR_DOMAIN: &[u8] = b"mcp-tools/cursor\0";
 const REQUEST_STATE_DOMAIN: &[u8] = b"mcp-tools/request-state\0";
+const VALIDATOR_DOMAIN: &[u8] = b"mcp-tools/validator\0";
+const VALIDATOR_BODY_LEN: usize = 8;
 
 /// Why a cursor was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -40,6 +42,11 @@ pub(crate) enum CursorError {
     /// The listing changed since the cursor was issued.
     #[error("the listing changed since the cursor was issued; list again from the start")]
     Stale,
+}
+
+/// The binding target of a tool call's request state.
+pub(crate) fn tool_call_target(tool: &str) -> String {
+    format!("tools/call:{tool}")
 }
 
 /// What a sealed request state is bound to.
@@ -118,6 +125,37 @@ impl Seal {
             return Err(CursorError::Stale);
         }
         Ok(position)
+    }
+
+    /// The validator of `version` of the resource `handle` of `kind`: an opaque string that
+    /// stands for that version of that resource only, so a harness can pass it back in place
+    /// of a version number the model would have to copy.
+    pub(crate) fn validator(&self, kind: &str, handle: &str, version: u64) -> String {
+        let body = version.to_be_bytes();
+        let tag = self.tag(
+            VALIDATOR_DOMAIN,
+            &[kind.as_bytes(), handle.as_bytes(), &body],
+        );
+        let mut bytes = Vec::with_capacity(VALIDATOR_BODY_LEN + TAG_LEN);
+        bytes.extend_from_slice(&body);
+        bytes.extend_from_slice(&tag);
+        URL_SAFE_NO_PAD.encode(bytes)
+    }
+
+    /// The version a validator stands for, if this server issued it for this resource: `None`
+    /// for a forged, altered or truncated validator and for one of another resource.
+    pub(crate) fn open_validator(&self, kind: &str, handle: &str, validator: &str) -> Option<u64> {
+        let bytes = URL_SAFE_NO_PAD.decode(validator).ok()?;
+        if bytes.len() != VALIDATOR_BODY_LEN + TAG_LEN {
+            return None;
+        }
+        let (body, tag) = bytes.split_at(VALIDATOR_BODY_LEN);
+        self.verifies(
+            VALIDATOR_DOMAIN,
+            &[kind.as_bytes(), handle.as_bytes(), body],
+            tag,
+        )
+        .then(|| u64::from_be_bytes(body.try_into().expect("8 bytes")))
     }
 
     /// Seals a tool's `state` for the retry of the request described by `binding`.
@@ -329,5 +367,38 @@ mod request_state_tests {
             true
         });
         assert!(opened_in_its_second, "the clock never held still");
+    }
+}
+
+#[cfg(test)]
+mod validator_tests {
+    use super::*;
+
+    #[test]
+    fn a_validator_opens_only_for_its_own_resource_and_key() {
+        let seal = Seal::new(b"key-one");
+        let validator = seal.validator("basket", "bsk_a", 7);
+        assert_eq!(seal.open_validator("basket", "bsk_a", &validator), Some(7));
+        assert_eq!(seal.open_validator("basket", "bsk_b", &validator), None);
+        assert_eq!(seal.open_validator("order", "bsk_a", &validator), None);
+        assert_eq!(
+            Seal::new(b"key-two").open_validator("basket", "bsk_a", &validator),
+            None
+        );
+        assert_eq!(
+            seal.open_validator("basket", "bsk_a", &validator[..validator.len() - 2]),
+            None
+        );
+        let mut forged = URL_SAFE_NO_PAD.decode(&validator).unwrap();
+        forged[7] = 8;
+        assert_eq!(
+            seal.open_validator("basket", "bsk_a", &URL_SAFE_NO_PAD.encode(forged)),
+            None
+        );
+        assert_eq!(
+            seal.open_validator("basket", "bsk_a", "not base64 at all!"),
+            None
+        );
+        assert_ne!(seal.validator("basket", "bsk_a", 8), validator);
     }
 }

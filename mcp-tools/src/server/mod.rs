@@ -65,6 +65,13 @@ impl McpServer {
 }
 
 impl crate::Context {
+    /// The seal of the serving server, for values handed out to clients.
+    pub(crate) fn seal(&self) -> Option<&crate::protocol::seal::Seal> {
+        self.server_handle()
+            .downcast_ref::<Shared>()
+            .map(|shared| &shared.base.seal)
+    }
+
     /// The server serving this request: tools may change what it offers (add or remove tools,
     /// prompts, resources) or announce changes to listeners.
     pub fn server(&self) -> McpServer {

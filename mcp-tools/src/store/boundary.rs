@@ -21,8 +21,8 @@ use super::handle::mint_handle;
 use super::handle::{has_prefix, random};
 use super::history::{Undo, apply_undo, undo_patch};
 use super::outcome::{
-    Applied, MutationOutcome, ReadOutcome, RecordedApplied, RecordedOutcome, RecordedStaleView,
-    Recovery, Rejected, Replayed, Resumption, Snapshot, StaleView, code,
+    Applied, Changes, MutationOutcome, ReadOutcome, RecordedApplied, RecordedOutcome,
+    RecordedStaleView, Recovery, Rejected, Replayed, Resumption, Snapshot, StaleView, code,
 };
 use crate::context::Principal;
 use crate::tools::content::ToolError;
@@ -129,6 +129,7 @@ pub(crate) fn resumption(handle: &str, record: &Record) -> Resumption {
         basis_version: record.version,
         lifecycle: record.lifecycle,
         expires_at: record.expires_at.map(format_rfc3339),
+        validator: None,
     }
 }
 
@@ -161,6 +162,7 @@ fn expired(record: &Record, now: i64) -> Option<i64> {
 /// The read boundary.
 pub(crate) fn read(
     txn: &mut impl Txn,
+    config: &StoreConfig,
     request: &ReadRequest,
     now: i64,
 ) -> Result<ReadOutcome, StoreError> {
@@ -175,11 +177,43 @@ pub(crate) fn read(
             &format_rfc3339(at),
         )));
     }
+    let changes = match request.since {
+        None => None,
+        Some(since) if since > record.version => {
+            return Ok(ReadOutcome::Rejected(Rejected::future_version(
+                request.kind.kind,
+                &request.handle,
+                since,
+                record.version,
+            )));
+        }
+        Some(since) if since == record.version => Some(Changes {
+            since_version: since,
+            delta_available: true,
+            delta: Vec::new(),
+        }),
+        Some(since) => {
+            let before = state_at(txn, config, &request.handle, &record, since)?;
+            // Between the views, as a `stale_view` delta: never what the view hides.
+            let delta = before.map(|before| {
+                diff(
+                    &request.kind.view_of(&before),
+                    &request.kind.view_of(&record.state),
+                )
+            });
+            Some(Changes {
+                since_version: since,
+                delta_available: delta.is_some(),
+                delta: delta.unwrap_or_default(),
+            })
+        }
+    };
     Ok(ReadOutcome::Current(Snapshot {
         handle: request.handle.clone(),
         version: record.version,
         resumption: resumption(&request.handle, &record),
         state: Arc::unwrap_or_clone(record.state),
+        changes,
     }))
 }
 
@@ -202,6 +236,7 @@ fn current_view(
         version: record.version,
         resumption: resumption(handle, &record),
         state: kind.view_of(&record.state),
+        changes: None,
     }))
 }
 
@@ -218,6 +253,7 @@ fn lookup(
     kind: &EntityKind,
     principal: &str,
     operation: Option<&(String, Fingerprint)>,
+    reconfirmed: bool,
     now: i64,
 ) -> Result<Lookup, StoreError> {
     let Some((operation_id, fingerprint)) = operation else {
@@ -227,6 +263,17 @@ fn lookup(
         return Ok(Lookup::Fresh { stale: None });
     };
     if entry.expires_at <= now {
+        return Ok(Lookup::Fresh { stale: Some(entry) });
+    }
+    // A confirmed retry of the same request replaces the `stale_view` it answers: nothing was
+    // applied under this operation id yet.
+    if reconfirmed
+        && entry.fingerprint == *fingerprint
+        && matches!(
+            entry.state,
+            LedgerState::Done(RecordedOutcome::StaleView(_))
+        )
+    {
         return Ok(Lookup::Fresh { stale: Some(entry) });
     }
     let answer = answer(txn, kind, principal, operation_id, fingerprint, entry, now)?;
@@ -451,7 +498,7 @@ pub(crate) fn claim(
     now: i64,
 ) -> Result<Claim, StoreError> {
     let principal = principal.key();
-    let stale = match lookup(txn, kind, principal, operation, now)? {
+    let stale = match lookup(txn, kind, principal, operation, false, now)? {
         Lookup::Answer(answer) => return Ok(Claim::Answer(Box::new(answer))),
         Lookup::Fresh { stale } => stale,
     };
@@ -571,7 +618,7 @@ pub(crate) fn create_now(
     state: Value,
     now: i64,
 ) -> Result<MutationOutcome, StoreError> {
-    let stale = match lookup(txn, kind, principal.key(), operation, now)? {
+    let stale = match lookup(txn, kind, principal.key(), operation, false, now)? {
         Lookup::Answer(answer) => return Ok(answer),
         Lookup::Fresh { stale } => stale,
     };
@@ -637,7 +684,14 @@ pub(crate) fn mutate(
         let operation_id = operation.map(|(operation_id, _)| operation_id.as_str());
         txn.prefetch(&request.handle, principal, operation_id)?;
     }
-    let stale = match lookup(txn, &request.kind, principal, operation, now)? {
+    let stale = match lookup(
+        txn,
+        &request.kind,
+        principal,
+        operation,
+        request.reconfirmed,
+        now,
+    )? {
         Lookup::Answer(answer) => return Ok(answer),
         Lookup::Fresh { stale } => stale,
     };
@@ -716,6 +770,17 @@ fn decide(
 
     let mut rebased_from = None;
     if let Some(expected) = request.expected_version
+        && expected > record.version
+        && !config.skips_version_checks()
+    {
+        return Ok(Decision::rejected(Rejected::future_version(
+            kind.kind,
+            handle,
+            expected,
+            record.version,
+        )));
+    }
+    if let Some(expected) = request.expected_version
         && expected != record.version
         && !config.skips_version_checks()
     {
@@ -748,6 +813,7 @@ fn decide(
                 delta: delta.unwrap_or_default(),
                 resumption: resumption(handle, &record),
                 current_state,
+                confirmation: None,
             };
             let summary = RecordedOutcome::StaleView(RecordedStaleView::from(&stale));
             return Ok(Decision::Record(MutationOutcome::StaleView(stale), summary));

@@ -101,7 +101,7 @@ impl Transition {
         Transition::new(move |state: &mut Value| {
             let mut resource = R::deserialize(&*state).map_err(|error| {
                 ToolError::new(
-                    "INVALID_STATE",
+                    super::outcome::code::INVALID_STATE,
                     format!("stored {} is unreadable: {error}", R::KIND),
                 )
             })?;
@@ -124,7 +124,10 @@ impl fmt::Debug for Transition {
 
 fn encode<T: Serialize>(value: &T) -> Result<Value, ToolError> {
     serde_json::to_value(value).map_err(|error| {
-        ToolError::new("INVALID_STATE", format!("cannot encode the state: {error}"))
+        ToolError::new(
+            super::outcome::code::INVALID_STATE,
+            format!("cannot encode the state: {error}"),
+        )
     })
 }
 
@@ -235,6 +238,27 @@ pub struct ReadRequest {
     pub principal: Principal,
     /// The handle the caller sent.
     pub handle: String,
+    /// The version the caller last saw, to learn what changed since (revalidation without a
+    /// write): the snapshot then carries [`Changes`](super::Changes).
+    pub since: Option<u64>,
+}
+
+impl ReadRequest {
+    /// A read of `handle` by `principal`.
+    pub fn new(kind: EntityKind, principal: Principal, handle: impl Into<String>) -> Self {
+        ReadRequest {
+            kind,
+            principal,
+            handle: handle.into(),
+            since: None,
+        }
+    }
+
+    /// Also asks what changed in the entity's view since `version`.
+    pub fn since(mut self, version: u64) -> Self {
+        self.since = Some(version);
+        self
+    }
 }
 
 /// Everything the atomic boundary needs besides the transition.
@@ -253,6 +277,10 @@ pub struct MutationRequest {
     pub operation: Option<(String, Fingerprint)>,
     /// What to do when `expected_version` is stale.
     pub policy: ConflictPolicy,
+    /// Whoever decided the change confirmed it against `expected_version` after a `stale_view`
+    /// that asked to reconfirm: a `stale_view` recorded for the operation id gives way to this
+    /// attempt. An applied record never does, so the operation still applies at most once.
+    pub reconfirmed: bool,
 }
 
 impl MutationRequest {
@@ -265,7 +293,15 @@ impl MutationRequest {
             expected_version: None,
             operation: None,
             policy: ConflictPolicy::Reject,
+            reconfirmed: false,
         }
+    }
+
+    /// Marks the change as confirmed against `expected_version` (see
+    /// [`MutationRequest::reconfirmed`]).
+    pub fn reconfirmed(mut self) -> Self {
+        self.reconfirmed = true;
+        self
     }
 
     /// Sets the version the change is based on.

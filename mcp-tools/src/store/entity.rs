@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use schemars::JsonSchema;
+use schemars::{JsonSchema, Schema, SchemaGenerator};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -72,6 +72,14 @@ pub trait Entity: Serialize + DeserializeOwned + JsonSchema + Clone + Send + 'st
     /// whole state. `#[entity(view = method)]` sets it from `fn method(&self) -> impl Serialize`.
     const VIEW: Option<fn(&Self) -> Value> = None;
 
+    /// The JSON Schema of what outcomes show: the view's, when [`Entity::VIEW`] is set, else the
+    /// state's. It types `state` and `current_state` in the output schema of the entity's tools;
+    /// a hand-written implementation that sets `VIEW` must return its schema here (for example
+    /// with [`view_schema`]).
+    fn view_schema(generator: &mut SchemaGenerator) -> Schema {
+        generator.subschema_for::<Self>()
+    }
+
     /// The lifecycle of this state; resources without one are always active.
     fn lifecycle(&self) -> Lifecycle {
         Lifecycle::Active
@@ -112,6 +120,26 @@ fn view_of<R: Entity>(state: &Value) -> Value {
         _ => state.clone(),
     }
 }
+
+/// The schema of the view a method returns, for [`Entity::view_schema`]:
+/// `view_schema(Basket::summary, generator)`. The method may borrow from the entity (a view
+/// type with a lifetime), since only its type is looked at.
+pub fn view_schema<E: 'static, V: ViewType>(
+    _view: fn(&'static E) -> V,
+    generator: &mut SchemaGenerator,
+) -> Schema {
+    generator.subschema_for::<V>()
+}
+
+/// Holds for the type an entity's view method returns.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot be the view of an entity",
+    label = "the view method must return a type that implements `Serialize` and `JsonSchema`",
+    note = "the view's schema types `state` in the output schema of the entity's tools: add `#[derive(serde::Serialize, schemars::JsonSchema)]` to the view type"
+)]
+pub trait ViewType: Serialize + JsonSchema {}
+
+impl<T: Serialize + JsonSchema> ViewType for T {}
 
 /// The JSON of an entity's view, for [`Entity::VIEW`]; a view that cannot be serialized shows
 /// as `null`.

@@ -291,14 +291,20 @@ impl Inner {
     fn read(&self, request: &ReadRequest) -> Result<ReadOutcome, StoreError> {
         let now = self.config.clock.now_millis();
         let cell = self.cell(&request.handle);
+        // A plain read takes no lock; one that asks what changed reads the history, and holds
+        // the cell's lock so the state and its history are of one moment.
+        let mut guarded = match request.since {
+            Some(_) => cell.as_deref().map(|cell| lock(&cell.guarded)),
+            None => None,
+        };
         let mut txn = MemoryTxn {
             inner: self,
             slot: None,
             cell: cell.as_deref().map(|cell| (request.handle.as_str(), cell)),
-            guarded: None,
+            guarded: guarded.as_deref_mut(),
             inserted: None,
         };
-        boundary::read(&mut txn, request, now)
+        boundary::read(&mut txn, &self.config, request, now)
     }
 
     fn mutate(
@@ -454,9 +460,20 @@ impl Txn for MemoryTxn<'_> {
         Ok(())
     }
 
-    fn ledger_remove(&mut self, _: &str, _: &str, _: &LedgerEntry) -> Result<(), StoreError> {
-        // The record's count against its resource lapses by itself: it expired, or it was a
-        // claim, which counts against nothing.
+    fn ledger_remove(&mut self, _: &str, _: &str, entry: &LedgerEntry) -> Result<(), StoreError> {
+        // An expired record's count lapses by itself, and a claim counts against nothing; a
+        // live record that gives way (a confirmed retry replacing its `stale_view`) takes its
+        // count with it.
+        let live = entry.expires_at > self.inner.config.clock.now_millis();
+        if let (true, LedgerState::Done(_), Some(guarded)) =
+            (live, &entry.state, self.guarded.as_mut())
+            && let Some(at) = guarded
+                .ledger
+                .iter()
+                .rposition(|expiry| *expiry == entry.expires_at)
+        {
+            guarded.ledger.remove(at);
+        }
         if let Some(slot) = self.slot.as_mut() {
             **slot = None;
         }

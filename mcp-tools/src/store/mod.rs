@@ -61,6 +61,7 @@ mod handle;
 mod history;
 mod memory;
 mod outcome;
+pub(crate) mod published;
 mod registry;
 #[cfg(feature = "sqlite")]
 mod sqlite;
@@ -73,16 +74,18 @@ pub use contract::{
     StoreConfig, StoreError, StoreFuture, Transition,
 };
 pub use delta::{FieldChange, diff};
-pub use entity::{Entity, EntityKind, Lifecycle, view_json};
+pub use entity::{Entity, EntityKind, Lifecycle, ViewType, view_json, view_schema};
 pub use fingerprint::{Fingerprint, canonical_json};
 pub use handle::mint_handle;
 pub use mcp_tools_derive::Entity;
 pub use memory::MemoryStore;
 pub use outcome::{
-    Applied, MutationOutcome, ReadOutcome, RecordedApplied, RecordedOutcome, RecordedStaleView,
-    Recovery, Rejected, Replayed, Resumption, Snapshot, StaleView, code,
+    Applied, Changes, MutationOutcome, ReadOutcome, RecordedApplied, RecordedOutcome,
+    RecordedStaleView, Recovery, Rejected, Replayed, Resumption, Snapshot, StaleView, code,
 };
+pub use published::STATE_CONTRACT_META_KEY;
 #[doc(hidden)]
 pub use registry::SharedStore;
 #[cfg(feature = "sqlite")]
 pub use sqlite::{SqliteOptions, SqliteStore, Synchronous};
+pub use tool_support::{CONFIRMATION_META_KEY, RECONFIRM_INPUT_KEY, VALIDATOR_META_KEY};

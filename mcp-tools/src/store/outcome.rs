@@ -7,6 +7,7 @@ use serde_json::Value;
 use super::delta::FieldChange;
 use super::entity::Lifecycle;
 use crate::tools::content::{CallToolResult, Content, ToolError};
+pub use crate::tools::recovery::Recovery;
 
 /// Stable codes of the rejections the boundary itself produces.
 pub mod code {
@@ -26,24 +27,40 @@ pub mod code {
     pub const LEDGER_FULL: &str = "LEDGER_FULL";
     /// The tool's own code panicked; the same request would panic again.
     pub const TRANSITION_PANICKED: &str = "TRANSITION_PANICKED";
-}
+    /// The validator sent as the precondition was not issued for this resource by this server.
+    pub const INVALID_VALIDATOR: &str = "INVALID_VALIDATOR";
+    /// Whoever was asked to confirm a change against the current state declined.
+    pub const NOT_CONFIRMED: &str = "NOT_CONFIRMED";
+    /// The confirmation sent is not one this server issued for this request, or it expired.
+    pub const INVALID_CONFIRMATION: &str = "INVALID_CONFIRMATION";
+    /// The caller's `expected_version` is one the resource never reached: it was not read.
+    pub const FUTURE_VERSION: &str = "FUTURE_VERSION";
+    /// The stored state cannot be read or written as the entity's type.
+    pub const INVALID_STATE: &str = "INVALID_STATE";
+    /// What the tool returned cannot be serialized.
+    pub const OUTPUT_NOT_SERIALIZABLE: &str = "OUTPUT_NOT_SERIALIZABLE";
 
-/// What the model should do next.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum Recovery {
-    /// Read the resource again, re-plan from the current state, retry with a new operation id.
-    RefreshAndReplan,
-    /// Show the current state to whoever decided the change and get it confirmed before retrying.
-    Reconfirm,
-    /// Do not retry: the resource accepts no further change.
-    Stop,
-    /// The resource is gone; create a new one.
-    CreateNew,
-    /// Send this request again with a fresh operation id.
-    NewOperationId,
-    /// Send the same request again later, with the same operation id.
-    RetryLater,
+    const FRAMEWORK: &[&str] = &[
+        STALE_VIEW,
+        OPERATION_ID_REUSED,
+        TERMINAL,
+        EXPIRED,
+        NOT_FOUND,
+        OPERATION_IN_PROGRESS,
+        LEDGER_FULL,
+        TRANSITION_PANICKED,
+        INVALID_VALIDATOR,
+        NOT_CONFIRMED,
+        INVALID_CONFIRMATION,
+        FUTURE_VERSION,
+        INVALID_STATE,
+        OUTPUT_NOT_SERIALIZABLE,
+    ];
+
+    /// Whether the framework itself answers with `code` (rather than a tool's own error).
+    pub fn is_framework(code: &str) -> bool {
+        FRAMEWORK.contains(&code)
+    }
 }
 
 /// Where to resume from: enough to continue after a context compaction.
@@ -58,6 +75,11 @@ pub struct Resumption {
     /// When the handle expires (RFC 3339, UTC), if it does.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expires_at: Option<String>,
+    /// An opaque, server-issued token for exactly this version of this resource: pass it as
+    /// `expected_version` (or in the request's `_meta` under `io.github.mcp-tools/validator`)
+    /// instead of the number. Set by servers; a store used on its own leaves it out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub validator: Option<String>,
 }
 
 /// A transition that was committed.
@@ -101,6 +123,13 @@ pub struct StaleView {
     pub current_state: Value,
     /// Where to resume from (the current version).
     pub resumption: Resumption,
+    /// For a change that must be reconfirmed: a server-issued confirmation of this very request
+    /// against `current_version`. Once whoever decided the change confirms it, send the same
+    /// request again (same arguments, same `operation_id`) with this value in `_meta` under
+    /// `io.github.mcp-tools/confirmation`: it applies only if the resource is still at
+    /// `current_version`. Set by servers; it expires after 15 minutes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub confirmation: Option<String>,
 }
 
 /// A transition refused with a code (`isError: true`).
@@ -201,12 +230,78 @@ impl Rejected {
         }
     }
 
+    /// An `expected_version` the resource never reached: a number that was not read.
+    pub fn future_version(kind: &str, handle: &str, expected: u64, current: u64) -> Self {
+        Rejected {
+            code: code::FUTURE_VERSION.into(),
+            message: format!(
+                "The {kind} {handle} is at version {current} and never was at version {expected}; nothing was changed. Read the {kind} first and pass the version the read returns as expected_version."
+            ),
+            recovery: Some(Recovery::RefreshAndReplan),
+            details: Some(serde_json::json!({ "current_version": current })),
+        }
+    }
+
+    /// A validator that does not open for this resource: forged, altered, cut short, issued for
+    /// another resource or under a key this server no longer holds.
+    pub fn invalid_validator(kind: &str, handle: &str) -> Self {
+        Rejected {
+            code: code::INVALID_VALIDATOR.into(),
+            message: format!(
+                "The validator you sent was not issued for the {kind} {handle}; nothing was changed. Read the {kind} again and pass the `resumption.validator` (or `resumption.basis_version`) of that result."
+            ),
+            recovery: Some(Recovery::RefreshAndReplan),
+            details: None,
+        }
+    }
+
+    /// The change was not confirmed against the current state.
+    pub fn not_confirmed(kind: &str, handle: &str) -> Self {
+        Rejected {
+            code: code::NOT_CONFIRMED.into(),
+            message: format!(
+                "The change to the {kind} {handle} was not confirmed against its current state, so nothing was changed."
+            ),
+            recovery: Some(Recovery::Stop),
+            details: None,
+        }
+    }
+
+    /// A confirmation that does not open for this request.
+    pub fn invalid_confirmation(kind: &str, handle: &str) -> Self {
+        Rejected {
+            code: code::INVALID_CONFIRMATION.into(),
+            message: format!(
+                "The confirmation you sent was not issued for this request on the {kind} {handle}, or it expired; nothing was changed. Send the request again without it to get the current state and a new confirmation."
+            ),
+            recovery: Some(Recovery::Reconfirm),
+            details: None,
+        }
+    }
+
+    /// What the model reads: the message, and for the tool's own codes the hint as a sentence
+    /// (the framework's messages already say what to do).
+    fn text(&self) -> String {
+        match &self.recovery {
+            Some(recovery) if !code::is_framework(&self.code) => {
+                let message = self.message.trim_end();
+                let stop = if message.ends_with(['.', '!', '?']) {
+                    ""
+                } else {
+                    "."
+                };
+                format!("{message}{stop} {}", recovery.instruction())
+            }
+            _ => self.message.clone(),
+        }
+    }
+
     /// The transition's own error.
     pub fn domain(error: &ToolError) -> Self {
         Rejected {
             code: error.code().to_owned(),
             message: error.message().to_owned(),
-            recovery: None,
+            recovery: error.recovery().cloned(),
             details: error.details().cloned(),
         }
     }
@@ -272,7 +367,7 @@ impl From<&StaleView> for RecordedStaleView {
             handle: stale.handle.clone(),
             expected_version: stale.expected_version,
             current_version: stale.current_version,
-            recovery: stale.recovery,
+            recovery: stale.recovery.clone(),
         }
     }
 }
@@ -340,7 +435,7 @@ impl RecordedOutcome {
                 "Not applied: {} had changed after version {} that it was based on; it was at version {}.",
                 stale.handle, stale.expected_version, stale.current_version
             ),
-            RecordedOutcome::Rejected(rejected) => rejected.message.clone(),
+            RecordedOutcome::Rejected(rejected) => rejected.text(),
         }
     }
 }
@@ -453,7 +548,7 @@ impl MutationOutcome {
         match self {
             MutationOutcome::Applied(applied) => applied.text(),
             MutationOutcome::StaleView(stale) => stale.text(),
-            MutationOutcome::Rejected(rejected) => rejected.message.clone(),
+            MutationOutcome::Rejected(rejected) => rejected.text(),
             MutationOutcome::Replayed(replayed) => {
                 let now = match &replayed.current {
                     Some(current) => format!(
@@ -509,6 +604,21 @@ pub struct Snapshot {
     pub state: Value,
     /// Where to resume from.
     pub resumption: Resumption,
+    /// What changed since the version the caller asked about, when it asked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub changes: Option<Changes>,
+}
+
+/// What changed in the entity's view between a version the caller saw and now: a worker
+/// resuming from a record learns whether its plan still holds without attempting a write.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Changes {
+    /// The version the caller asked about.
+    pub since_version: u64,
+    /// Whether `delta` is known; `false` once that version's history was pruned.
+    pub delta_available: bool,
+    /// What changed in the entity's view since then (empty when nothing it shows changed).
+    pub delta: Vec<FieldChange>,
 }
 
 impl ReadOutcome {
@@ -528,14 +638,36 @@ impl ReadOutcome {
     /// A short text for the model.
     pub fn text(&self) -> String {
         match self {
-            ReadOutcome::Current(snapshot) => format!(
-                "{} is at version {} ({}). Pass expected_version {} when you change it.",
-                snapshot.handle,
-                snapshot.version,
-                snapshot.resumption.lifecycle.as_str(),
-                snapshot.version
-            ),
-            ReadOutcome::Rejected(rejected) => rejected.message.clone(),
+            ReadOutcome::Current(snapshot) => {
+                let changes = match &snapshot.changes {
+                    None => String::new(),
+                    Some(changes) if !changes.delta_available => format!(
+                        " The history of version {} is no longer kept, so compare with the state.",
+                        changes.since_version
+                    ),
+                    Some(changes) if changes.delta.is_empty() => format!(
+                        " Nothing it shows changed since version {}.",
+                        changes.since_version
+                    ),
+                    Some(changes) => {
+                        let paths: Vec<&str> =
+                            changes.delta.iter().map(|c| c.path.as_str()).collect();
+                        format!(
+                            " Changed since version {}: {}.",
+                            changes.since_version,
+                            paths.join(", ")
+                        )
+                    }
+                };
+                format!(
+                    "{} is at version {} ({}).{changes} Pass expected_version {} when you change it.",
+                    snapshot.handle,
+                    snapshot.version,
+                    snapshot.resumption.lifecycle.as_str(),
+                    snapshot.version
+                )
+            }
+            ReadOutcome::Rejected(rejected) => rejected.text(),
         }
     }
 
@@ -624,6 +756,7 @@ mod tests {
             basis_version: 3,
             lifecycle: Lifecycle::Active,
             expires_at: None,
+            validator: None,
         }
     }
 
@@ -633,6 +766,7 @@ mod tests {
             version: 3,
             state: json!({"notes": ["a", "b"], "memory_gib": 16}),
             resumption: resumption(),
+            changes: None,
         }
     }
 
@@ -657,6 +791,7 @@ mod tests {
             delta: vec![],
             current_state: json!({"memory_gib": 64}),
             resumption: resumption(),
+            confirmation: None,
         };
         let replayed = Replayed {
             operation_id: "op".into(),

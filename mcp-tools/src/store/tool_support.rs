@@ -16,11 +16,16 @@ use super::contract::{
 };
 use super::entity::Entity;
 use super::fingerprint::{Fingerprint, canonical_json};
-use super::outcome::{MutationOutcome, ReadOutcome, Rejected, Snapshot};
+use super::outcome::{
+    MutationOutcome, ReadOutcome, RecordedOutcome, Rejected, Replayed, Resumption, Snapshot,
+    StaleView,
+};
 use super::registry::SharedStore;
 use crate::context::Context;
+use crate::protocol::seal::{Binding, tool_call_target};
 use crate::tools::content::{CallToolResult, IntoToolError, ToolError};
 use crate::tools::extract::MISSING_STATE;
+use crate::tools::input::{InputRequired, ToolReply};
 
 /// Decoded tool arguments together with the JSON they were decoded from: the operation-id
 /// ledger fingerprints the payload as sent.
@@ -121,6 +126,8 @@ pub struct Injected {
     pub expected_version: bool,
     /// Whether `operation_id` is an argument.
     pub operation_id: bool,
+    /// Whether `basis_version` is an argument (every `reads` tool).
+    pub basis_version: bool,
 }
 
 /// The input schema of a stateful tool: the arguments struct's schema, with descriptions of the
@@ -152,8 +159,20 @@ pub fn input_schema<T: JsonSchema, R: IsEntity>(
             "expected_version",
             format!(
                 "The version of the {kind} this change is based on: `resumption.basis_version` of \
-                 the last read or applied result you planned from. If the {kind} changed since, \
-                 nothing is applied and the result is `stale_view` with what changed."
+                 the last read or applied result you planned from, or its `resumption.validator` \
+                 string. Required, unless the request's `_meta` carries that validator under \
+                 `{VALIDATOR_META_KEY}`. If the {kind} changed since, nothing is applied and the \
+                 result is `stale_view` with what changed."
+            ),
+        );
+    }
+    if injected.basis_version {
+        describe(
+            "basis_version",
+            format!(
+                "Optional: the version of the {kind} you last saw (`resumption.basis_version`, or \
+                 its `resumption.validator`). The answer then says in `changes` what changed \
+                 since, so you can tell whether a plan made at that version still holds."
             ),
         );
     }
@@ -180,24 +199,307 @@ pub fn input_schema<T: JsonSchema, R: IsEntity>(
     schema
 }
 
-/// The output schema of `creates` and `mutates` tools: the [`MutationOutcome`] union.
-pub fn mutation_output_schema() -> Value {
-    object_root(MutationOutcome::json_schema())
+pub use super::published::{PublishedPolicy, StatefulContract, ToolKind, no_domain_codes};
+
+/// The `_meta` key under which a trusted harness passes a validator in place of the
+/// `expected_version` argument, so the model never types it.
+pub const VALIDATOR_META_KEY: &str = "io.github.mcp-tools/validator";
+
+/// The `expected_version` argument: a version number, or the validator a result issued for it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ExpectedVersion {
+    /// `resumption.basis_version`.
+    Number(u64),
+    /// `resumption.validator`.
+    Validator(String),
 }
 
-/// The output schema of `reads` tools: the [`ReadOutcome`] union.
-pub fn read_output_schema() -> Value {
-    object_root(ReadOutcome::json_schema())
-}
-
-fn object_root(mut schema: Value) -> Value {
-    if let Value::Object(object) = &mut schema {
-        object.remove("title");
-        object
-            .entry("type")
-            .or_insert_with(|| Value::String("object".to_owned()));
+impl<'de> Deserialize<'de> for ExpectedVersion {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Either;
+        impl Visitor<'_> for Either {
+            type Value = ExpectedVersion;
+            fn expecting(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+                formatter.write_str("a version number (1 or more) or a validator string")
+            }
+            fn visit_u64<E: serde::de::Error>(self, version: u64) -> Result<Self::Value, E> {
+                if version == 0 {
+                    return Err(E::custom("versions start at 1"));
+                }
+                Ok(ExpectedVersion::Number(version))
+            }
+            fn visit_i64<E: serde::de::Error>(self, version: i64) -> Result<Self::Value, E> {
+                u64::try_from(version)
+                    .map_err(|_| E::custom("versions start at 1"))
+                    .and_then(|version| self.visit_u64(version))
+            }
+            fn visit_f64<E: serde::de::Error>(self, version: f64) -> Result<Self::Value, E> {
+                // `3.0` is the integer 3 to JSON Schema, so it is to the decoder too.
+                if version.fract() == 0.0 && (1.0..9.0e15).contains(&version) {
+                    return Ok(ExpectedVersion::Number(version as u64));
+                }
+                Err(E::custom("a version is a whole number, 1 or more"))
+            }
+            fn visit_str<E: serde::de::Error>(self, validator: &str) -> Result<Self::Value, E> {
+                Ok(ExpectedVersion::Validator(validator.to_owned()))
+            }
+        }
+        deserializer.deserialize_any(Either)
     }
-    schema
+}
+
+impl JsonSchema for ExpectedVersion {
+    fn schema_name() -> Cow<'static, str> {
+        "ExpectedVersion".into()
+    }
+
+    fn inline_schema() -> bool {
+        true
+    }
+
+    fn json_schema(_: &mut SchemaGenerator) -> Schema {
+        // One schema rather than `anyOf`, so a violation names what is wrong with the value
+        // (`minimum` constrains only numbers, the lengths only strings).
+        schemars::json_schema!({
+            "type": ["integer", "string"],
+            "minimum": 1,
+            "minLength": 1,
+            "maxLength": 200
+        })
+    }
+}
+
+/// The version a call's precondition names, after reading the argument and the `_meta` route;
+/// `Err` with the result the call ends with when they are missing, malformed, forged or disagree.
+fn precondition(
+    cx: &Context,
+    kind: &'static str,
+    handle: &str,
+    argument: Option<ExpectedVersion>,
+) -> Result<(u64, bool), CallToolResult> {
+    let invalid =
+        |message: String| Err(ToolError::new(ToolError::INVALID_ARGUMENTS, message).into_result());
+    let from_meta = match cx.meta().raw.get(VALIDATOR_META_KEY) {
+        None => None,
+        Some(Value::String(validator)) => Some(validator.as_str()),
+        Some(_) => {
+            return invalid(format!(
+                "`_meta[\"{VALIDATOR_META_KEY}\"]` must be the validator string of a result"
+            ));
+        }
+    };
+    let open = |validator: &str| {
+        cx.seal()
+            .and_then(|seal| seal.open_validator(kind, handle, validator))
+            .ok_or_else(|| {
+                MutationOutcome::Rejected(Rejected::invalid_validator(kind, handle))
+                    .into_call_tool_result()
+            })
+    };
+    let from_argument = match argument {
+        None => None,
+        Some(ExpectedVersion::Number(version)) => Some((version, false)),
+        Some(ExpectedVersion::Validator(validator)) => Some((open(&validator)?, true)),
+    };
+    let from_meta = match from_meta {
+        None => None,
+        Some(validator) => Some(open(validator)?),
+    };
+    match (from_argument, from_meta) {
+        (Some((argument, _)), Some(meta)) if argument != meta => invalid(format!(
+            "`expected_version` says version {argument} and the validator in `_meta` says version {meta}; send one of them"
+        )),
+        (Some(found), _) => Ok(found),
+        (None, Some(meta)) => Ok((meta, true)),
+        (None, None) => Err(ToolError::new(
+            ToolError::INVALID_ARGUMENTS,
+            format!(
+                "Invalid arguments: `expected_version` is required. Pass `resumption.basis_version` (or `resumption.validator`) of the last result about this {kind} you planned from, or read the {kind} first."
+            ),
+        )
+        .with_details(serde_json::json!({ "violations": [{
+            "path": "/",
+            "message": "\"expected_version\" is a required property",
+        }] }))
+        .into_result()),
+    }
+}
+
+/// The key of the reconfirmation elicitation in `inputRequests` and `inputResponses`.
+pub const RECONFIRM_INPUT_KEY: &str = "reconfirm";
+
+/// The `_meta` key under which a client sends back the `confirmation` of a `stale_view`, once
+/// whoever decided the change confirmed it.
+pub const CONFIRMATION_META_KEY: &str = "io.github.mcp-tools/confirmation";
+
+fn binding<'a>(cx: &'a Context, target: &'a str, raw: &'a Value) -> Binding<'a> {
+    Binding {
+        target,
+        principal: cx.principal().key(),
+        arguments: raw,
+    }
+}
+
+/// The version whoever decided this change confirmed it against, from the answer to the
+/// reconfirmation elicitation or from a `confirmation` sent back in `_meta`; `Err` with the
+/// result the call ends with when the confirmation was declined or does not open.
+fn confirmed_version<R: IsEntity>(
+    cx: &Context,
+    tool: &str,
+    handle: &str,
+    raw: &Value,
+) -> Result<Option<u64>, CallToolResult> {
+    let refused =
+        |rejected: Rejected| Err(MutationOutcome::Rejected(rejected).into_call_tool_result());
+    let asked = cx
+        .request_state()
+        .and_then(|state| state.get(RECONFIRM_INPUT_KEY))
+        .and_then(Value::as_u64);
+    if let Some(version) = asked
+        && let Some(answer) = cx.input_response(RECONFIRM_INPUT_KEY)
+    {
+        let accepted = answer["action"] == "accept" && answer["content"]["confirm"] == true;
+        if !accepted {
+            return refused(Rejected::not_confirmed(R::KIND, handle));
+        }
+        return Ok(Some(version));
+    }
+    match cx.meta().raw.get(CONFIRMATION_META_KEY) {
+        None => Ok(None),
+        Some(Value::String(sealed)) => {
+            let target = tool_call_target(tool);
+            let opened = cx
+                .seal()
+                .and_then(|seal| {
+                    seal.open_request_state(&binding(cx, &target, raw), sealed)
+                        .ok()
+                })
+                .flatten();
+            match opened
+                .as_ref()
+                .and_then(|state| state.get(RECONFIRM_INPUT_KEY))
+                .and_then(Value::as_u64)
+            {
+                Some(version) => Ok(Some(version)),
+                None => refused(Rejected::invalid_confirmation(R::KIND, handle)),
+            }
+        }
+        Some(_) => refused(Rejected::invalid_confirmation(R::KIND, handle)),
+    }
+}
+
+/// For a conflict under `reconfirm`: the elicitation that asks to confirm the change against the
+/// current state, when the client can answer one; otherwise the `stale_view` gets the
+/// confirmation to send back once whoever decided the change confirmed it.
+fn ask_to_reconfirm<R: IsEntity>(
+    cx: &Context,
+    tool: &str,
+    raw: &Value,
+    outcome: &mut MutationOutcome,
+) -> Option<InputRequired> {
+    let (current, message) = match &*outcome {
+        MutationOutcome::StaleView(stale) => (stale.current_version, reconfirm_message(stale)),
+        MutationOutcome::Replayed(Replayed {
+            original: RecordedOutcome::StaleView(recorded),
+            current: Some(current),
+            ..
+        }) => (
+            current.version,
+            format!(
+                "The {} {} changed after version {} that this change was based on; it is now at version {}. Apply the change to it as it is now?",
+                R::KIND,
+                recorded.handle,
+                recorded.expected_version,
+                current.version
+            ),
+        ),
+        _ => return None,
+    };
+    let state = serde_json::json!({ RECONFIRM_INPUT_KEY: current });
+    if declares_form_elicitation(cx.client_capabilities()) {
+        return Some(
+            InputRequired::new()
+                .elicit(
+                    RECONFIRM_INPUT_KEY,
+                    message,
+                    serde_json::json!({
+                        "type": "object",
+                        "properties": { "confirm": {
+                            "type": "boolean",
+                            "title": "Apply to the current state",
+                            "description": "Yes applies the change to the state shown; no leaves it unchanged.",
+                        } },
+                        "required": ["confirm"],
+                    }),
+                )
+                .state(state),
+        );
+    }
+    if let MutationOutcome::StaleView(stale) = outcome {
+        let target = tool_call_target(tool);
+        stale.confirmation = cx
+            .seal()
+            .map(|seal| seal.request_state(&binding(cx, &target, raw), Some(&state)));
+    }
+    None
+}
+
+/// What the reconfirmation elicitation shows: what changed, before and after.
+fn reconfirm_message(stale: &StaleView) -> String {
+    let changes = if stale.delta_available {
+        stale
+            .delta
+            .iter()
+            .map(|change| {
+                format!(
+                    "{}: {} -> {}",
+                    change.path,
+                    change
+                        .before
+                        .as_ref()
+                        .map_or("(none)".to_owned(), Value::to_string),
+                    change
+                        .after
+                        .as_ref()
+                        .map_or("(none)".to_owned(), Value::to_string)
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("; ")
+    } else {
+        "its history is no longer kept".to_owned()
+    };
+    format!(
+        "{} changed after version {} that this change was based on; it is now at version {} ({changes}). Apply the change to it as it is now?",
+        stale.handle, stale.expected_version, stale.current_version
+    )
+}
+
+fn declares_form_elicitation(capabilities: &Map<String, Value>) -> bool {
+    match capabilities.get("elicitation") {
+        Some(Value::Object(modes)) => modes.is_empty() || modes.contains_key("form"),
+        _ => false,
+    }
+}
+
+/// Seals the validator of every resumption record in an outcome.
+fn seal_validators(cx: &Context, kind: &str, outcome: &mut MutationOutcome) {
+    let resumption = match outcome {
+        MutationOutcome::Applied(applied) => &mut applied.resumption,
+        MutationOutcome::StaleView(stale) => &mut stale.resumption,
+        MutationOutcome::Replayed(Replayed {
+            current: Some(current),
+            ..
+        }) => &mut current.resumption,
+        _ => return,
+    };
+    seal_validator(cx, kind, resumption);
+}
+
+fn seal_validator(cx: &Context, kind: &str, resumption: &mut Resumption) {
+    resumption.validator = cx
+        .seal()
+        .map(|seal| seal.validator(kind, &resumption.handle, resumption.basis_version));
 }
 
 /// One of a tool's own arguments, as the payload fingerprint sees it.
@@ -301,7 +603,10 @@ pub async fn create<'a, R: IsEntity>(
         request = request.operation(operation_id, fingerprint(spec.tool, spec.arguments, raw));
     }
     match store.create(request).await {
-        Ok(outcome) => outcome.into_call_tool_result(),
+        Ok(mut outcome) => {
+            seal_validators(cx, R::KIND, &mut outcome);
+            outcome.into_call_tool_result()
+        }
         Err(error) => error.into_tool_error().into_result(),
     }
 }
@@ -312,17 +617,37 @@ pub async fn read<R: IsEntity>(
     store: &SharedStore,
     cx: &Context,
     handle: String,
+    basis: Option<ExpectedVersion>,
 ) -> Result<(Snapshot, R), CallToolResult> {
-    let request = ReadRequest {
-        kind: R::kind(),
-        principal: cx.principal().clone(),
-        handle,
+    let since = match basis {
+        None => None,
+        Some(ExpectedVersion::Number(version)) => Some(version),
+        Some(ExpectedVersion::Validator(validator)) => {
+            match cx
+                .seal()
+                .and_then(|seal| seal.open_validator(R::KIND, &handle, &validator))
+            {
+                Some(version) => Some(version),
+                None => {
+                    return Err(ReadOutcome::Rejected(Rejected::invalid_validator(
+                        R::KIND,
+                        &handle,
+                    ))
+                    .into_call_tool_result());
+                }
+            }
+        }
     };
+    let mut request = ReadRequest::new(R::kind(), cx.principal().clone(), handle);
+    request.since = since;
     match store.read(request).await {
-        Ok(ReadOutcome::Current(snapshot)) => match R::deserialize(&snapshot.state) {
-            Ok(resource) => Ok((snapshot, resource)),
+        Ok(ReadOutcome::Current(mut snapshot)) => match R::deserialize(&snapshot.state) {
+            Ok(resource) => {
+                seal_validator(cx, R::KIND, &mut snapshot.resumption);
+                Ok((snapshot, resource))
+            }
             Err(error) => Err(ToolError::new(
-                "INVALID_STATE",
+                super::outcome::code::INVALID_STATE,
                 format!("stored {} is unreadable: {error}", R::KIND),
             )
             .into_result()),
@@ -340,7 +665,7 @@ pub fn read_result<T: Serialize>(
     match view.and_then(|view| {
         serde_json::to_value(view).map_err(|error| {
             ToolError::new(
-                "OUTPUT_NOT_SERIALIZABLE",
+                super::outcome::code::OUTPUT_NOT_SERIALIZABLE,
                 format!("The tool produced output that cannot be serialized: {error}"),
             )
         })
@@ -363,33 +688,75 @@ pub struct MutationSpec<R> {
     pub policy: ConflictPolicy,
     /// The handle the caller sent.
     pub handle: String,
-    /// The caller's `expected_version`, unless the tool opted out.
-    pub expected_version: Option<u64>,
+    /// Whether the tool takes a precondition (`expected_version`, unless it opted out).
+    pub precondition: bool,
+    /// The caller's `expected_version` argument, if sent.
+    pub expected_version: Option<ExpectedVersion>,
     /// The caller's `operation_id`, unless the tool opted out.
     pub operation_id: Option<String>,
     /// The resource type.
     pub resource: PhantomData<fn() -> R>,
 }
 
-/// Runs a `mutates` tool's transition in the store's atomic boundary.
+/// Runs a `mutates` tool's transition in the store's atomic boundary. Under `on_conflict =
+/// reconfirm`, a conflict asks whoever decided the change to confirm it against the current
+/// state (an elicitation, when the client declared it), and only a confirmation bound to the
+/// version it showed applies the change.
 pub async fn mutate<R: IsEntity>(
     store: &SharedStore,
     cx: &Context,
     spec: MutationSpec<R>,
     raw: &Value,
     transition: Transition,
-) -> CallToolResult {
+) -> ToolReply<CallToolResult> {
+    let reconfirm = matches!(spec.policy, ConflictPolicy::Reconfirm);
+    let confirmed = if reconfirm {
+        match confirmed_version::<R>(cx, spec.tool, &spec.handle, raw) {
+            Ok(confirmed) => confirmed,
+            Err(result) => return ToolReply::Complete(result),
+        }
+    } else {
+        None
+    };
+    let expected = if spec.precondition {
+        match precondition(cx, R::KIND, &spec.handle, spec.expected_version) {
+            Ok(expected) => Some(expected),
+            Err(result) => return ToolReply::Complete(result),
+        }
+    } else {
+        None
+    };
+    let tool = spec.tool;
     let mut request =
         MutationRequest::new(R::kind(), cx.principal().clone(), spec.handle).policy(spec.policy);
-    if let Some(version) = spec.expected_version {
+    if let Some((version, _)) = expected {
         request = request.expect_version(version);
     }
+    if let Some(version) = confirmed {
+        request = request.expect_version(version).reconfirmed();
+    }
     if let Some(operation_id) = spec.operation_id {
-        request = request.operation(operation_id, fingerprint(spec.tool, spec.arguments, raw));
+        let fingerprint = match (expected, raw) {
+            // A retry that names the version by its validator, or through `_meta`, is the same
+            // request as one that sends the number.
+            (Some((version, true)), Value::Object(members)) => {
+                let mut members = members.clone();
+                members.insert("expected_version".to_owned(), Value::from(version));
+                fingerprint(spec.tool, spec.arguments, &Value::Object(members))
+            }
+            _ => fingerprint(spec.tool, spec.arguments, raw),
+        };
+        request = request.operation(operation_id, fingerprint);
     }
     match store.mutate(request, transition).await {
-        Ok(outcome) => outcome.into_call_tool_result(),
-        Err(error) => error.into_tool_error().into_result(),
+        Ok(mut outcome) => {
+            seal_validators(cx, R::KIND, &mut outcome);
+            if reconfirm && let Some(ask) = ask_to_reconfirm::<R>(cx, tool, raw, &mut outcome) {
+                return ToolReply::InputRequired(ask);
+            }
+            ToolReply::Complete(outcome.into_call_tool_result())
+        }
+        Err(error) => ToolReply::Complete(error.into_tool_error().into_result()),
     }
 }
 

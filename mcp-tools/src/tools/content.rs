@@ -3,6 +3,8 @@
 use serde::Serialize;
 use serde_json::{Map, Value};
 
+use super::recovery::{DomainCode, Recovery};
+
 /// One block of unstructured tool output.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
@@ -114,6 +116,7 @@ pub struct ToolError {
     code: String,
     message: String,
     details: Option<Value>,
+    recovery: Option<Recovery>,
 }
 
 impl ToolError {
@@ -128,7 +131,20 @@ impl ToolError {
             code: code.into(),
             message: message.into(),
             details: None,
+            recovery: None,
         }
+    }
+
+    /// Says what the caller should do next; stateful tools publish it as the outcome's
+    /// `recovery`.
+    pub fn with_recovery(mut self, recovery: Recovery) -> Self {
+        self.recovery = Some(recovery);
+        self
+    }
+
+    /// What the caller should do next, if the error says.
+    pub fn recovery(&self) -> Option<&Recovery> {
+        self.recovery.as_ref()
     }
 
     /// Attaches structured details.
@@ -160,8 +176,21 @@ impl ToolError {
         if let Some(details) = self.details {
             structured.insert("details".into(), details);
         }
+        let mut text = self.message;
+        if let Some(recovery) = self.recovery {
+            structured.insert(
+                "recovery".into(),
+                Value::String(recovery.as_str().to_owned()),
+            );
+            let stop = if text.trim_end().ends_with(['.', '!', '?']) {
+                ""
+            } else {
+                "."
+            };
+            text = format!("{}{stop} {}", text.trim_end(), recovery.instruction());
+        }
         CallToolResult {
-            content: vec![Content::text(self.message)],
+            content: vec![Content::text(text)],
             structured_content: Some(Value::Object(structured)),
             is_error: true,
             meta: None,
@@ -176,9 +205,11 @@ impl ToolError {
             "properties": {
                 "code": { "type": "string", "description": "Stable machine-readable error code." },
                 "message": { "type": "string", "description": "What went wrong and how to fix it." },
-                "details": { "description": "Optional structured details." }
+                "details": { "description": "Optional structured details." },
+                "recovery": { "type": "string", "description": "What to do next, when the error says." }
             },
-            "required": ["code", "message"]
+            "required": ["code", "message"],
+            "additionalProperties": false
         })
     }
 }
@@ -187,6 +218,16 @@ impl ToolError {
 pub trait IntoToolError {
     /// Converts `self`.
     fn into_tool_error(self) -> ToolError;
+
+    /// Every code a value of this type can convert to, when the type declares them: a stateful
+    /// tool whose error type declares its codes publishes exactly those in its output schema.
+    /// `None` (the default) leaves the set open. `#[derive(ToolError)]` declares them.
+    fn declared_codes() -> Option<&'static [DomainCode]>
+    where
+        Self: Sized,
+    {
+        None
+    }
 }
 
 impl IntoToolError for ToolError {

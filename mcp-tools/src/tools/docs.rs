@@ -67,6 +67,12 @@ fn render_tool(out: &mut String, tool: &Value) {
         }
     }
     render_parameters(out, &tool["inputSchema"]);
+    if let Some(contract) = tool
+        .get("_meta")
+        .and_then(|meta| meta.get(crate::store::STATE_CONTRACT_META_KEY))
+    {
+        render_state_contract(out, contract);
+    }
     let _ = writeln!(out, "\n### Input schema\n");
     code_block(out, &tool["inputSchema"]);
     if let Some(output) = tool.get("outputSchema") {
@@ -110,6 +116,67 @@ fn render_parameters(out: &mut String, schema: &Value) {
     }
 }
 
+/// The concurrency contract of a stateful tool, and every code its outcomes can carry with what
+/// to do about it.
+fn render_state_contract(out: &mut String, contract: &Value) {
+    let text = |key: &str| contract[key].as_str().unwrap_or_default();
+    let _ = writeln!(out, "\n### State contract\n");
+    let mut facts = vec![format!(
+        "{} a `{}`",
+        capitalized(text("tool")),
+        text("resource")
+    )];
+    if let Some(handle) = contract["handle"].as_str() {
+        facts.push(format!("handle argument `{handle}`"));
+    }
+    if let Some(conflict) = contract["conflict"].as_str() {
+        facts.push(format!("on conflict `{conflict}`"));
+    }
+    if let Some(touches) = contract["touches"].as_array() {
+        let touches: Vec<String> = touches
+            .iter()
+            .filter_map(Value::as_str)
+            .map(|field| format!("`{field}`"))
+            .collect();
+        facts.push(format!("touches {}", touches.join(", ")));
+    }
+    if contract["terminal"] == true {
+        facts.push("terminal: the resource accepts no change afterwards".to_owned());
+    }
+    match contract["precondition"].as_str() {
+        Some(argument) => facts.push(format!("precondition `{argument}`")),
+        None => facts.push("no precondition".to_owned()),
+    }
+    match contract["idempotency"].as_str() {
+        Some(argument) => facts.push(format!("idempotency key `{argument}`")),
+        None => facts.push("no idempotency key".to_owned()),
+    }
+    let _ = writeln!(out, "{}.", facts.join("; "));
+    let _ = writeln!(out, "\n| Code | Recovery | Meaning |");
+    let _ = writeln!(out, "| --- | --- | --- |");
+    for code in contract["codes"].as_array().into_iter().flatten() {
+        let recovery = code["recovery"]
+            .as_str()
+            .map_or_else(|| "-".to_owned(), |recovery| format!("`{recovery}`"));
+        let _ = writeln!(
+            out,
+            "| `{}` | {recovery} | {} |",
+            code["code"].as_str().unwrap_or_default(),
+            code["description"]
+                .as_str()
+                .unwrap_or_default()
+                .replace('\n', " ")
+                .replace('|', "\\|"),
+        );
+    }
+    if contract["codes_open"] == true {
+        let _ = writeln!(
+            out,
+            "\nThe tool's own error codes are not declared: other codes may appear."
+        );
+    }
+}
+
 fn type_label(property: &Value) -> String {
     match &property["type"] {
         Value::String(t) => format!("`{t}`"),
@@ -129,4 +196,12 @@ fn type_label(property: &Value) -> String {
 fn code_block(out: &mut String, value: &Value) {
     let pretty = serde_json::to_string_pretty(value).unwrap_or_default();
     let _ = writeln!(out, "```json\n{pretty}\n```");
+}
+
+fn capitalized(word: &str) -> String {
+    let mut chars = word.chars();
+    chars
+        .next()
+        .map(|first| first.to_uppercase().chain(chars).collect())
+        .unwrap_or_default()
 }

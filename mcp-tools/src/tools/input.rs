@@ -117,6 +117,12 @@ pub enum ToolReply<T> {
     InputRequired(InputRequired),
 }
 
+impl<T> From<T> for ToolReply<T> {
+    fn from(complete: T) -> Self {
+        ToolReply::Complete(complete)
+    }
+}
+
 /// The type-erased form the request path handles.
 #[doc(hidden)]
 pub enum Reply {

@@ -5,6 +5,7 @@ pub(crate) mod docs;
 pub(crate) mod extract;
 pub(crate) mod input;
 pub(crate) mod output;
+pub(crate) mod recovery;
 pub(crate) mod set;
 
 use std::borrow::Cow;
@@ -162,6 +163,16 @@ impl ToolInfo {
     /// Replaces the annotations.
     pub fn annotations(mut self, annotations: ToolAnnotations) -> Self {
         self.annotations = annotations;
+        self
+    }
+
+    /// Adds an entry to the tool's `_meta` in `tools/list`. Keys follow the `_meta` key grammar
+    /// and carry a prefix of your own; `io.modelcontextprotocol/` and `STATE_CONTRACT_META_KEY`
+    /// are taken.
+    pub fn with_meta(mut self, key: impl Into<String>, value: Value) -> Self {
+        self.meta
+            .get_or_insert_with(Map::new)
+            .insert(key.into(), value);
         self
     }
 

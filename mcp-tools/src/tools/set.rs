@@ -201,8 +201,11 @@ fn with_error_branch(mut success: Value) -> Value {
         _ => Default::default(),
     };
     defs.insert("McpToolError".into(), ToolError::schema());
+    // `structuredContent` is always an object, and clients (the TypeScript SDK's among them)
+    // refuse an output schema whose root does not say so.
     json!({
         "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "type": "object",
         "$defs": defs,
         "anyOf": [success, { "$ref": "#/$defs/McpToolError" }]
     })

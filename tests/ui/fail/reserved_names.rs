@@ -6,8 +6,9 @@ fn update(
     expected_version: u64,
     #[arg(rename = "operation_id")] op: String,
     #[arg(rename = "_meta")] meta: String,
+    basis_version: u64,
 ) -> String {
-    format!("{expected_version} {op} {meta}")
+    format!("{expected_version} {op} {meta} {basis_version}")
 }
 
 fn main() {}

@@ -329,7 +329,16 @@ impl Inner {
     /// key lookup and a parse, never a wait.
     fn read(&self, request: &ReadRequest) -> Result<ReadOutcome, StoreError> {
         let now = self.config.clock.now_millis();
-        self.with_reader(|connection| boundary::read(&mut SqlTxn::new(connection), request, now))
+        self.with_reader(|connection| {
+            if request.since.is_none() {
+                return boundary::read(&mut SqlTxn::new(connection), &self.config, request, now);
+            }
+            // The state and its history from one snapshot of the file.
+            let snapshot = connection.unchecked_transaction()?;
+            let outcome = boundary::read(&mut SqlTxn::new(&snapshot), &self.config, request, now);
+            snapshot.finish()?;
+            outcome
+        })
     }
 
     /// The automatic sweep, on the sweep thread: its failures are logged, never answered.

@@ -1,0 +1,16 @@
+use mcp_tools::ToolError;
+
+#[derive(Debug, ToolError)]
+enum BookingError {
+    /// The booking needs the manager's approval.
+    #[recovery(custom = "AskTheManager")]
+    NeedsApproval,
+    /// The card was declined; pay another way.
+    #[recovery(custom = "pay-another-way")]
+    Declined,
+    /// Known hints have their own form.
+    #[recovery(custom = "stop")]
+    Closed,
+}
+
+fn main() {}

@@ -1,0 +1,13 @@
+use mcp_tools::ToolError;
+
+#[derive(Debug, ToolError)]
+enum BookingError {
+    /// The room is taken for those nights.
+    #[recovery = "retry_latr"]
+    RoomTaken,
+    /// The hotel has closed its bookings.
+    #[recovery = "give_up"]
+    Closed,
+}
+
+fn main() {}

@@ -1,0 +1,19 @@
+use mcp_tools::ToolError;
+
+#[derive(Debug, ToolError)]
+enum BookingError {
+    /// No such room.
+    #[code = "NOT_FOUND"]
+    #[recovery = "stop"]
+    NoSuchRoom,
+    /// No such room.
+    #[code = "NOT_FOUND"]
+    #[recovery = "create_new"]
+    RoomRemoved,
+    /// The guest is unknown.
+    #[code = "NOT_FOUND"]
+    #[recovery = "stop"]
+    NoSuchGuest,
+}
+
+fn main() {}
