@@ -114,7 +114,7 @@ make_baskets() { # make_baskets URL FILE
   local i out handle
   : >"$2"
   for ((i = 0; i < baskets; i++)); do
-    out="$(call "$1" basket_create "{\"operation_id\":\"create-$RANDOM$RANDOM-$i\"}")"
+    out="$(call "$1" basket_create "{\"operation_id\":\"create-$RANDOM$RANDOM-$i-000000000000\"}")"
     handle="$(jq -er '.result.structuredContent.handle' <<<"$out")" \
       || { echo "basket_create failed: $out" >&2; exit 1; }
     echo "$handle" >>"$2"

@@ -217,6 +217,76 @@ async fn each_tool_publishes_its_own_outcomes_and_contract() {
     ));
 }
 
+/// Anonymous callers share one ledger, so a model-chosen id like `create-1` would replay one
+/// caller's create, handle included, to another: such ids are refused before anything runs or is
+/// recorded. Authenticated callers each have their own ledger and may use any id.
+#[tokio::test]
+async fn anonymous_callers_must_send_unguessable_operation_ids() {
+    let (_server, agent) = memory_server().await;
+    let handle = agent.create().await;
+    let description = {
+        let reply = common::Call::new("tools/list", json!(1), json!({}))
+            .send_to(&agent.url)
+            .await;
+        let tools = reply.result()["tools"].clone();
+        tools[0]["inputSchema"]["properties"]["operation_id"]["description"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    assert!(description.contains("UUID"), "{description}");
+    for (tool, arguments) in [
+        ("basket_create", json!({"operation_id": "create-1"})),
+        (
+            "basket_upgrade_memory",
+            json!({"basket_id": handle, "expected_version": 1, "operation_id": "up-1", "memory_gib": 32}),
+        ),
+        (
+            "basket_add_note",
+            json!({"basket_id": handle, "operation_id": "AAAAAAAAAAAAAAAAAAAAA", "text": "x"}),
+        ),
+    ] {
+        // Twice: a second caller sending the same body is refused just the same.
+        for _ in 0..2 {
+            let refused = agent.call(tool, arguments.clone()).await;
+            assert_eq!(outcome(&refused), "rejected", "{tool}: {refused}");
+            assert_eq!(
+                refused["structuredContent"]["code"],
+                "GUESSABLE_OPERATION_ID"
+            );
+            assert_eq!(refused["structuredContent"]["recovery"], "new_operation_id");
+            let text = refused["content"][0]["text"].as_str().unwrap();
+            assert!(text.contains("UUID"), "{text}");
+        }
+    }
+    assert_eq!(agent.get(&handle).await.0, 1, "nothing applied");
+    let uuid = agent
+        .call(
+            "basket_upgrade_memory",
+            json!({"basket_id": handle, "expected_version": 1,
+                   "operation_id": "3f2c8a4e-9b1d-4c6f-8e2a-7d5b0c1e9f43", "memory_gib": 32}),
+        )
+        .await;
+    assert_eq!(outcome(&uuid), "applied", "{uuid}");
+
+    let server = TestServer::start(authenticated_server(MemoryStore::default())).await;
+    let alice = Agent::connect(&server.url(), Some("alice")).await;
+    let bob = Agent::connect(&server.url(), Some("bob")).await;
+    let created = alice
+        .call("basket_create", json!({"operation_id": "create-1"}))
+        .await;
+    assert_eq!(outcome(&created), "applied", "{created}");
+    // Bob's `create-1` is his own: a new basket, never Alice's outcome or handle.
+    let his = bob
+        .call("basket_create", json!({"operation_id": "create-1"}))
+        .await;
+    assert_eq!(outcome(&his), "applied", "{his}");
+    assert_ne!(
+        his["structuredContent"]["handle"],
+        created["structuredContent"]["handle"]
+    );
+}
+
 #[tokio::test]
 async fn the_seeds_schedule_refuses_the_stale_snapshot_and_keeps_both_upgrades() {
     let (_server, agent) = memory_server().await;
@@ -232,7 +302,7 @@ async fn the_seeds_schedule_refuses_the_stale_snapshot_and_keeps_both_upgrades()
     let a = agent
         .call(
             "basket_upgrade_memory",
-            json!({"basket_id": handle, "expected_version": 1, "operation_id": "a-1", "memory_gib": 32}),
+            json!({"basket_id": handle, "expected_version": 1, "operation_id": "a-1-000000000000000000", "memory_gib": 32}),
         )
         .await;
     assert_eq!(outcome(&a), "applied", "{a}");
@@ -242,7 +312,7 @@ async fn the_seeds_schedule_refuses_the_stale_snapshot_and_keeps_both_upgrades()
     let b = agent
         .call(
             "basket_replace_configuration",
-            json!({"basket_id": handle, "expected_version": 1, "operation_id": "b-1",
+            json!({"basket_id": handle, "expected_version": 1, "operation_id": "b-1-000000000000000000",
                    "memory_gib": b_state["memory_gib"], "storage_gib": 1024}),
         )
         .await;
@@ -266,7 +336,7 @@ async fn the_seeds_schedule_refuses_the_stale_snapshot_and_keeps_both_upgrades()
     let b = agent
         .call(
             "basket_replace_configuration",
-            json!({"basket_id": handle, "expected_version": version, "operation_id": "b-2",
+            json!({"basket_id": handle, "expected_version": version, "operation_id": "b-2-000000000000000000",
                    "memory_gib": state["memory_gib"], "storage_gib": 1024}),
         )
         .await;
@@ -286,14 +356,14 @@ async fn a_storage_upgrade_from_an_old_view_rebases_over_a_memory_change() {
     let a = agent
         .call(
             "basket_upgrade_memory",
-            json!({"basket_id": handle, "expected_version": 1, "operation_id": "a", "memory_gib": 32}),
+            json!({"basket_id": handle, "expected_version": 1, "operation_id": "a-00000000000000000000", "memory_gib": 32}),
         )
         .await;
     assert_eq!(outcome(&a), "applied");
     let b = agent
         .call(
             "basket_upgrade_storage",
-            json!({"basket_id": handle, "expected_version": 1, "operation_id": "b", "storage_gib": 1024}),
+            json!({"basket_id": handle, "expected_version": 1, "operation_id": "b-00000000000000000000", "storage_gib": 1024}),
         )
         .await;
     assert_eq!(outcome(&b), "applied", "{b}");
@@ -306,7 +376,7 @@ async fn a_storage_upgrade_from_an_old_view_rebases_over_a_memory_change() {
     let c = agent
         .call(
             "basket_upgrade_storage",
-            json!({"basket_id": handle, "expected_version": 1, "operation_id": "c", "storage_gib": 2048}),
+            json!({"basket_id": handle, "expected_version": 1, "operation_id": "c-00000000000000000000", "storage_gib": 2048}),
         )
         .await;
     assert_eq!(outcome(&c), "stale_view", "{c}");
@@ -323,14 +393,14 @@ async fn a_storage_upgrade_from_an_old_view_rebases_over_a_memory_change() {
 async fn a_retry_after_a_lost_response_replays_and_a_changed_payload_is_refused() {
     let (_server, agent) = memory_server().await;
     let handle = agent.create().await;
-    let arguments = json!({"basket_id": handle, "expected_version": 1, "operation_id": "lost-1", "memory_gib": 32});
+    let arguments = json!({"basket_id": handle, "expected_version": 1, "operation_id": "lost-1-000000000000000", "memory_gib": 32});
     let first = agent.call("basket_upgrade_memory", arguments.clone()).await;
     assert_eq!(outcome(&first), "applied");
     // The response was lost; meanwhile someone else changes the basket.
     let note = agent
         .call(
             "basket_add_note",
-            json!({"basket_id": handle, "operation_id": "note-1", "text": "gift wrap"}),
+            json!({"basket_id": handle, "operation_id": "note-1-000000000000000", "text": "gift wrap"}),
         )
         .await;
     assert_eq!(outcome(&note), "applied");
@@ -340,14 +410,14 @@ async fn a_retry_after_a_lost_response_replays_and_a_changed_payload_is_refused(
     let retry = agent
         .call(
             "basket_upgrade_memory",
-            json!({"memory_gib": 32, "operation_id": "lost-1", "expected_version": 1, "basket_id": handle}),
+            json!({"memory_gib": 32, "operation_id": "lost-1-000000000000000", "expected_version": 1, "basket_id": handle}),
         )
         .await;
     show("retry", "basket_upgrade_memory", &arguments, &retry);
     assert_eq!(outcome(&retry), "replayed", "{retry}");
     assert_ne!(retry["isError"], true);
     let replayed = &retry["structuredContent"];
-    assert_eq!(replayed["operation_id"], "lost-1");
+    assert_eq!(replayed["operation_id"], "lost-1-000000000000000");
     assert_eq!(
         replayed["original"],
         common::recorded_applied(&first["structuredContent"])
@@ -361,7 +431,7 @@ async fn a_retry_after_a_lost_response_replays_and_a_changed_payload_is_refused(
     let reused = agent
         .call(
             "basket_upgrade_memory",
-            json!({"basket_id": handle, "expected_version": 3, "operation_id": "lost-1", "memory_gib": 64}),
+            json!({"basket_id": handle, "expected_version": 3, "operation_id": "lost-1-000000000000000", "memory_gib": 64}),
         )
         .await;
     assert_eq!(outcome(&reused), "rejected", "{reused}");
@@ -375,7 +445,7 @@ async fn a_create_retried_after_a_lost_response_replays_the_same_basket() {
     let store = MemoryStore::default();
     let server = TestServer::start(server(store.clone())).await;
     let agent = Agent::connect(&server.url(), None).await;
-    let arguments = json!({"operation_id": "create-lost-1", "model": "Laptop 16"});
+    let arguments = json!({"operation_id": "create-lost-1-00000000", "model": "Laptop 16"});
     let first = agent.call("basket_create", arguments.clone()).await;
     assert_eq!(outcome(&first), "applied", "{first}");
     let handle = first["structuredContent"]["handle"].as_str().unwrap();
@@ -386,14 +456,14 @@ async fn a_create_retried_after_a_lost_response_replays_the_same_basket() {
     let retry = agent
         .call(
             "basket_create",
-            json!({"model": "Laptop 16", "operation_id": "create-lost-1"}),
+            json!({"model": "Laptop 16", "operation_id": "create-lost-1-00000000"}),
         )
         .await;
     show("retry", "basket_create", &arguments, &retry);
     assert_eq!(outcome(&retry), "replayed", "{retry}");
     assert_ne!(retry["isError"], true);
     let replayed = &retry["structuredContent"];
-    assert_eq!(replayed["operation_id"], "create-lost-1");
+    assert_eq!(replayed["operation_id"], "create-lost-1-00000000");
     assert_eq!(replayed["original"]["handle"], handle);
     assert_eq!(replayed["original"]["version"], 1);
     assert_eq!(
@@ -408,7 +478,7 @@ async fn a_create_retried_after_a_lost_response_replays_the_same_basket() {
     let reused = agent
         .call(
             "basket_create",
-            json!({"operation_id": "create-lost-1", "model": "Laptop 13"}),
+            json!({"operation_id": "create-lost-1-00000000", "model": "Laptop 13"}),
         )
         .await;
     assert_eq!(outcome(&reused), "rejected", "{reused}");
@@ -438,7 +508,10 @@ async fn fifty_concurrent_creates_with_one_operation_id_make_one_basket() {
             let agent = agent.clone();
             tokio::spawn(async move {
                 agent
-                    .call("basket_create", json!({"operation_id": "create-burst"}))
+                    .call(
+                        "basket_create",
+                        json!({"operation_id": "create-burst-000000000"}),
+                    )
                     .await
             })
         })
@@ -474,7 +547,7 @@ async fn fifty_concurrent_creates_with_one_operation_id_make_one_basket() {
 async fn two_hundred_concurrent_requests_with_one_operation_id_apply_once() {
     let (_server, agent) = memory_server().await;
     let handle = agent.create().await;
-    let arguments = json!({"basket_id": handle, "expected_version": 1, "operation_id": "burst", "memory_gib": 64});
+    let arguments = json!({"basket_id": handle, "expected_version": 1, "operation_id": "burst-0000000000000000", "memory_gib": 64});
     let calls: Vec<_> = (0..200)
         .map(|_| {
             let agent = agent.clone();
@@ -533,7 +606,7 @@ async fn an_expired_basket_answers_expired() {
     let write = agent
         .call(
             "basket_upgrade_memory",
-            json!({"basket_id": handle, "expected_version": 1, "operation_id": "late", "memory_gib": 32}),
+            json!({"basket_id": handle, "expected_version": 1, "operation_id": "late-00000000000000000", "memory_gib": 32}),
         )
         .await;
     assert_eq!(write["structuredContent"]["code"], "EXPIRED", "{write}");
@@ -547,13 +620,13 @@ async fn checkout_asks_for_reconfirmation_then_the_basket_is_terminal() {
     agent
         .call(
             "basket_add_note",
-            json!({"basket_id": handle, "operation_id": "n", "text": "blue"}),
+            json!({"basket_id": handle, "operation_id": "n-00000000000000000000", "text": "blue"}),
         )
         .await;
     let stale = agent
         .call(
             "basket_checkout",
-            json!({"basket_id": handle, "expected_version": 1, "operation_id": "co-1"}),
+            json!({"basket_id": handle, "expected_version": 1, "operation_id": "co-1-00000000000000000"}),
         )
         .await;
     assert_eq!(outcome(&stale), "stale_view", "{stale}");
@@ -562,7 +635,7 @@ async fn checkout_asks_for_reconfirmation_then_the_basket_is_terminal() {
     let done = agent
         .call(
             "basket_checkout",
-            json!({"basket_id": handle, "expected_version": 2, "operation_id": "co-2"}),
+            json!({"basket_id": handle, "expected_version": 2, "operation_id": "co-2-00000000000000000"}),
         )
         .await;
     assert_eq!(outcome(&done), "applied", "{done}");
@@ -580,7 +653,7 @@ async fn checkout_asks_for_reconfirmation_then_the_basket_is_terminal() {
     let after = agent
         .call(
             "basket_upgrade_memory",
-            json!({"basket_id": handle, "expected_version": 3, "operation_id": "up", "memory_gib": 32}),
+            json!({"basket_id": handle, "expected_version": 3, "operation_id": "up-0000000000000000000", "memory_gib": 32}),
         )
         .await;
     assert_eq!(after["structuredContent"]["code"], "TERMINAL", "{after}");
@@ -610,7 +683,7 @@ async fn another_principals_basket_is_not_found_like_an_unknown_one() {
     let write = bob
         .call(
             "basket_upgrade_memory",
-            json!({"basket_id": handle, "expected_version": 1, "operation_id": "x", "memory_gib": 32}),
+            json!({"basket_id": handle, "expected_version": 1, "operation_id": "x-00000000000000000000", "memory_gib": 32}),
         )
         .await;
     assert_eq!(write["structuredContent"]["code"], "NOT_FOUND", "{write}");
@@ -638,7 +711,7 @@ async fn a_stale_view_past_the_kept_history_has_no_delta() {
     let recent = agent
         .call(
             "basket_replace_configuration",
-            json!({"basket_id": handle, "expected_version": 3, "operation_id": "r1", "memory_gib": 32, "storage_gib": 512}),
+            json!({"basket_id": handle, "expected_version": 3, "operation_id": "r1-0000000000000000000", "memory_gib": 32, "storage_gib": 512}),
         )
         .await;
     assert_eq!(
@@ -648,7 +721,7 @@ async fn a_stale_view_past_the_kept_history_has_no_delta() {
     let old = agent
         .call(
             "basket_replace_configuration",
-            json!({"basket_id": handle, "expected_version": 1, "operation_id": "r2", "memory_gib": 32, "storage_gib": 512}),
+            json!({"basket_id": handle, "expected_version": 1, "operation_id": "r2-0000000000000000000", "memory_gib": 32, "storage_gib": 512}),
         )
         .await;
     assert_eq!(outcome(&old), "stale_view", "{old}");
@@ -664,7 +737,7 @@ async fn a_domain_error_is_a_rejection_with_its_code() {
     let down = agent
         .call(
             "basket_upgrade_memory",
-            json!({"basket_id": handle, "expected_version": 1, "operation_id": "d", "memory_gib": 8}),
+            json!({"basket_id": handle, "expected_version": 1, "operation_id": "d-00000000000000000000", "memory_gib": 8}),
         )
         .await;
     assert_eq!(outcome(&down), "rejected", "{down}");
@@ -911,7 +984,7 @@ async fn concurrent_rebases_keep_every_acknowledged_change_in_sqlite() {
 /// reach the store's boundary together. Returns the memory of the winner.
 async fn one_operation_id_two_payloads(agent: &Agent, round: usize) -> u64 {
     let handle = agent.create().await;
-    let id = format!("race-{round}");
+    let id = format!("race-{round:022}");
     let payloads = [32, 64, 32, 64, 32, 64, 32, 64, 32, 64];
     let barrier = Arc::new(tokio::sync::Barrier::new(payloads.len()));
     let calls: Vec<_> = payloads

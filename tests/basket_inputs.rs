@@ -396,7 +396,7 @@ async fn bad_inputs_leave_the_basket_unchanged(store: impl Store) {
         &agent.call("basket_upgrade_memory", probe).await,
         &Expect::Decoding(&["/memory_gib"], "u32"),
     );
-    let missed = json!({"basket_id": unknown, "expected_version": 2, "operation_id": "missed", "memory_gib": 64});
+    let missed = json!({"basket_id": unknown, "expected_version": 2, "operation_id": "missed-000000000000000", "memory_gib": 64});
     let first = agent.call("basket_upgrade_memory", missed.clone()).await;
     check("missed", &first, &not_found());
     // A guessed handle is never recorded: the retry is judged again, with the same answer.
@@ -406,7 +406,7 @@ async fn bad_inputs_leave_the_basket_unchanged(store: impl Store) {
     let applied = agent
         .call(
             "basket_upgrade_memory",
-            json!({"basket_id": handle, "expected_version": 2, "operation_id": "missed", "memory_gib": 64}),
+            json!({"basket_id": handle, "expected_version": 2, "operation_id": "missed-000000000000000", "memory_gib": 64}),
         )
         .await;
     assert_eq!(outcome(&applied), "applied", "{applied}");

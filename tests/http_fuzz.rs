@@ -354,7 +354,8 @@ fn tool_call(world: &World) -> BoxedStrategy<Intent> {
     let handle_too = handle.clone();
     let handle_again = handle.clone();
     let handle_last = handle.clone();
-    let operation = || "[a-z]{1,5}".prop_map(|s| format!("op-{s}"));
+    // Callers are anonymous, so an operation id must be 22 URL-safe characters or more.
+    let operation = || "[a-z]{1,5}".prop_map(|s| format!("op-{s:_>20}"));
     prop_oneof![
         4 => text().prop_map(|t| call("echo", json!({ "text": t }))),
         3 => (any::<i32>(), -2i32..3, prop::option::of("[a-z]{0,4}")).prop_map(|(a, b, note)| {
@@ -1462,6 +1463,21 @@ fn predict_legacy(
     params: Option<&Map<String, Value>>,
     world: &World,
 ) -> Prediction {
+    // No routing header is required of a legacy request, but each one it sends must agree.
+    let agrees_if_sent = |name: &str, expected: &str| match header_text(case, name) {
+        Ok(None) => true,
+        Ok(Some(text)) => text == expected,
+        Err(()) => false,
+    };
+    if !agrees_if_sent("mcp-method", method) {
+        return p.answer(Answer::Error(400, HEADER_MISMATCH));
+    }
+    if let Some(Value::String(target)) =
+        named_target(method).and_then(|field| params.and_then(|params| params.get(field)))
+        && !agrees_if_sent("mcp-name", target)
+    {
+        return p.answer(Answer::Error(400, HEADER_MISMATCH));
+    }
     let Some(route) = route_of(method, true) else {
         return p.answer(Answer::Error(404, METHOD_NOT_FOUND));
     };
@@ -1494,10 +1510,55 @@ fn param_headers_agree(case: &Case, arguments: Option<&Value>) -> bool {
             (Ok(Some(header)), Some(value)) => match value {
                 Value::String(s) => header == *s,
                 Value::Bool(b) => header == b.to_string(),
-                Value::Number(n) => header.parse::<f64>().ok() == n.as_f64(),
+                Value::Number(n) => {
+                    written_out(&header).is_some()
+                        && written_out(&header) == written_out(&n.to_string())
+                }
                 _ => false,
             },
         }
+    })
+}
+
+/// A JSON number written out in full, without exponent or needless zeros (`4.2e1` and `42.0`
+/// are `42`, `-0` is `0`), so two numbers compare exactly; `None` for text that is no JSON number.
+fn written_out(text: &str) -> Option<String> {
+    if !matches!(serde_json::from_str::<Value>(text), Ok(Value::Number(_))) || text.trim() != text {
+        return None;
+    }
+    let (negative, text) = match text.strip_prefix('-') {
+        Some(rest) => (true, rest),
+        None => (false, text),
+    };
+    let (mantissa, exponent) = match text.split_once(['e', 'E']) {
+        Some((mantissa, exponent)) => (mantissa, exponent.parse::<i64>().ok()?),
+        None => (text, 0),
+    };
+    let (integer, fraction) = mantissa.split_once('.').unwrap_or((mantissa, ""));
+    let digits = format!("{integer}{fraction}");
+    let point = i64::try_from(integer.len()).ok()? + exponent;
+    // Written out, the point sits `point` digits from the left (zeros padded either side).
+    let padded_left = usize::try_from((-point).max(0)).ok()?;
+    let padded = format!("{}{digits}", "0".repeat(padded_left));
+    let point = usize::try_from(point.max(0)).ok()?;
+    let padded = if padded.len() < point {
+        format!("{padded}{}", "0".repeat(point - padded.len()))
+    } else {
+        padded
+    };
+    let (whole, part) = padded.split_at(point);
+    let whole = whole.trim_start_matches('0');
+    let part = part.trim_end_matches('0');
+    let number = match (whole.is_empty(), part.is_empty()) {
+        (true, true) => return Some("0".to_owned()),
+        (_, true) => whole.to_owned(),
+        (true, false) => format!("0.{part}"),
+        (false, false) => format!("{whole}.{part}"),
+    };
+    Some(if negative {
+        format!("-{number}")
+    } else {
+        number
     })
 }
 
@@ -2268,10 +2329,13 @@ async fn setup(url: &str) -> (World, HashMap<String, jsonschema::Validator>) {
         .send_to(url)
         .await
         .result();
-    let created = Call::call_tool("basket_create", json!({ "operation_id": "setup" }))
-        .send_to(url)
-        .await
-        .result();
+    let created = Call::call_tool(
+        "basket_create",
+        json!({ "operation_id": "setup-0000000000000000" }),
+    )
+    .send_to(url)
+    .await
+    .result();
     let world = World {
         cursor: cursor.expect("tools/list has a second page"),
         request_state: asked["requestState"].as_str().unwrap().to_owned(),

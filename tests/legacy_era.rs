@@ -5,6 +5,7 @@ mod common;
 use common::{TestServer, assert_conforms, tools::tool_set};
 use mcp_tools::{Context, McpServer, NoArgs, Tool, ToolInfo};
 use serde_json::{Value, json};
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// Answers with the protocol version the request was served in.
 struct Version;
@@ -20,10 +21,27 @@ impl Tool for Version {
     }
 }
 
+/// How many times [`Bump`] ran, across the tests of this file.
+static BUMPS: AtomicUsize = AtomicUsize::new(0);
+
+/// A tool with an effect, so a test can tell whether it ran.
+struct Bump;
+
+impl Tool for Bump {
+    type Args = NoArgs;
+    type Output = String;
+    fn info(&self) -> ToolInfo {
+        ToolInfo::new("bump", "Counts its calls.")
+    }
+    async fn call(&self, _: NoArgs, _: Context) -> String {
+        BUMPS.fetch_add(1, Ordering::SeqCst).to_string()
+    }
+}
+
 fn server(legacy: bool) -> McpServer {
     McpServer::builder("e2e", "1")
         .instructions("Legacy-era test.")
-        .tools(tool_set(0).with(Version))
+        .tools(tool_set(0).with(Version).with(Bump))
         .logging()
         .legacy_era(legacy)
         .build()
@@ -232,6 +250,44 @@ async fn a_request_with_neither_a_version_header_nor_meta_is_served_as_legacy() 
     assert_eq!(called["result"]["content"][0]["text"], "2025-11-25");
 }
 
+/// A legacy request needs no routing headers, but those it carries must name what runs: an
+/// intermediary that routed or authorized on `Mcp-Name: version` must not see `bump` run.
+#[tokio::test]
+async fn routing_headers_a_legacy_request_carries_must_agree_with_its_body() {
+    let server = TestServer::start(server(true)).await;
+    let before = BUMPS.load(Ordering::SeqCst);
+    for (label, headers) in [
+        (
+            "Mcp-Name of another tool",
+            vec![("mcp-method", "tools/call"), ("mcp-name", "version")],
+        ),
+        (
+            "Mcp-Method of another method",
+            vec![("mcp-method", "tools/list")],
+        ),
+        ("Mcp-Name alone", vec![("mcp-name", "version")]),
+    ] {
+        let reply = post(&server, &headers, call(3, "bump")).await;
+        assert_eq!(
+            (reply.status, reply.error_code()),
+            (400, Some(-32020)),
+            "{label}: {}",
+            reply.text
+        );
+        assert_conforms("JSONRPCErrorResponse", &reply.json());
+    }
+    assert_eq!(BUMPS.load(Ordering::SeqCst), before, "nothing ran");
+    let agreeing = post(
+        &server,
+        &[("mcp-method", "tools/call"), ("mcp-name", "bump")],
+        call(4, "bump"),
+    )
+    .await;
+    assert_eq!(agreeing.status, 200, "{}", agreeing.text);
+    assert_legacy_result(&agreeing.json());
+    assert_eq!(BUMPS.load(Ordering::SeqCst), before + 1);
+}
+
 #[tokio::test]
 async fn a_2025_06_18_client_is_answered_in_its_own_version() {
     let server = TestServer::start(server(true)).await;
@@ -352,7 +408,7 @@ async fn the_era_is_decided_by_the_meta_claim_then_by_the_header() {
     let body = reply.json();
     assert_conforms("JSONRPCErrorResponse", &body);
     assert_conforms("InvalidParamsError", &body["error"]);
-    // The legacy era has no routing headers: a stale `Mcp-Name` is not checked there.
+    // The legacy era needs no routing headers, but one that is sent must agree with the body.
     let reply = post(
         &server,
         &[
@@ -362,6 +418,11 @@ async fn the_era_is_decided_by_the_meta_claim_then_by_the_header() {
         call(4, "version"),
     )
     .await;
-    assert_eq!(reply.status, 200, "{}", reply.text);
-    assert_legacy_result(&reply.json());
+    assert_eq!(
+        (reply.status, reply.error_code()),
+        (400, Some(-32020)),
+        "{}",
+        reply.text
+    );
+    assert_conforms("JSONRPCErrorResponse", &reply.json());
 }

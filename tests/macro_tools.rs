@@ -415,7 +415,7 @@ async fn creates_take_an_operation_id_unless_they_opt_out() {
         json!(["operation_id", "title"])
     );
     assert_eq!(once["annotations"]["idempotentHint"], true);
-    let arguments = json!({"operation_id": "t-1", "title": "printer"});
+    let arguments = json!({"operation_id": "t-1-000000000000000000", "title": "printer"});
     let first = call_tool(&client, "ticket_open_once", arguments.clone()).await;
     let again = call_tool(&client, "ticket_open_once", arguments).await;
     assert_matches_output_schema(&client, "ticket_open_once", &again).await;
@@ -441,7 +441,7 @@ async fn creates_take_an_operation_id_unless_they_opt_out() {
     let unknown = call_tool(
         &client,
         "ticket_open",
-        json!({"operation_id": "t-2", "title": "x"}),
+        json!({"operation_id": "t-2-000000000000000000", "title": "x"}),
     )
     .await;
     assert_eq!(unknown["isError"], true, "{unknown}");

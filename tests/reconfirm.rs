@@ -102,14 +102,9 @@ fn asks(answer: Answer) -> (Value, String) {
     }
 }
 
-async fn the_elicitation_binds_the_confirmed_version(store: impl Store) {
-    let server = TestServer::start(server(store)).await;
+/// A basket at version 2 and the arguments of a checkout planned on version 1.
+async fn a_checkout_planned_on_version_1(server: &TestServer) -> (Agent, String, Value) {
     let agent = Agent::connect(&server.url(), None).await;
-    let url = server.url();
-    let client = Eliciting {
-        url: &url,
-        agent: &agent,
-    };
     let handle = agent.create().await;
     upgrade(&agent, &handle, 1, 32).await;
     let arguments = json!({
@@ -117,6 +112,17 @@ async fn the_elicitation_binds_the_confirmed_version(store: impl Store) {
         "expected_version": 1,
         "operation_id": operation_id("checkout"),
     });
+    (agent, handle, arguments)
+}
+
+async fn the_elicitation_binds_the_confirmed_version(store: impl Store) {
+    let server = TestServer::start(server(store)).await;
+    let (agent, handle, arguments) = a_checkout_planned_on_version_1(&server).await;
+    let url = server.url();
+    let client = Eliciting {
+        url: &url,
+        agent: &agent,
+    };
 
     // Planned on version 1, the basket is at 2: the user is asked, with what changed.
     let (requests, state) = asks(client.send(client.checkout(&arguments)).await);
@@ -142,6 +148,10 @@ async fn the_elicitation_binds_the_confirmed_version(store: impl Store) {
         .as_str()
         .unwrap();
     assert!(message.contains("now at version 3"), "{message}");
+    assert!(
+        message.contains("after version 2 that you confirmed"),
+        "{message}"
+    );
     assert!(message.contains("/memory_gib: 32 -> 64"), "{message}");
     assert_eq!(agent.get(&handle).await.0, 3, "nothing was ordered yet");
 
@@ -173,19 +183,12 @@ async fn the_elicitation_binds_the_confirmed_version(store: impl Store) {
 
 async fn a_declined_confirmation_changes_nothing(store: impl Store) {
     let server = TestServer::start(server(store)).await;
-    let agent = Agent::connect(&server.url(), None).await;
+    let (agent, handle, arguments) = a_checkout_planned_on_version_1(&server).await;
     let url = server.url();
     let client = Eliciting {
         url: &url,
         agent: &agent,
     };
-    let handle = agent.create().await;
-    upgrade(&agent, &handle, 1, 32).await;
-    let arguments = json!({
-        "basket_id": handle,
-        "expected_version": 1,
-        "operation_id": operation_id("checkout"),
-    });
     let (_, state) = asks(client.send(client.checkout(&arguments)).await);
     for answer in [
         json!({ "action": "accept", "content": { "confirm": false } }),
@@ -207,14 +210,7 @@ async fn a_declined_confirmation_changes_nothing(store: impl Store) {
 
 async fn without_elicitation_a_sealed_confirmation_binds(store: impl Store) {
     let server = TestServer::start(server(store)).await;
-    let agent = Agent::connect(&server.url(), None).await;
-    let handle = agent.create().await;
-    upgrade(&agent, &handle, 1, 32).await;
-    let arguments = json!({
-        "basket_id": handle,
-        "expected_version": 1,
-        "operation_id": operation_id("checkout"),
-    });
+    let (agent, handle, arguments) = a_checkout_planned_on_version_1(&server).await;
     let stale = agent.call("basket_checkout", arguments.clone()).await;
     assert_eq!(outcome(&stale), "stale_view", "{stale}");
     assert_eq!(stale["structuredContent"]["recovery"], "reconfirm");

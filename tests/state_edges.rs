@@ -250,7 +250,7 @@ fn handle_of(result: &Value) -> String {
 // second run would fail, the seat being taken.
 async fn retried_create_replays_without_running_the_function(store: impl Store) {
     let edges = Edges::start(store).await;
-    let booking = json!({"operation_id": "book-7", "number": 7, "holder": "ada"});
+    let booking = json!({"operation_id": "book-7-000000000000000", "number": 7, "holder": "ada"});
     let first = edges.call("seat_book", booking.clone()).await;
     let handle = handle_of(&first);
     assert_eq!(edges.theatre.runs(), 1);
@@ -269,7 +269,7 @@ async fn retried_create_replays_without_running_the_function(store: impl Store) 
     let other = edges
         .call(
             "seat_book",
-            json!({"operation_id": "book-7-again", "number": 7, "holder": "bob"}),
+            json!({"operation_id": "book-7-again-000000000", "number": 7, "holder": "bob"}),
         )
         .await;
     assert_eq!(outcome(&other), "rejected", "{other}");
@@ -293,7 +293,7 @@ async fn concurrent_creates_run_the_function_once(store: impl Store) {
         started: started.clone(),
         release: held,
     });
-    let booking = json!({"operation_id": "book-9", "number": 9, "holder": "ada"});
+    let booking = json!({"operation_id": "book-9-000000000000000", "number": 9, "holder": "ada"});
 
     let first = tokio::spawn({
         let agent = edges.agent.clone();
@@ -335,14 +335,17 @@ async fn rebase_compares_serialized_names(store: impl Store) {
     let edges = Edges::start(store).await;
     let handle = handle_of(
         &edges
-            .call("order_open", json!({"operation_id": "o-1"}))
+            .call(
+                "order_open",
+                json!({"operation_id": "o-1-000000000000000000"}),
+            )
             .await,
     );
 
     let set = edges
         .call(
             "order_set_count",
-            json!({"order_id": handle, "expected_version": 1, "operation_id": "o-2", "item_count": 5}),
+            json!({"order_id": handle, "expected_version": 1, "operation_id": "o-2-000000000000000000", "item_count": 5}),
         )
         .await;
     assert_eq!(outcome(&set), "applied", "{set}");
@@ -351,7 +354,7 @@ async fn rebase_compares_serialized_names(store: impl Store) {
     let planned_from_one = edges
         .call(
             "order_add_items",
-            json!({"order_id": handle, "expected_version": 1, "operation_id": "o-3", "count": 2}),
+            json!({"order_id": handle, "expected_version": 1, "operation_id": "o-3-000000000000000000", "count": 2}),
         )
         .await;
     assert_eq!(
@@ -374,7 +377,7 @@ async fn rebase_compares_serialized_names(store: impl Store) {
     let relabel = edges
         .call(
             "order_relabel",
-            json!({"order_id": handle, "expected_version": 2, "operation_id": "o-4", "label": "gift"}),
+            json!({"order_id": handle, "expected_version": 2, "operation_id": "o-4-000000000000000000", "label": "gift"}),
         )
         .await;
     assert_eq!(outcome(&relabel), "applied", "{relabel}");
@@ -382,7 +385,7 @@ async fn rebase_compares_serialized_names(store: impl Store) {
     let planned_from_two = edges
         .call(
             "order_add_items",
-            json!({"order_id": handle, "expected_version": 2, "operation_id": "o-5", "count": 2}),
+            json!({"order_id": handle, "expected_version": 2, "operation_id": "o-5-000000000000000000", "count": 2}),
         )
         .await;
     assert_eq!(outcome(&planned_from_two), "applied", "{planned_from_two}");
@@ -406,14 +409,17 @@ on_both_stores!(
 async fn honest_retries_replay(store: impl Store) {
     let edges = Edges::start(store).await;
     let first = edges
-        .call("meter_open", json!({"operation_id": "m-1", "start": 1}))
+        .call(
+            "meter_open",
+            json!({"operation_id": "m-1-000000000000000000", "start": 1}),
+        )
         .await;
     let handle = handle_of(&first);
     for retry in [
-        json!({"operation_id": "m-1", "start": 1.0}),
-        json!({"operation_id": "m-1", "start": 1, "unit": null}),
-        json!({"operation_id": "m-1", "start": 1, "scale": 10}),
-        json!({"scale": 10, "unit": null, "start": 1.0, "operation_id": "m-1"}),
+        json!({"operation_id": "m-1-000000000000000000", "start": 1.0}),
+        json!({"operation_id": "m-1-000000000000000000", "start": 1, "unit": null}),
+        json!({"operation_id": "m-1-000000000000000000", "start": 1, "scale": 10}),
+        json!({"scale": 10, "unit": null, "start": 1.0, "operation_id": "m-1-000000000000000000"}),
     ] {
         let result = edges.call("meter_open", retry.clone()).await;
         assert_eq!(outcome(&result), "replayed", "{retry}: {result}");
@@ -423,32 +429,33 @@ async fn honest_retries_replay(store: impl Store) {
         );
     }
     for different in [
-        json!({"operation_id": "m-1", "start": 1.5}),
-        json!({"operation_id": "m-1", "start": 1, "unit": "kWh"}),
-        json!({"operation_id": "m-1", "start": 1, "scale": 11}),
+        json!({"operation_id": "m-1-000000000000000000", "start": 1.5}),
+        json!({"operation_id": "m-1-000000000000000000", "start": 1, "unit": "kWh"}),
+        json!({"operation_id": "m-1-000000000000000000", "start": 1, "scale": 11}),
     ] {
         let result = edges.call("meter_open", different.clone()).await;
         assert_rejected(&result, "OPERATION_ID_REUSED", "new_operation_id");
     }
 
-    let record = json!({"meter_id": handle, "operation_id": "r-1", "reading": 3});
+    let record =
+        json!({"meter_id": handle, "operation_id": "r-1-000000000000000000", "reading": 3});
     let first = edges.call("meter_record", record).await;
     assert_eq!(outcome(&first), "applied", "{first}");
     for retry in [
-        json!({"meter_id": handle, "operation_id": "r-1", "reading": 3.0}),
-        json!({"meter_id": handle, "operation_id": "r-1", "reading": 3, "note": null}),
-        json!({"meter_id": handle, "operation_id": "r-1", "reading": 3, "tags": [], "weight": 1}),
-        json!({"weight": 1, "tags": [], "note": null, "reading": 3.0, "operation_id": "r-1", "meter_id": handle}),
+        json!({"meter_id": handle, "operation_id": "r-1-000000000000000000", "reading": 3.0}),
+        json!({"meter_id": handle, "operation_id": "r-1-000000000000000000", "reading": 3, "note": null}),
+        json!({"meter_id": handle, "operation_id": "r-1-000000000000000000", "reading": 3, "tags": [], "weight": 1}),
+        json!({"weight": 1, "tags": [], "note": null, "reading": 3.0, "operation_id": "r-1-000000000000000000", "meter_id": handle}),
     ] {
         let result = edges.call("meter_record", retry.clone()).await;
         assert_eq!(outcome(&result), "replayed", "{retry}: {result}");
         assert_eq!(result["structuredContent"]["original"]["version"], 2);
     }
     for different in [
-        json!({"meter_id": handle, "operation_id": "r-1", "reading": 3.5}),
-        json!({"meter_id": handle, "operation_id": "r-1", "reading": 3, "note": "late"}),
-        json!({"meter_id": handle, "operation_id": "r-1", "reading": 3, "tags": ["x"]}),
-        json!({"meter_id": handle, "operation_id": "r-1", "reading": 3, "weight": 2}),
+        json!({"meter_id": handle, "operation_id": "r-1-000000000000000000", "reading": 3.5}),
+        json!({"meter_id": handle, "operation_id": "r-1-000000000000000000", "reading": 3, "note": "late"}),
+        json!({"meter_id": handle, "operation_id": "r-1-000000000000000000", "reading": 3, "tags": ["x"]}),
+        json!({"meter_id": handle, "operation_id": "r-1-000000000000000000", "reading": 3, "weight": 2}),
     ] {
         let result = edges.call("meter_record", different.clone()).await;
         assert_rejected(&result, "OPERATION_ID_REUSED", "new_operation_id");
@@ -456,7 +463,7 @@ async fn honest_retries_replay(store: impl Store) {
     let now = edges
         .call(
             "meter_record",
-            json!({"meter_id": handle, "operation_id": "r-2", "reading": 4}),
+            json!({"meter_id": handle, "operation_id": "r-2-000000000000000000", "reading": 4}),
         )
         .await;
     assert_eq!(
@@ -477,7 +484,10 @@ async fn outcomes_show_the_view(store: impl Store) {
     let edges = Edges::start(store).await;
     let handle = handle_of(
         &edges
-            .call("basket_create", json!({"operation_id": "b-1"}))
+            .call(
+                "basket_create",
+                json!({"operation_id": "b-1-000000000000000000"}),
+            )
             .await,
     );
     let notes: Vec<String> = (1..=5).map(|n| format!("note {n}")).collect();
@@ -485,7 +495,7 @@ async fn outcomes_show_the_view(store: impl Store) {
         let added = edges
             .call(
                 "basket_add_note",
-                json!({"basket_id": handle, "operation_id": format!("n-{index}"), "text": note}),
+                json!({"basket_id": handle, "operation_id": format!("n-{index:022}"), "text": note}),
             )
             .await;
         assert_eq!(outcome(&added), "applied", "{added}");

@@ -815,6 +815,14 @@ async fn mirrored_parameters_must_agree_with_their_headers() {
         .send(&server)
         .await;
     assert_eq!(ok.status, 200, "{}", ok.text);
+    for (shard, header) in [("9007199254740993", "9007199254740993"), ("42", "4.2e1")] {
+        let arguments: Value = serde_json::from_str(&format!(r#"{{ "shard": {shard} }}"#)).unwrap();
+        let exact = route(arguments)
+            .header("mcp-param-shard", header)
+            .send(&server)
+            .await;
+        assert_eq!(exact.status, 200, "{shard} / {header}: {}", exact.text);
+    }
     let encoded = route(json!({ "region": "é" }))
         .header("mcp-param-region", "=?base64?w6k=?=")
         .send(&server)
@@ -826,6 +834,12 @@ async fn mirrored_parameters_must_agree_with_their_headers() {
         (json!({ "region": "eu" }), vec![]),
         (json!({ "region": "eu" }), vec![("mcp-param-region", "us")]),
         (json!({ "shard": 1 }), vec![("mcp-param-shard", "2")]),
+        // One `f64`, two integers: compared as numbers, exactly.
+        (
+            serde_json::from_str::<Value>(r#"{ "shard": 9007199254740993 }"#).unwrap(),
+            vec![("mcp-param-shard", "9007199254740992")],
+        ),
+        (json!({ "shard": 42 }), vec![("mcp-param-shard", "42.5")]),
         (json!({}), vec![("mcp-param-region", "eu")]),
     ] {
         let mut call = route(args.clone());

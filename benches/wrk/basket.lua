@@ -62,7 +62,8 @@ local function arguments(handle, n)
   if tool == "get" then
     return '{"basket_id":"' .. handle .. '"}'
   end
-  local op = run .. "-" .. n
+  -- Callers are anonymous, so ids must be 22 URL-safe characters or more.
+  local op = string.format("%s-%020d", run, n)
   if tool == "upgrade" then
     local v = versions[handle] or 1
     return string.format('{"basket_id":"%s","expected_version":%d,"memory_gib":%d,"operation_id":"%s"}',

@@ -615,12 +615,7 @@ fn stateful_parts(
         StatefulKind::Mutates => {
             let policy = match tool.conflict_policy() {
                 ConflictPolicy::Rebase => {
-                    let touches: Vec<String> = tool
-                        .attrs
-                        .touches
-                        .iter()
-                        .flat_map(|touches| touches.fields.iter().map(unraw))
-                        .collect();
+                    let touches = tool.touched_fields();
                     // The store compares serialized names: the entity maps its fields to them.
                     quote! {
                         ::mcp_tools::store::ConflictPolicy::rebase::<#resource>(&[#(#touches),*])
@@ -720,12 +715,7 @@ fn published_contract(tool: &ToolFn, kind: StatefulKind, output: &Output) -> Tok
     let handle = tool.handle_name().unwrap_or_default();
     let expected_version = tool.takes_expected_version();
     let operation_id = tool.takes_operation_id();
-    let touches: Vec<String> = tool
-        .attrs
-        .touches
-        .iter()
-        .flat_map(|touches| touches.fields.iter().map(unraw))
-        .collect();
+    let touches = tool.touched_fields();
     let terminal = tool.is_terminal();
     let domain_codes = match output {
         Output::Result { err, .. } => {

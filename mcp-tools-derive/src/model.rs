@@ -357,6 +357,15 @@ impl ToolFn {
             && self.attrs.expected_version.is_none_or(|flag| flag.value)
     }
 
+    /// The Rust names of the fields `touches = [..]` lists, without `r#`.
+    pub fn touched_fields(&self) -> Vec<String> {
+        self.attrs
+            .touches
+            .iter()
+            .flat_map(|touches| touches.fields.iter().map(unraw))
+            .collect()
+    }
+
     /// Whether the tool declares that its transition ends the resource's life.
     pub fn is_terminal(&self) -> bool {
         self.attrs.terminal.is_some_and(|flag| flag.value)

@@ -52,10 +52,10 @@ pub fn authenticated_server(store: impl Store) -> McpServer {
         .unwrap()
 }
 
-/// A fresh operation id.
+/// A fresh operation id, long enough for an anonymous caller (22 URL-safe characters or more).
 pub fn operation_id(tag: &str) -> String {
     static NEXT: AtomicU64 = AtomicU64::new(1);
-    format!("{tag}-{}", NEXT.fetch_add(1, Ordering::Relaxed))
+    format!("{tag}-{:022}", NEXT.fetch_add(1, Ordering::Relaxed))
 }
 
 /// One caller of one server.

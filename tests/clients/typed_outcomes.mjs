@@ -27,7 +27,8 @@ async function call(name, args, expect) {
   return result.structuredContent;
 }
 
-const id = (tag) => `${tag}-${process.pid}-${Math.random().toString(36).slice(2)}`;
+// Callers here are anonymous, so operation ids must be unguessable: UUIDs.
+const id = (tag) => `${tag}-${crypto.randomUUID()}`;
 const created = await call('basket_create', { operation_id: id('create') }, 'applied');
 const basket = created.handle;
 const read = await call('basket_get', { basket_id: basket }, 'current');

@@ -20,7 +20,7 @@ use tokio::sync::mpsc;
 use crate::RpcError;
 use crate::context::notify::Notifier;
 use crate::context::{Context, Principal};
-use crate::protocol::headers::require_equal;
+use crate::protocol::headers::{equal_if_present, require_equal};
 use crate::protocol::param_headers::check_param_headers;
 use crate::protocol::{
     Envelope, REMOVED_METHODS, RequestId, RequestMeta, SUPPORTED_VERSIONS, headers,
@@ -202,6 +202,15 @@ fn prepare(
             &meta.protocol_version,
             &server.shared.base.supported_versions,
         ));
+    }
+    if let (true, Transport::Http(headers)) = (legacy, transport) {
+        // Earlier revisions send no routing headers; any that are present must still agree.
+        equal_if_present(headers, headers::METHOD, "Mcp-Method", &method)?;
+        if let Some(Value::String(target)) =
+            headers::named_target(&method).and_then(|field| params.get(field))
+        {
+            equal_if_present(headers, headers::NAME, "Mcp-Name", target)?;
+        }
     }
     if let (false, Transport::Http(headers)) = (legacy, transport) {
         require_equal(headers, headers::METHOD, "Mcp-Method", &method)?;

@@ -88,6 +88,22 @@ pub(crate) fn require_equal(
     }
 }
 
+/// Requires `name`, when present, to equal `expected`: a client of an earlier revision need not
+/// send it, but an intermediary that routes or authorizes on it must see what runs.
+pub(crate) fn equal_if_present(
+    headers: &HeaderMap,
+    name: &str,
+    display: &str,
+    expected: &str,
+) -> Result<(), RpcError> {
+    match header_text(headers, name)? {
+        Some(actual) if actual != expected => Err(RpcError::header_mismatch(format!(
+            "Header mismatch: {display} header value {actual:?} does not match body value {expected:?}"
+        ))),
+        _ => Ok(()),
+    }
+}
+
 /// The body field `Mcp-Name` must mirror, for methods that name a target.
 pub(crate) fn named_target(method: &str) -> Option<&'static str> {
     match method {

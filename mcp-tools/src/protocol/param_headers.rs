@@ -45,17 +45,77 @@ fn lookup<'a>(arguments: &'a Map<String, Value>, path: &[String]) -> Option<&'a 
         .try_fold(arguments.get(first)?, |value, key| value.get(key))
 }
 
-/// Whether a header value represents `value` (strings as is, integers numerically, booleans as
-/// `true`/`false`).
+/// Whether a header value represents `value` (strings as is, numbers as the same decimal value,
+/// booleans as `true`/`false`).
 fn agrees(header: &str, value: &Value) -> bool {
     match value {
         Value::String(s) => header == s,
         Value::Bool(b) => header == if *b { "true" } else { "false" },
-        Value::Number(n) => match (header.parse::<f64>(), n.as_f64()) {
-            (Ok(h), Some(v)) => h == v,
+        // Exactly, not through `f64`: `9007199254740993` and `9007199254740992` are one `f64`.
+        Value::Number(n) => match (Decimal::parse(header), Decimal::parse(&n.to_string())) {
+            (Some(header), Some(body)) => header == body,
             _ => false,
         },
         _ => false,
+    }
+}
+
+/// A JSON number as an exact decimal, `±digits × 10^exponent` with no leading or trailing zero
+/// in `digits`, so `42`, `42.0` and `4.2e1` are equal and nothing is rounded.
+#[derive(Debug, PartialEq, Eq)]
+struct Decimal {
+    negative: bool,
+    digits: String,
+    exponent: i64,
+}
+
+impl Decimal {
+    /// Parses the JSON number grammar (`-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?`).
+    fn parse(text: &str) -> Option<Decimal> {
+        let (negative, rest) = match text.strip_prefix('-') {
+            Some(rest) => (true, rest),
+            None => (false, text),
+        };
+        let (mantissa, exponent) = match rest.find(['e', 'E']) {
+            Some(at) => {
+                let exponent = &rest[at + 1..];
+                let unsigned = exponent.strip_prefix(['+', '-']).unwrap_or(exponent);
+                if unsigned.is_empty() || !unsigned.bytes().all(|b| b.is_ascii_digit()) {
+                    return None;
+                }
+                (&rest[..at], exponent.parse::<i64>().ok()?)
+            }
+            None => (rest, 0),
+        };
+        let (integer, fraction) = match mantissa.split_once('.') {
+            Some((integer, fraction)) if !fraction.is_empty() => (integer, fraction),
+            Some(_) => return None,
+            None => (mantissa, ""),
+        };
+        let well_formed = !integer.is_empty()
+            && integer.bytes().all(|b| b.is_ascii_digit())
+            && fraction.bytes().all(|b| b.is_ascii_digit())
+            && (integer == "0" || !integer.starts_with('0'));
+        if !well_formed {
+            return None;
+        }
+        let all = format!("{integer}{fraction}");
+        let significant = all.trim_start_matches('0');
+        let trimmed = significant.trim_end_matches('0');
+        if trimmed.is_empty() {
+            return Some(Decimal {
+                negative: false,
+                digits: "0".to_owned(),
+                exponent: 0,
+            });
+        }
+        let dropped = i64::try_from(significant.len() - trimmed.len()).ok()?;
+        let fraction_len = i64::try_from(fraction.len()).ok()?;
+        Some(Decimal {
+            negative,
+            digits: trimmed.to_owned(),
+            exponent: exponent.checked_sub(fraction_len)?.checked_add(dropped)?,
+        })
     }
 }
 
@@ -99,6 +159,42 @@ pub(crate) fn check_param_headers(
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn numbers_agree_exactly_as_decimals() {
+        let body: Value = serde_json::from_str("9007199254740993").unwrap();
+        assert!(agrees("9007199254740993", &body));
+        assert!(
+            !agrees("9007199254740992", &body),
+            "no rounding through f64"
+        );
+        for (header, body) in [
+            ("42", "42.0"),
+            ("42.0", "42"),
+            ("4.2e1", "42"),
+            ("-0", "0"),
+            ("0.50", "0.5"),
+            ("1E+2", "100"),
+        ] {
+            let body: Value = serde_json::from_str(body).unwrap();
+            assert!(agrees(header, &body), "{header} vs {body}");
+        }
+        for (header, body) in [
+            ("42", "43"),
+            ("-42", "42"),
+            ("4.2", "42"),
+            ("042", "42"),
+            ("42.", "42"),
+            ("0x2a", "42"),
+            ("", "0"),
+            ("1e", "1"),
+            ("+42", "42"),
+            ("4 2", "42"),
+        ] {
+            let body: Value = serde_json::from_str(body).unwrap();
+            assert!(!agrees(header, &body), "{header} vs {body}");
+        }
+    }
 
     #[test]
     fn finds_declarations_through_properties_only() {

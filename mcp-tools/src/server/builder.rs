@@ -201,11 +201,13 @@ impl McpServerBuilder {
         self
     }
 
-    /// The HMAC-SHA256 key that signs pagination cursors and multi-round request state.
+    /// The HMAC-SHA256 key that signs pagination cursors, multi-round request state, and the
+    /// validators and reconfirmations of stateful tools.
     ///
     /// Every replica behind one load balancer must use the same key, so a listing started on one
-    /// continues on another. Without a key each process draws a random one at start-up, which
-    /// suits a single process only.
+    /// continues on another and a validator one issued is accepted by the next. Without a key
+    /// each process draws a random one at start-up, which suits a single process only (after a
+    /// restart, earlier validators are refused as `INVALID_VALIDATOR`: read again).
     pub fn cursor_key(mut self, key: impl Into<Vec<u8>>) -> Self {
         self.cursor_key = Some(key.into());
         self

@@ -23,6 +23,9 @@ pub mod code {
     pub const NOT_FOUND: &str = "NOT_FOUND";
     /// An earlier request with the same operation id is still running.
     pub const OPERATION_IN_PROGRESS: &str = "OPERATION_IN_PROGRESS";
+    /// Callers are not authenticated and share one ledger: an operation id must be a UUID (or as
+    /// unguessable).
+    pub const GUESSABLE_OPERATION_ID: &str = "GUESSABLE_OPERATION_ID";
     /// The resource's share of the operation-id ledger is full until its oldest records expire.
     pub const LEDGER_FULL: &str = "LEDGER_FULL";
     /// The tool's own code panicked; the same request would panic again.
@@ -47,6 +50,7 @@ pub mod code {
         EXPIRED,
         NOT_FOUND,
         OPERATION_IN_PROGRESS,
+        GUESSABLE_OPERATION_ID,
         LEDGER_FULL,
         TRANSITION_PANICKED,
         INVALID_VALIDATOR,
@@ -188,6 +192,18 @@ impl Rejected {
             code: code::OPERATION_ID_REUSED.into(),
             message: format!(
                 "The operation_id {operation_id:?} was already used for a different request. Use a new operation_id for a new change."
+            ),
+            recovery: Some(Recovery::NewOperationId),
+            details: None,
+        }
+    }
+
+    /// An operation id another anonymous caller could guess.
+    pub fn guessable_operation_id(operation_id: &str) -> Self {
+        Rejected {
+            code: code::GUESSABLE_OPERATION_ID.into(),
+            message: format!(
+                "The operation_id {operation_id:?} could be guessed, and callers here are not authenticated, so they share one record of operations; nothing was done. Send a new UUID (v4) you generate, such as 3f2c8a4e-9b1d-4c6f-8e2a-7d5b0c1e9f43, or at least 22 URL-safe random characters."
             ),
             recovery: Some(Recovery::NewOperationId),
             details: None,

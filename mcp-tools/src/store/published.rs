@@ -159,6 +159,11 @@ impl StatefulContract {
         }
         if self.operation_id {
             codes.push(framework(
+                code::GUESSABLE_OPERATION_ID,
+                "Callers are not authenticated and the operation id is not a UUID (or 22 URL-safe characters).",
+                Recovery::NewOperationId,
+            ));
+            codes.push(framework(
                 code::OPERATION_ID_REUSED,
                 "The operation id was already used for a different request.",
                 Recovery::NewOperationId,

@@ -21,7 +21,7 @@ use super::outcome::{
     StaleView,
 };
 use super::registry::SharedStore;
-use crate::context::Context;
+use crate::context::{Context, Principal};
 use crate::protocol::seal::{Binding, tool_call_target};
 use crate::tools::content::{CallToolResult, IntoToolError, ToolError};
 use crate::tools::extract::MISSING_STATE;
@@ -180,7 +180,8 @@ pub fn input_schema<T: JsonSchema, R: IsEntity>(
         describe(
             "operation_id",
             format!(
-                "A new unique id you choose for this {kind} (for example a UUID). To retry after a \
+                "A new UUID you generate for this {kind} (or another unguessable id of at least 22 \
+                 URL-safe characters; shorter ids are refused when callers are not authenticated). To retry after a \
                  lost or interrupted response, send the same id with the same arguments: the \
                  recorded outcome comes back with the same handle and no second {kind} is created. \
                  Use a new id for every new {kind}."
@@ -189,7 +190,8 @@ pub fn input_schema<T: JsonSchema, R: IsEntity>(
     } else if injected.operation_id {
         describe(
             "operation_id",
-            "A new unique id you choose for this change (for example a UUID). To retry after a \
+            "A new UUID you generate for this change (or another unguessable id of at least 22 \
+             URL-safe characters; shorter ids are refused when callers are not authenticated). To retry after a \
              lost or interrupted response, send the same id with the same arguments: the recorded \
              outcome comes back and nothing is applied twice. Use a new id for every new change, \
              including a re-planned change after `stale_view`."
@@ -325,6 +327,32 @@ fn precondition(
     }
 }
 
+/// Refuses an operation id another anonymous caller could guess. Without authentication every
+/// caller is the same principal and shares one ledger, so a replay of `create-1` would hand one
+/// caller the outcome (and the handle) of another's create; an id with the entropy of a handle
+/// (a UUID, or at least 22 URL-safe characters) cannot be hit by accident or by trying.
+fn unguessable(cx: &Context, operation_id: &str) -> Result<(), CallToolResult> {
+    if !matches!(cx.principal(), Principal::Anonymous) || is_unguessable(operation_id) {
+        return Ok(());
+    }
+    Err(
+        MutationOutcome::Rejected(Rejected::guessable_operation_id(operation_id))
+            .into_call_tool_result(),
+    )
+}
+
+/// A UUID in its canonical form, or at least 22 characters of the URL-safe base64 alphabet.
+pub(crate) fn is_unguessable(operation_id: &str) -> bool {
+    let url_safe = |b: u8| b.is_ascii_alphanumeric() || b == b'-' || b == b'_';
+    let bytes = operation_id.as_bytes();
+    let uuid = bytes.len() == 36
+        && bytes.iter().enumerate().all(|(i, b)| match i {
+            8 | 13 | 18 | 23 => *b == b'-',
+            _ => b.is_ascii_hexdigit(),
+        });
+    uuid || (bytes.len() >= 22 && bytes.iter().copied().all(url_safe))
+}
+
 /// The key of the reconfirmation elicitation in `inputRequests` and `inputResponses`.
 pub const RECONFIRM_INPUT_KEY: &str = "reconfirm";
 
@@ -395,10 +423,13 @@ fn ask_to_reconfirm<R: IsEntity>(
     cx: &Context,
     tool: &str,
     raw: &Value,
+    confirmed: bool,
     outcome: &mut MutationOutcome,
 ) -> Option<InputRequired> {
     let (current, message) = match &*outcome {
-        MutationOutcome::StaleView(stale) => (stale.current_version, reconfirm_message(stale)),
+        MutationOutcome::StaleView(stale) => {
+            (stale.current_version, reconfirm_message(stale, confirmed))
+        }
         MutationOutcome::Replayed(Replayed {
             original: RecordedOutcome::StaleView(recorded),
             current: Some(current),
@@ -444,8 +475,14 @@ fn ask_to_reconfirm<R: IsEntity>(
     None
 }
 
-/// What the reconfirmation elicitation shows: what changed, before and after.
-fn reconfirm_message(stale: &StaleView) -> String {
+/// What the reconfirmation elicitation shows: what changed, before and after, since the version
+/// the change was planned on (or, asking again, the version last confirmed).
+fn reconfirm_message(stale: &StaleView, confirmed: bool) -> String {
+    let basis = if confirmed {
+        "that you confirmed this change against"
+    } else {
+        "that this change was based on"
+    };
     let changes = if stale.delta_available {
         stale
             .delta
@@ -470,7 +507,7 @@ fn reconfirm_message(stale: &StaleView) -> String {
         "its history is no longer kept".to_owned()
     };
     format!(
-        "{} changed after version {} that this change was based on; it is now at version {} ({changes}). Apply the change to it as it is now?",
+        "{} changed after version {} {basis}; it is now at version {} ({changes}). Apply the change to it as it is now?",
         stale.handle, stale.expected_version, stale.current_version
     )
 }
@@ -598,6 +635,11 @@ pub async fn create<'a, R: IsEntity>(
     raw: &Value,
     creation: Creation<'a>,
 ) -> CallToolResult {
+    if let Some(operation_id) = &spec.operation_id
+        && let Err(result) = unguessable(cx, operation_id)
+    {
+        return result;
+    }
     let mut request = CreateRequest::deferred(R::kind(), cx.principal().clone(), creation);
     if let Some(operation_id) = spec.operation_id {
         request = request.operation(operation_id, fingerprint(spec.tool, spec.arguments, raw));
@@ -709,6 +751,11 @@ pub async fn mutate<R: IsEntity>(
     raw: &Value,
     transition: Transition,
 ) -> ToolReply<CallToolResult> {
+    if let Some(operation_id) = &spec.operation_id
+        && let Err(result) = unguessable(cx, operation_id)
+    {
+        return ToolReply::Complete(result);
+    }
     let reconfirm = matches!(spec.policy, ConflictPolicy::Reconfirm);
     let confirmed = if reconfirm {
         match confirmed_version::<R>(cx, spec.tool, &spec.handle, raw) {
@@ -751,7 +798,10 @@ pub async fn mutate<R: IsEntity>(
     match store.mutate(request, transition).await {
         Ok(mut outcome) => {
             seal_validators(cx, R::KIND, &mut outcome);
-            if reconfirm && let Some(ask) = ask_to_reconfirm::<R>(cx, tool, raw, &mut outcome) {
+            if reconfirm
+                && let Some(ask) =
+                    ask_to_reconfirm::<R>(cx, tool, raw, confirmed.is_some(), &mut outcome)
+            {
                 return ToolReply::InputRequired(ask);
             }
             ToolReply::Complete(outcome.into_call_tool_result())
@@ -818,6 +868,30 @@ mod tests {
 
     fn of(raw: Value) -> Fingerprint {
         fingerprint("t", ARGUMENTS, &raw)
+    }
+
+    #[test]
+    fn only_ids_with_the_entropy_of_a_handle_are_unguessable() {
+        for strong in [
+            "3f2c8a4e-9b1d-4c6f-8e2a-7d5b0c1e9f43",
+            "3F2C8A4E-9B1D-4C6F-8E2A-7D5B0C1E9F43",
+            "AAAAAAAAAAAAAAAAAAAAAA",
+            "create-0000000000000000000001",
+            "q_-Zx09q_-Zx09q_-Zx09q",
+        ] {
+            assert!(is_unguessable(strong), "{strong}");
+        }
+        for weak in [
+            "create-1",
+            "",
+            "AAAAAAAAAAAAAAAAAAAAA",
+            "3f2c8a4e 9b1d 4c6f 8e2a 7d5b0c1e9f43",
+            "an id of many words and spaces",
+            "ééééééééééééééééééééééé",
+            "AAAAAAAAAAAAAAAAAAAAAA=",
+        ] {
+            assert!(!is_unguessable(weak), "{weak}");
+        }
     }
 
     #[test]
