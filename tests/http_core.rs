@@ -832,6 +832,16 @@ fn invalid_configurations_are_refused_with_a_reason() {
         McpServer::builder("x", "1").page_size(0).build(),
         Err(BuildError::InvalidSetting(_))
     ));
+    assert!(matches!(
+        McpServer::builder("x", "1").max_connections(0).build(),
+        Err(BuildError::InvalidSetting(_))
+    ));
+    assert!(matches!(
+        McpServer::builder("x", "1")
+            .header_read_timeout(std::time::Duration::ZERO)
+            .build(),
+        Err(BuildError::InvalidSetting(_))
+    ));
 }
 
 /// A tool that says when it has started and then holds its call until the test releases it, so

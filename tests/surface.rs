@@ -856,6 +856,77 @@ async fn mirrored_parameters_must_agree_with_their_headers() {
     }
 }
 
+/// Open `subscriptions/listen` streams are capped per principal: one more is a real HTTP 429
+/// before any stream opens, another principal is not affected, and closing a stream frees its
+/// slot.
+#[tokio::test]
+async fn listen_streams_are_capped_per_principal() {
+    let server = McpServer::builder("surface", "1")
+        .tools(ToolSet::new().with(Extra))
+        .max_listens_per_principal(2)
+        .authenticate(
+            |headers| match headers.get("authorization").and_then(|v| v.to_str().ok()) {
+                Some(token) if token.starts_with("Bearer ") => {
+                    Ok(mcp_tools::Principal::subject(&token["Bearer ".len()..]))
+                }
+                _ => Err(mcp_tools::Unauthorized::new(
+                    "Bearer",
+                    "A bearer token is required",
+                )),
+            },
+        )
+        .build()
+        .unwrap();
+    let live = TestServer::start(server).await;
+    let as_who = |who: &str, id: i64| {
+        listen(id, json!({ "toolsListChanged": true }))
+            .header("authorization", &format!("Bearer {who}"))
+    };
+    let mut open = Vec::new();
+    for id in 1..=2 {
+        let mut events = Events::open(&live.url(), &as_who("alice", id)).await;
+        let acknowledged = events.next().await;
+        assert_eq!(
+            acknowledged["method"],
+            "notifications/subscriptions/acknowledged"
+        );
+        open.push(events);
+    }
+    let refused = as_who("alice", 3).send(&live).await;
+    assert_eq!(
+        (refused.status, refused.error_code()),
+        (429, Some(-32000)),
+        "{}",
+        refused.text
+    );
+    let body = refused.json();
+    assert_conforms("JSONRPCErrorResponse", &body);
+    assert_eq!(body["error"]["data"]["limit"], 2);
+    let mut bob = Events::open(&live.url(), &as_who("bob", 4)).await;
+    assert_eq!(
+        bob.next().await["method"],
+        "notifications/subscriptions/acknowledged"
+    );
+    // Closing one of Alice's streams frees a slot, once the server has seen it go.
+    drop(open.pop());
+    within("a freed listen slot", async {
+        loop {
+            let reply = as_who("alice", 5).header("accept", "application/json, text/event-stream");
+            let mut request = common::client().post(live.url());
+            for (name, value) in &reply.headers {
+                request = request.header(name.as_str(), value.as_str());
+            }
+            let response = request.json(&reply.body).send().await.unwrap();
+            if response.status() == 200 {
+                return;
+            }
+            assert_eq!(response.status(), 429);
+            tokio::task::yield_now().await;
+        }
+    })
+    .await;
+}
+
 #[tokio::test]
 async fn quiet_streams_get_keep_alive_comments() {
     let server = McpServer::builder("surface", "1")

@@ -348,6 +348,53 @@ async fn a_pruned_basis_has_no_delta(store: impl Store) {
     );
 }
 
+/// Replicas rolling their key: a validator the old key sealed still opens on a replica that signs
+/// with the new key and accepts the old one, and no longer once that acceptance ended.
+#[tokio::test]
+async fn a_rolled_key_still_opens_what_the_old_one_sealed() {
+    let store = std::sync::Arc::new(MemoryStore::default());
+    let replica = |key: &[u8], accepted: Option<std::time::SystemTime>| {
+        let mut builder = McpServer::builder("basket", "0.0.0")
+            .tools(basket::tool_set())
+            .store(std::sync::Arc::clone(&store))
+            .cursor_key(key.to_vec());
+        if let Some(until) = accepted {
+            builder = builder.accept_cursor_key(b"key-one".to_vec(), until);
+        }
+        builder.build().unwrap()
+    };
+    let old = TestServer::start(replica(b"key-one", None)).await;
+    let agent = Agent::connect(&old.url(), None).await;
+    let handle = agent.create().await;
+    let (_, sealed_by_old) = read(&agent, &handle).await;
+    let in_an_hour = std::time::SystemTime::now() + std::time::Duration::from_secs(3600);
+    let past = std::time::SystemTime::now() - std::time::Duration::from_secs(1);
+    for (label, accepted, expect) in [
+        ("without the old key", None, "rejected"),
+        ("after the old key's time", Some(past), "rejected"),
+        ("with the old key accepted", Some(in_an_hour), "applied"),
+    ] {
+        let rolled = TestServer::start(replica(b"key-two", accepted)).await;
+        let agent = Agent::connect(&rolled.url(), None).await;
+        let result = agent
+            .call(
+                "basket_upgrade_memory",
+                upgrade(&handle, json!(sealed_by_old), 32),
+            )
+            .await;
+        assert_eq!(outcome(&result), expect, "{label}: {result}");
+        if expect == "rejected" {
+            assert_eq!(code(&result), "INVALID_VALIDATOR", "{label}");
+        }
+    }
+    assert!(matches!(
+        McpServer::builder("x", "1")
+            .accept_cursor_key(Vec::new(), in_an_hour)
+            .build(),
+        Err(mcp_tools::BuildError::InvalidSetting(_))
+    ));
+}
+
 fn short_history() -> StoreConfig {
     StoreConfig {
         history_limit: 2,

@@ -92,7 +92,9 @@ pub use protocol::LogLevel;
 pub use protocol::error::RpcError;
 pub use protocol::result::CacheScope;
 pub use resources::{Resource, ResourceContents, ResourceSet, ResourceTemplate};
-pub use server::{BuildError, DEFAULT_BODY_LIMIT, McpServer, McpServerBuilder};
+pub use server::{
+    BuildError, DEFAULT_BODY_LIMIT, DEFAULT_MAX_LISTENS_PER_PRINCIPAL, McpServer, McpServerBuilder,
+};
 #[cfg(feature = "sqlite")]
 pub use store::SqliteStore;
 pub use store::{MemoryStore, MutationOutcome, Store};
@@ -103,4 +105,6 @@ pub use tools::output::{IntoCallToolResult, Structured};
 pub use tools::recovery::{DomainCode, Recovery};
 pub use tools::set::ToolSet;
 pub use tools::{NoArgs, Tool, ToolAnnotations, ToolInfo};
-pub use transport::http::serve::shutdown_signal;
+pub use transport::http::serve::{
+    DEFAULT_HEADER_READ_TIMEOUT, DEFAULT_MAX_CONNECTIONS, shutdown_signal,
+};

@@ -123,6 +123,8 @@ struct Prepared {
     params: Map<String, Value>,
     cx: Context,
     snapshot: Arc<Snapshot>,
+    /// The principal's slot, held for as long as a `subscriptions/listen` stream is open.
+    listen_slot: Option<crate::server::ListenSlot>,
 }
 
 /// Serves one parsed message.
@@ -252,6 +254,11 @@ fn prepare(
         )?;
     }
     let input = rounds::round_input(server, route, &mut params, &principal)?;
+    // Taken before the stream opens, so a refusal is a real HTTP 429.
+    let listen_slot = match route {
+        Route::Listen => Some(server.listen_slot(&principal)?),
+        _ => None,
+    };
     tracing::Span::current().record("id", tracing::field::display(id));
     // Only requests that run user code and opted in get a stream; everything else is one
     // JSON answer.
@@ -296,6 +303,7 @@ fn prepare(
             params,
             cx,
             snapshot,
+            listen_slot,
         },
         notifications,
     ))
@@ -309,6 +317,7 @@ async fn execute(server: &McpServer, prepared: Prepared) -> Result<Bytes, RpcErr
         mut params,
         cx,
         snapshot,
+        listen_slot: _listen_slot,
     } = prepared;
     match route {
         Route::Initialize => Ok(server

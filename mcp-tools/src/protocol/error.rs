@@ -68,6 +68,18 @@ impl RpcError {
         Self::new(codes::HEADER_MISMATCH, message).with_status(StatusCode::BAD_REQUEST)
     }
 
+    /// `-32000`: the caller already holds `limit` open `subscriptions/listen` streams (HTTP 429).
+    pub fn too_many_subscriptions(limit: usize) -> Self {
+        Self::new(
+            codes::TOO_MANY_SUBSCRIPTIONS,
+            format!(
+                "This caller already holds {limit} open subscriptions/listen streams, the most it may; close one before opening another"
+            ),
+        )
+        .with_data(json!({ "limit": limit }))
+        .with_status(StatusCode::TOO_MANY_REQUESTS)
+    }
+
     /// `-32021`: the request needs client capabilities it did not declare (HTTP 400).
     ///
     /// `required` is a `ClientCapabilities` object such as `{"sampling": {}}`.

@@ -60,26 +60,30 @@ pub(crate) struct Binding<'a> {
 #[derive(Clone)]
 pub(crate) struct Seal {
     key: Arc<[u8]>,
+    /// Keys that still verify what they signed, each until its time (seconds since the epoch),
+    /// so replicas can roll the key without breaking open listings, rounds or validators.
+    accepted: Arc<[(Arc<[u8]>, u64)]>,
 }
 
 impl Seal {
+    #[cfg(test)]
     pub(crate) fn new(key: &[u8]) -> Self {
-        Seal { key: key.into() }
+        Seal::rotating(key, Vec::new())
     }
 
-    /// The MAC of `parts` in `domain`; each part but the last is followed by a 0 byte, so no two
-    /// sequences of parts give the same input.
-    fn mac(&self, domain: &[u8], parts: &[&[u8]]) -> Hmac<Sha256> {
-        let mut mac = <Hmac<Sha256> as KeyInit>::new_from_slice(&self.key)
-            .expect("HMAC accepts keys of any length");
-        mac.update(domain);
-        for (i, part) in parts.iter().enumerate() {
-            if i > 0 {
-                mac.update(&[0]);
-            }
-            mac.update(part);
+    /// A seal that signs with `key` and also verifies with each of `accepted` until its time.
+    pub(crate) fn rotating(key: &[u8], accepted: Vec<(Vec<u8>, u64)>) -> Self {
+        Seal {
+            key: key.into(),
+            accepted: accepted
+                .into_iter()
+                .map(|(key, until)| (Arc::from(key), until))
+                .collect(),
         }
-        mac
+    }
+
+    fn mac(&self, domain: &[u8], parts: &[&[u8]]) -> Hmac<Sha256> {
+        keyed_mac(&self.key, domain, parts)
     }
 
     fn tag(&self, domain: &[u8], parts: &[&[u8]]) -> [u8; TAG_LEN] {
@@ -88,7 +92,16 @@ impl Seal {
     }
 
     fn verifies(&self, domain: &[u8], parts: &[&[u8]], tag: &[u8]) -> bool {
-        self.mac(domain, parts).verify_truncated_left(tag).is_ok()
+        if self.mac(domain, parts).verify_truncated_left(tag).is_ok() {
+            return true;
+        }
+        let now = now();
+        self.accepted.iter().any(|(key, until)| {
+            *until > now
+                && keyed_mac(key, domain, parts)
+                    .verify_truncated_left(tag)
+                    .is_ok()
+        })
     }
 
     /// A cursor for `position` in the listing `kind` whose content has `fingerprint`.
@@ -206,6 +219,21 @@ impl Seal {
             Some(state) => Some(state.clone()),
         })
     }
+}
+
+/// The MAC of `parts` in `domain` under `key`; each part but the last is followed by a 0 byte,
+/// so no two sequences of parts give the same input.
+fn keyed_mac(key: &[u8], domain: &[u8], parts: &[&[u8]]) -> Hmac<Sha256> {
+    let mut mac =
+        <Hmac<Sha256> as KeyInit>::new_from_slice(key).expect("HMAC accepts keys of any length");
+    mac.update(domain);
+    for (i, part) in parts.iter().enumerate() {
+        if i > 0 {
+            mac.update(&[0]);
+        }
+        mac.update(part);
+    }
+    mac
 }
 
 fn now() -> u64 {
@@ -400,5 +428,49 @@ mod validator_tests {
             None
         );
         assert_ne!(seal.validator("basket", "bsk_a", 8), validator);
+    }
+}
+
+#[cfg(test)]
+mod rotation_tests {
+    use super::*;
+
+    /// Every kind of sealed value opens under a key accepted until later, not once its time
+    /// passed, and what the rotating seal signs opens under its own key only.
+    #[test]
+    fn an_accepted_key_verifies_until_its_time() {
+        let old = Seal::new(b"old-key");
+        let later = now() + 3600;
+        let rolled = Seal::rotating(b"new-key", vec![(b"old-key".to_vec(), later)]);
+        let lapsed = Seal::rotating(b"new-key", vec![(b"old-key".to_vec(), now() - 1)]);
+        let binding = Binding {
+            target: "tools/call:t",
+            principal: "",
+            arguments: &json!({}),
+        };
+        let cursor = old.cursor("tools", 3, 9);
+        let state = old.request_state(&binding, Some(&json!({"n": 1})));
+        let validator = old.validator("basket", "bsk_a", 4);
+        assert_eq!(rolled.open_cursor("tools", &cursor, 9), Ok(3));
+        assert_eq!(
+            rolled.open_request_state(&binding, &state).unwrap(),
+            Some(json!({"n": 1}))
+        );
+        assert_eq!(
+            rolled.open_validator("basket", "bsk_a", &validator),
+            Some(4)
+        );
+        assert_eq!(
+            lapsed.open_cursor("tools", &cursor, 9),
+            Err(CursorError::BadSignature)
+        );
+        assert!(lapsed.open_request_state(&binding, &state).is_err());
+        assert_eq!(lapsed.open_validator("basket", "bsk_a", &validator), None);
+        let signed_new = rolled.validator("basket", "bsk_a", 5);
+        assert_eq!(old.open_validator("basket", "bsk_a", &signed_new), None);
+        assert_eq!(
+            Seal::new(b"new-key").open_validator("basket", "bsk_a", &signed_new),
+            Some(5)
+        );
     }
 }

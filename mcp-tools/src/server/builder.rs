@@ -1,7 +1,7 @@
 //! Building a server: its settings, checked once, and the errors that name what to fix.
 
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use arc_swap::ArcSwap;
 use serde_json::json;
@@ -19,6 +19,7 @@ use crate::resources::ResourceSet;
 use crate::server::host::HostPolicy;
 use crate::store::{SharedStore, Store};
 use crate::tools::set::ToolSet;
+use crate::transport::http::serve::ConnectionLimits;
 
 /// Why a server could not be built. Every variant names what to fix.
 #[derive(Debug, thiserror::Error)]
@@ -75,6 +76,7 @@ pub struct McpServerBuilder {
     state: http::Extensions,
     pub(crate) settings: ListSettings,
     cursor_key: Option<Vec<u8>>,
+    accepted_keys: Vec<(Vec<u8>, SystemTime)>,
     body_limit: usize,
     hosts: HostPolicy,
     endpoint_path: String,
@@ -82,8 +84,13 @@ pub struct McpServerBuilder {
     authenticate: Option<Authenticate>,
     legacy_era: bool,
     keep_alive: Duration,
+    connections: ConnectionLimits,
+    max_listens: usize,
     has_store: bool,
 }
+
+/// How many `subscriptions/listen` streams one principal may hold open by default.
+pub const DEFAULT_MAX_LISTENS_PER_PRINCIPAL: usize = 16;
 
 /// How often an idle event stream gets a comment line by default, so proxies keep it open.
 const DEFAULT_KEEP_ALIVE: Duration = Duration::from_secs(15);
@@ -113,6 +120,7 @@ impl McpServerBuilder {
                 scope: CacheScope::Public,
             },
             cursor_key: None,
+            accepted_keys: Vec::new(),
             body_limit: DEFAULT_BODY_LIMIT,
             hosts: HostPolicy::loopback(),
             endpoint_path: "/mcp".into(),
@@ -120,6 +128,8 @@ impl McpServerBuilder {
             authenticate: None,
             legacy_era: true,
             keep_alive: DEFAULT_KEEP_ALIVE,
+            connections: ConnectionLimits::default(),
+            max_listens: DEFAULT_MAX_LISTENS_PER_PRINCIPAL,
             has_store: false,
         }
     }
@@ -213,6 +223,17 @@ impl McpServerBuilder {
         self
     }
 
+    /// Also accepts, until `until`, what `key` signed (cursors, request states, validators,
+    /// confirmations), while [`cursor_key`](Self::cursor_key) signs everything new. Rolling the
+    /// key across replicas takes two deploys: first every replica accepts the new key while still
+    /// signing with the old one; then every replica signs with the new key and accepts the old
+    /// one for as long as values it signed may come back (a request state lives 15 minutes;
+    /// cursors and validators as long as clients keep them). Several keys may be accepted.
+    pub fn accept_cursor_key(mut self, key: impl Into<Vec<u8>>, until: SystemTime) -> Self {
+        self.accepted_keys.push((key.into(), until));
+        self
+    }
+
     /// Largest accepted request body in bytes (default 4 MiB); larger bodies get HTTP 413.
     pub fn body_limit(mut self, bytes: usize) -> Self {
         self.body_limit = bytes;
@@ -262,6 +283,34 @@ impl McpServerBuilder {
         self
     }
 
+    /// How long [`McpServer::serve`] waits for a request's headers before closing the connection
+    /// (default 10 s, [`DEFAULT_HEADER_READ_TIMEOUT`](crate::DEFAULT_HEADER_READ_TIMEOUT)); a
+    /// kept-alive connection idle that long between requests is closed too. A client that opens
+    /// connections and never finishes a request so costs a socket for this long, not forever.
+    /// Streams being answered (subscriptions, long calls) are not affected.
+    pub fn header_read_timeout(mut self, timeout: Duration) -> Self {
+        self.connections.header_read_timeout = timeout;
+        self
+    }
+
+    /// The most connections [`McpServer::serve`] serves at once (default 1024,
+    /// [`DEFAULT_MAX_CONNECTIONS`](crate::DEFAULT_MAX_CONNECTIONS)); further ones wait in the
+    /// operating system's listen backlog until one closes. Keep it under the process's limit
+    /// on open files.
+    pub fn max_connections(mut self, connections: usize) -> Self {
+        self.connections.max_connections = connections;
+        self
+    }
+
+    /// How many `subscriptions/listen` streams one principal may hold open at once (default 16,
+    /// [`DEFAULT_MAX_LISTENS_PER_PRINCIPAL`]); one more is refused with HTTP 429 and `-32000`.
+    /// Without authentication every caller is the one anonymous principal, so this bounds the
+    /// streams of all of them together.
+    pub fn max_listens_per_principal(mut self, streams: usize) -> Self {
+        self.max_listens = streams;
+        self
+    }
+
     /// Path of the MCP endpoint in [`McpServer::router`] (default `/mcp`).
     pub fn endpoint_path(mut self, path: impl Into<String>) -> Self {
         self.endpoint_path = path.into();
@@ -276,6 +325,21 @@ impl McpServerBuilder {
         }
         if self.settings.page_size == 0 {
             return Err(BuildError::InvalidSetting("page_size must be at least 1"));
+        }
+        if self.max_listens == 0 {
+            return Err(BuildError::InvalidSetting(
+                "max_listens_per_principal must be at least 1",
+            ));
+        }
+        if self.connections.max_connections == 0 {
+            return Err(BuildError::InvalidSetting(
+                "max_connections must be at least 1",
+            ));
+        }
+        if self.connections.header_read_timeout.is_zero() {
+            return Err(BuildError::InvalidSetting(
+                "header_read_timeout must be longer than zero",
+            ));
         }
         if !self.endpoint_path.starts_with('/') {
             return Err(BuildError::InvalidSetting(
@@ -297,6 +361,18 @@ impl McpServerBuilder {
                 key
             }
         };
+        let mut accepted = Vec::new();
+        for (key, until) in self.accepted_keys {
+            if key.is_empty() {
+                return Err(BuildError::InvalidSetting(
+                    "an accepted cursor key must not be empty",
+                ));
+            }
+            let until = until
+                .duration_since(SystemTime::UNIX_EPOCH)
+                .map_or(0, |since| since.as_secs());
+            accepted.push((key, until));
+        }
         let mut server_info = json!({ "name": self.name, "version": self.version });
         if let Some(title) = &self.title {
             server_info["title"] = json!(title);
@@ -311,7 +387,7 @@ impl McpServerBuilder {
             results,
             instructions: self.instructions,
             settings: self.settings,
-            seal: Seal::new(&key),
+            seal: Seal::rotating(&key, accepted),
             logging: self.logging,
             #[cfg(feature = "test-hooks")]
             snapshots_compiled: Default::default(),
@@ -327,6 +403,9 @@ impl McpServerBuilder {
                 authenticate: self.authenticate,
                 legacy_era: self.legacy_era,
                 keep_alive: self.keep_alive,
+                connections: self.connections,
+                max_listens: self.max_listens,
+                listens: Mutex::new(Default::default()),
                 has_store: self.has_store,
                 state: SharedState::new(self.state),
                 base,

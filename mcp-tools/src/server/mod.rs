@@ -6,7 +6,9 @@ mod catalog;
 mod edits;
 pub(crate) mod host;
 
-pub use builder::{BuildError, DEFAULT_BODY_LIMIT, McpServerBuilder};
+pub use builder::{
+    BuildError, DEFAULT_BODY_LIMIT, DEFAULT_MAX_LISTENS_PER_PRINCIPAL, McpServerBuilder,
+};
 pub(crate) use catalog::{Base, Listing, Offer, Snapshot};
 pub(crate) use edits::Change;
 
@@ -16,8 +18,8 @@ use std::time::Duration;
 use arc_swap::ArcSwap;
 use tokio::sync::{broadcast, watch};
 
-use crate::context::SharedState;
 use crate::context::auth::Authenticate;
+use crate::context::{Principal, SharedState};
 use crate::server::host::HostPolicy;
 
 /// A built MCP server. Cheap to clone: clones share everything.
@@ -35,6 +37,11 @@ pub(crate) struct Shared {
     pub(crate) authenticate: Option<Authenticate>,
     pub(crate) legacy_era: bool,
     pub(crate) keep_alive: Duration,
+    pub(crate) connections: crate::transport::http::serve::ConnectionLimits,
+    /// How many `subscriptions/listen` streams one principal may hold open at once.
+    pub(crate) max_listens: usize,
+    /// The open `subscriptions/listen` streams of each principal.
+    pub(crate) listens: Mutex<std::collections::HashMap<Principal, usize>>,
     /// Whether a store was registered, so stateful tools added later can be refused without one.
     pub(crate) has_store: bool,
     pub(crate) state: SharedState,
@@ -61,6 +68,51 @@ impl McpServer {
     /// Starts building a server that reports `name` and `version` as its implementation.
     pub fn builder(name: impl Into<String>, version: impl Into<String>) -> McpServerBuilder {
         McpServerBuilder::new(name.into(), version.into())
+    }
+}
+
+/// One open `subscriptions/listen` stream of a principal; closing it (dropping this) frees the
+/// principal's slot.
+pub(crate) struct ListenSlot {
+    shared: Arc<Shared>,
+    principal: Principal,
+}
+
+impl McpServer {
+    /// A listen slot for `principal`, or the error that refuses the stream.
+    pub(crate) fn listen_slot(&self, principal: &Principal) -> Result<ListenSlot, crate::RpcError> {
+        let mut listens = self
+            .shared
+            .listens
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let open = listens.entry(principal.clone()).or_insert(0);
+        if *open >= self.shared.max_listens {
+            return Err(crate::RpcError::too_many_subscriptions(
+                self.shared.max_listens,
+            ));
+        }
+        *open += 1;
+        Ok(ListenSlot {
+            shared: Arc::clone(&self.shared),
+            principal: principal.clone(),
+        })
+    }
+}
+
+impl Drop for ListenSlot {
+    fn drop(&mut self) {
+        let mut listens = self
+            .shared
+            .listens
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Some(open) = listens.get_mut(&self.principal) {
+            *open -= 1;
+            if *open == 0 {
+                listens.remove(&self.principal);
+            }
+        }
     }
 }
 

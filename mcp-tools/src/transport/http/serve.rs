@@ -1,10 +1,41 @@
-//! Running a server on a socket with graceful shutdown.
+//! Running a server on a socket: the connection loop, its limits, and graceful shutdown.
 
 use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
 
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::service::TowerToHyperService;
 use tokio::net::{TcpListener, ToSocketAddrs};
+use tokio::sync::Semaphore;
 
 use crate::server::McpServer;
+
+/// How long a connection may take to send a request's headers by default: also how long a
+/// kept-alive connection may stay idle between requests.
+pub const DEFAULT_HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How many connections [`McpServer::serve`] serves at once by default.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
+
+/// What a connection may cost the server: set with
+/// [`McpServerBuilder::header_read_timeout`](crate::McpServerBuilder::header_read_timeout) and
+/// [`McpServerBuilder::max_connections`](crate::McpServerBuilder::max_connections).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ConnectionLimits {
+    pub(crate) header_read_timeout: Duration,
+    pub(crate) max_connections: usize,
+}
+
+impl Default for ConnectionLimits {
+    fn default() -> Self {
+        ConnectionLimits {
+            header_read_timeout: DEFAULT_HEADER_READ_TIMEOUT,
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+        }
+    }
+}
 
 impl McpServer {
     /// Listens on `addr` and serves until ctrl-c or SIGTERM, then stops accepting connections and
@@ -17,21 +48,76 @@ impl McpServer {
 
     /// Serves on an already bound listener until `shutdown` completes, then drains in-flight
     /// requests.
+    ///
+    /// A connection that does not finish sending a request's headers within the header-read
+    /// timeout is closed, and so is a kept-alive connection idle that long between requests; at
+    /// most `max_connections` are served at once, further ones wait in the listen backlog
+    /// until one closes.
     pub async fn serve_listener<F>(self, listener: TcpListener, shutdown: F) -> std::io::Result<()>
     where
         F: Future<Output = ()> + Send + 'static,
     {
+        let limits = self.shared.connections;
         let router = self.router();
+        let mut connection = hyper::server::conn::http1::Builder::new();
+        connection
+            .timer(TokioTimer::new())
+            .header_read_timeout(limits.header_read_timeout)
+            .keep_alive(true);
+        let slots = Arc::new(Semaphore::new(limits.max_connections));
+        let graceful = GracefulShutdown::new();
+        tokio::pin!(shutdown);
+        loop {
+            // A slot first: at the cap, connections wait in the kernel's backlog, not in memory.
+            let slot = tokio::select! {
+                slot = Arc::clone(&slots).acquire_owned() => slot.expect("the semaphore is never closed"),
+                () = &mut shutdown => break,
+            };
+            let stream = tokio::select! {
+                accepted = listener.accept() => match accepted {
+                    Ok((stream, _)) => stream,
+                    Err(error) => {
+                        // A connection reset before it was accepted, or the process out of
+                        // descriptors: the listener itself is fine, so keep serving, after a
+                        // pause in the second case rather than spinning on the same error.
+                        tracing::warn!(%error, "accepting a connection failed");
+                        if !is_connection_error(&error) {
+                            tokio::time::sleep(ACCEPT_BACKOFF).await;
+                        }
+                        continue;
+                    }
+                },
+                () = &mut shutdown => break,
+            };
+            let _ = stream.set_nodelay(true);
+            let service = TowerToHyperService::new(router.clone());
+            let served = graceful.watch(connection.serve_connection(TokioIo::new(stream), service));
+            tokio::spawn(async move {
+                if let Err(error) = served.await {
+                    tracing::debug!(%error, "connection ended with an error");
+                }
+                drop(slot);
+            });
+        }
+        drop(listener);
         // Open subscriptions never end by themselves: close them (each gets its final result)
         // so draining can finish.
-        let closing = async move {
-            shutdown.await;
-            self.close_subscriptions();
-        };
-        axum::serve(listener, router)
-            .with_graceful_shutdown(closing)
-            .await
+        self.close_subscriptions();
+        graceful.shutdown().await;
+        Ok(())
     }
+}
+
+/// How long the connection loop pauses after an accept error that is not about one connection.
+const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
+
+fn is_connection_error(error: &std::io::Error) -> bool {
+    matches!(
+        error.kind(),
+        std::io::ErrorKind::ConnectionRefused
+            | std::io::ErrorKind::ConnectionAborted
+            | std::io::ErrorKind::ConnectionReset
+    )
 }
 
 /// Completes on ctrl-c, or on SIGTERM where there is one.
