@@ -254,7 +254,12 @@ fn prepare(
         )?;
     }
     let input = rounds::round_input(server, route, &mut params, &principal)?;
-    // Taken before the stream opens, so a refusal is a real HTTP 429.
+    // Counted once the call is known to be well formed, and before any stream opens, so a
+    // refusal is a real HTTP 429.
+    if let (Route::CallTool, Some(tool)) = (route, tool) {
+        let name = &snapshot.catalog.tools[tool].definition.name;
+        server.shared.limits.check(&principal, name)?;
+    }
     let listen_slot = match route {
         Route::Listen => Some(server.listen_slot(&principal)?),
         _ => None,

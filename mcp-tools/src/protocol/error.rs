@@ -16,6 +16,7 @@ pub struct RpcError {
     data: Option<Value>,
     status: StatusCode,
     id: Option<RequestId>,
+    retry_after: Option<std::time::Duration>,
 }
 
 impl RpcError {
@@ -27,6 +28,7 @@ impl RpcError {
             data: None,
             status: StatusCode::OK,
             id: None,
+            retry_after: None,
         }
     }
 
@@ -71,13 +73,31 @@ impl RpcError {
     /// `-32000`: the caller already holds `limit` open `subscriptions/listen` streams (HTTP 429).
     pub fn too_many_subscriptions(limit: usize) -> Self {
         Self::new(
-            codes::TOO_MANY_SUBSCRIPTIONS,
+            codes::TOO_MANY_REQUESTS,
             format!(
                 "This caller already holds {limit} open subscriptions/listen streams, the most it may; close one before opening another"
             ),
         )
         .with_data(json!({ "limit": limit }))
         .with_status(StatusCode::TOO_MANY_REQUESTS)
+    }
+
+    /// `-32000`: the caller made more `what` than its rate allows (HTTP 429, `Retry-After`).
+    pub fn rate_limited(what: &str, wait: std::time::Duration) -> Self {
+        let seconds = wait.as_secs_f64().ceil().max(1.0) as u64;
+        let mut error = Self::new(
+            codes::TOO_MANY_REQUESTS,
+            format!("Too many {what}: retry in {seconds} s"),
+        )
+        .with_data(json!({ "retryAfterSeconds": seconds }))
+        .with_status(StatusCode::TOO_MANY_REQUESTS);
+        error.retry_after = Some(std::time::Duration::from_secs(seconds));
+        error
+    }
+
+    /// How long the caller should wait before retrying, when the error says (`Retry-After`).
+    pub fn retry_after(&self) -> Option<std::time::Duration> {
+        self.retry_after
     }
 
     /// `-32021`: the request needs client capabilities it did not declare (HTTP 400).

@@ -53,9 +53,9 @@ pub mod codes {
     pub const MISSING_REQUIRED_CLIENT_CAPABILITY: i32 = -32021;
     /// The requested protocol version is not served here.
     pub const UNSUPPORTED_PROTOCOL_VERSION: i32 = -32022;
-    /// The caller holds the most open `subscriptions/listen` streams it may (HTTP 429); an
-    /// implementation-defined server error.
-    pub const TOO_MANY_SUBSCRIPTIONS: i32 = -32000;
+    /// The caller exceeded a limit: its rate of tool calls, or the `subscriptions/listen` streams
+    /// it may hold open (HTTP 429); an implementation-defined server error.
+    pub const TOO_MANY_REQUESTS: i32 = -32000;
 }
 
 /// Methods of earlier revisions (and removed ones) that this endpoint deliberately does not serve.

@@ -17,6 +17,7 @@ use crate::protocol::result::{CacheScope, Results};
 use crate::protocol::seal::Seal;
 use crate::resources::ResourceSet;
 use crate::server::host::HostPolicy;
+use crate::server::limits::{CallRate, RateLimits};
 use crate::store::{SharedStore, Store};
 use crate::tools::set::ToolSet;
 use crate::transport::http::serve::ConnectionLimits;
@@ -86,6 +87,8 @@ pub struct McpServerBuilder {
     keep_alive: Duration,
     connections: ConnectionLimits,
     max_listens: usize,
+    rate_limit: Option<CallRate>,
+    tool_rate_limits: Vec<(String, CallRate)>,
     has_store: bool,
 }
 
@@ -130,6 +133,8 @@ impl McpServerBuilder {
             keep_alive: DEFAULT_KEEP_ALIVE,
             connections: ConnectionLimits::default(),
             max_listens: DEFAULT_MAX_LISTENS_PER_PRINCIPAL,
+            rate_limit: None,
+            tool_rate_limits: Vec::new(),
             has_store: false,
         }
     }
@@ -311,6 +316,28 @@ impl McpServerBuilder {
         self
     }
 
+    /// At most `calls` tool calls per `period` for each principal, all tools together: `calls`
+    /// at once, then one more every `period / calls`. A call over the rate is refused before it
+    /// runs with HTTP 429, `-32000` and `Retry-After`. Without authentication every caller is the
+    /// one anonymous principal, so the rate is that of all of them together. Off by default.
+    pub fn rate_limit(mut self, calls: u32, period: Duration) -> Self {
+        self.rate_limit = Some(CallRate { calls, period });
+        self
+    }
+
+    /// At most `calls` calls of the tool `tool` per `period` for each principal, on top of
+    /// [`rate_limit`](Self::rate_limit): for the tools that cost the most.
+    pub fn tool_rate_limit(
+        mut self,
+        tool: impl Into<String>,
+        calls: u32,
+        period: Duration,
+    ) -> Self {
+        self.tool_rate_limits
+            .push((tool.into(), CallRate { calls, period }));
+        self
+    }
+
     /// Path of the MCP endpoint in [`McpServer::router`] (default `/mcp`).
     pub fn endpoint_path(mut self, path: impl Into<String>) -> Self {
         self.endpoint_path = path.into();
@@ -361,6 +388,8 @@ impl McpServerBuilder {
                 key
             }
         };
+        let limits = RateLimits::new(self.rate_limit, self.tool_rate_limits)
+            .map_err(BuildError::InvalidSetting)?;
         let mut accepted = Vec::new();
         for (key, until) in self.accepted_keys {
             if key.is_empty() {
@@ -405,6 +434,7 @@ impl McpServerBuilder {
                 keep_alive: self.keep_alive,
                 connections: self.connections,
                 max_listens: self.max_listens,
+                limits,
                 listens: Mutex::new(Default::default()),
                 has_store: self.has_store,
                 state: SharedState::new(self.state),

@@ -5,6 +5,7 @@ mod builder;
 mod catalog;
 mod edits;
 pub(crate) mod host;
+pub(crate) mod limits;
 
 pub use builder::{
     BuildError, DEFAULT_BODY_LIMIT, DEFAULT_MAX_LISTENS_PER_PRINCIPAL, McpServerBuilder,
@@ -40,6 +41,8 @@ pub(crate) struct Shared {
     pub(crate) connections: crate::transport::http::serve::ConnectionLimits,
     /// How many `subscriptions/listen` streams one principal may hold open at once.
     pub(crate) max_listens: usize,
+    /// Rate limits on tool calls.
+    pub(crate) limits: limits::RateLimits,
     /// The open `subscriptions/listen` streams of each principal.
     pub(crate) listens: Mutex<std::collections::HashMap<Principal, usize>>,
     /// Whether a store was registered, so stateful tools added later can be refused without one.

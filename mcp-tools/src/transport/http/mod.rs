@@ -207,5 +207,12 @@ fn result_response(id: &RequestId, result: &[u8]) -> Response {
 
 fn error_response(error: &RpcError) -> Response {
     let body = serde_json::to_vec(&error.to_response()).expect("errors serialize");
-    (error.status(), [(CONTENT_TYPE, JSON)], body).into_response()
+    let mut response = (error.status(), [(CONTENT_TYPE, JSON)], body).into_response();
+    if let Some(wait) = error.retry_after() {
+        response.headers_mut().insert(
+            http::header::RETRY_AFTER,
+            http::HeaderValue::from(wait.as_secs()),
+        );
+    }
+    response
 }
