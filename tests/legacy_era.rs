@@ -2,10 +2,12 @@
 
 mod common;
 
-use common::{TestServer, assert_conforms, tools::tool_set};
+use common::tools::{Bump, tool_set};
+use common::{TestServer, assert_conforms};
 use mcp_tools::{Context, McpServer, NoArgs, Tool, ToolInfo};
 use serde_json::{Value, json};
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, LazyLock};
 
 /// Answers with the protocol version the request was served in.
 struct Version;
@@ -21,27 +23,13 @@ impl Tool for Version {
     }
 }
 
-/// How many times [`Bump`] ran, across the tests of this file.
-static BUMPS: AtomicUsize = AtomicUsize::new(0);
-
-/// A tool with an effect, so a test can tell whether it ran.
-struct Bump;
-
-impl Tool for Bump {
-    type Args = NoArgs;
-    type Output = String;
-    fn info(&self) -> ToolInfo {
-        ToolInfo::new("bump", "Counts its calls.")
-    }
-    async fn call(&self, _: NoArgs, _: Context) -> String {
-        BUMPS.fetch_add(1, Ordering::SeqCst).to_string()
-    }
-}
+/// How many times `bump` ran, across the tests of this file.
+static BUMPS: LazyLock<Arc<AtomicUsize>> = LazyLock::new(Default::default);
 
 fn server(legacy: bool) -> McpServer {
     McpServer::builder("e2e", "1")
         .instructions("Legacy-era test.")
-        .tools(tool_set(0).with(Version).with(Bump))
+        .tools(tool_set(0).with(Version).with(Bump(Arc::clone(&BUMPS))))
         .logging()
         .legacy_era(legacy)
         .build()

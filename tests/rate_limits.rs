@@ -7,23 +7,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+use common::tools::Bump;
 use common::{Call, TestServer, assert_conforms};
-use mcp_tools::{Context, McpServer, NoArgs, Principal, Tool, ToolInfo, Unauthorized};
+use mcp_tools::McpServer;
 use serde_json::json;
-
-/// A tool with an effect, so a test can tell whether a refused call ran.
-struct Bump(Arc<AtomicUsize>);
-
-impl Tool for Bump {
-    type Args = NoArgs;
-    type Output = String;
-    fn info(&self) -> ToolInfo {
-        ToolInfo::new("bump", "Counts its calls.")
-    }
-    async fn call(&self, _: NoArgs, _: Context) -> String {
-        self.0.fetch_add(1, Ordering::SeqCst).to_string()
-    }
-}
 
 fn server(
     bumps: &Arc<AtomicUsize>,
@@ -32,14 +19,7 @@ fn server(
     limit(
         McpServer::builder("limits", "1")
             .tools(common::tools::tool_set(0).with(Bump(Arc::clone(bumps))))
-            .authenticate(|headers| {
-                match headers.get("authorization").and_then(|v| v.to_str().ok()) {
-                    Some(token) if token.starts_with("Bearer ") => {
-                        Ok(Principal::subject(&token["Bearer ".len()..]))
-                    }
-                    _ => Err(Unauthorized::new("Bearer", "A bearer token is required")),
-                }
-            }),
+            .authenticate(common::tools::bearer_subject),
     )
     .build()
     .unwrap()

@@ -864,17 +864,7 @@ async fn listen_streams_are_capped_per_principal() {
     let server = McpServer::builder("surface", "1")
         .tools(ToolSet::new().with(Extra))
         .max_listens_per_principal(2)
-        .authenticate(
-            |headers| match headers.get("authorization").and_then(|v| v.to_str().ok()) {
-                Some(token) if token.starts_with("Bearer ") => {
-                    Ok(mcp_tools::Principal::subject(&token["Bearer ".len()..]))
-                }
-                _ => Err(mcp_tools::Unauthorized::new(
-                    "Bearer",
-                    "A bearer token is required",
-                )),
-            },
-        )
+        .authenticate(common::tools::bearer_subject)
         .build()
         .unwrap();
     let live = TestServer::start(server).await;

@@ -37,17 +37,7 @@ pub fn authenticated_server(store: impl Store) -> McpServer {
     McpServer::builder("basket", "0.0.0")
         .tools(basket::tool_set())
         .store(store)
-        .authenticate(
-            |headers| match headers.get("authorization").and_then(|v| v.to_str().ok()) {
-                Some(token) if token.starts_with("Bearer ") => {
-                    Ok(mcp_tools::Principal::subject(&token["Bearer ".len()..]))
-                }
-                _ => Err(mcp_tools::Unauthorized::new(
-                    "Bearer",
-                    "A bearer token is required",
-                )),
-            },
-        )
+        .authenticate(crate::common::tools::bearer_subject)
         .build()
         .unwrap()
 }

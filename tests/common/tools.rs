@@ -82,3 +82,35 @@ pub fn tool_set(extra: usize) -> ToolSet {
             set.with(Named(name))
         })
 }
+
+/// `bump`: counts its calls in the shared counter, so a test can tell whether a call ran.
+pub struct Bump(pub std::sync::Arc<std::sync::atomic::AtomicUsize>);
+
+impl Tool for Bump {
+    type Args = NoArgs;
+    type Output = String;
+    fn info(&self) -> ToolInfo {
+        ToolInfo::new("bump", "Counts its calls.")
+    }
+    async fn call(&self, _: NoArgs, _: Context) -> String {
+        self.0
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst)
+            .to_string()
+    }
+}
+
+/// An `authenticate` hook naming the caller by `Authorization: Bearer <name>`.
+#[allow(clippy::result_large_err)]
+pub fn bearer_subject(
+    headers: &axum::http::HeaderMap,
+) -> Result<mcp_tools::Principal, mcp_tools::Unauthorized> {
+    match headers.get("authorization").and_then(|v| v.to_str().ok()) {
+        Some(token) if token.starts_with("Bearer ") => {
+            Ok(mcp_tools::Principal::subject(&token["Bearer ".len()..]))
+        }
+        _ => Err(mcp_tools::Unauthorized::new(
+            "Bearer",
+            "A bearer token is required",
+        )),
+    }
+}
