@@ -129,6 +129,20 @@ async fn each_tool_publishes_its_own_outcomes_and_contract() {
         !declared.contains(&"<open>".to_owned()),
         "a closed set: {declared:?}"
     );
+    let described = schema["$defs"]["Rejected"]["properties"]["code"]["anyOf"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|code| code["const"] == "NOT_AN_UPGRADE")
+        .unwrap()["description"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        described.starts_with("The size asked for is not larger")
+            && described.ends_with("Recovery: refresh_and_replan."),
+        "{described}"
+    );
     // The schema tells a well-typed outcome from a mistyped one.
     let validator = common::compile(schema);
     let resumption = json!({"handle": "bsk_a", "basis_version": 2, "lifecycle": "active"});
@@ -200,10 +214,56 @@ async fn each_tool_publishes_its_own_outcomes_and_contract() {
             .is_none()
     );
     assert_eq!(contract("basket_add_note")["precondition"], Value::Null);
+    // A function that cannot fail declares no codes of its own: the set is closed.
+    assert_eq!(contract("basket_add_note")["codes_open"], false);
+    assert!(!codes(&note["outputSchema"]).contains(&"<open>".to_owned()));
     let create = contract("basket_create");
     assert_eq!(create["tool"], "creates");
     assert!(create.get("handle").is_none());
     assert_eq!(contract("basket_get")["tool"], "reads");
+    // Each kind of tool lists the framework codes it can answer, and only those.
+    let listed = |name: &str| -> Vec<(String, Value)> {
+        contract(name)["codes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|code| {
+                (
+                    code["code"].as_str().unwrap().to_owned(),
+                    code["recovery"].clone(),
+                )
+            })
+            .collect()
+    };
+    let has = |name: &str, code: &str| listed(name).iter().any(|(listed, _)| listed == code);
+    assert!(has("basket_create", "OPERATION_IN_PROGRESS") && !has("basket_create", "LEDGER_FULL"));
+    assert!(
+        has("basket_upgrade_memory", "LEDGER_FULL")
+            && !has("basket_upgrade_memory", "OPERATION_IN_PROGRESS")
+    );
+    assert!(
+        has("basket_create", "TRANSITION_PANICKED") && !has("basket_get", "TRANSITION_PANICKED")
+    );
+    assert!(
+        has("basket_get", "OUTPUT_NOT_SERIALIZABLE")
+            && !has("basket_upgrade_memory", "OUTPUT_NOT_SERIALIZABLE")
+    );
+    assert!(has("basket_get", "FUTURE_VERSION") && !has("basket_create", "FUTURE_VERSION"));
+    assert!(
+        has("basket_checkout", "NOT_CONFIRMED") && !has("basket_upgrade_memory", "NOT_CONFIRMED")
+    );
+    let stale_recovery = |name: &str| {
+        listed(name)
+            .into_iter()
+            .find(|(code, _)| code == "STALE_VIEW")
+            .unwrap()
+            .1
+    };
+    assert_eq!(stale_recovery("basket_checkout"), "reconfirm");
+    assert_eq!(
+        stale_recovery("basket_upgrade_memory"),
+        "refresh_and_replan"
+    );
 
     let docs = basket::tool_set().markdown();
     assert!(

@@ -186,6 +186,32 @@ mod tests {
         assert_eq!(limits.remembered(), 0, "every allowance is full again");
     }
 
+    /// Forgetting happens by itself, once every `FORGET_EVERY` checks, not on every check.
+    #[test]
+    fn checks_forget_quiet_principals_now_and_then() {
+        let clock = governor::clock::FakeRelativeClock::default();
+        let limits = RateLimits::with_clock(
+            Some(rate(1_000_000, Duration::from_secs(1))),
+            Vec::new(),
+            clock.clone(),
+        )
+        .unwrap();
+        let regular = Principal::subject("regular");
+        for n in 0..100 {
+            limits
+                .check(&Principal::subject(format!("p{n}")), "t")
+                .unwrap();
+        }
+        clock.advance(Duration::from_secs(1));
+        // Up to the check before the cadence, everyone is remembered.
+        for _ in 100..FORGET_EVERY - 1 {
+            limits.check(&regular, "t").unwrap();
+        }
+        assert_eq!(limits.remembered(), 101);
+        limits.check(&regular, "t").unwrap();
+        assert_eq!(limits.remembered(), 1, "the quiet hundred are forgotten");
+    }
+
     #[test]
     fn impossible_rates_are_refused() {
         assert!(RateLimits::new(Some(rate(0, Duration::from_secs(1))), Vec::new()).is_err());

@@ -342,15 +342,17 @@ fn type_member(defs: &mut Map<String, Value>, definition: &str, member: &str, sc
         return;
     };
     let description = slot.remove("description");
-    *slot = match (schema.as_value(), description) {
-        (Value::Object(typed), Some(description)) if !typed.contains_key("description") => {
+    *slot = match schema.as_value() {
+        // The member's description says what the value is for here, so it is the one kept.
+        Value::Object(typed) => {
             let mut typed = typed.clone();
-            typed.insert("description".into(), description);
+            if let Some(description) = description {
+                typed.insert("description".into(), description);
+            }
             typed
         }
-        (Value::Object(typed), None) => typed.clone(),
-        // A schema with a description of its own, or `true`: both kept, the member's outermost.
-        (typed, description) => {
+        // `true` (any value): wrapped, so the member keeps its description.
+        typed => {
             let mut wrapper = Map::new();
             if let Some(description) = description {
                 wrapper.insert("description".into(), description);

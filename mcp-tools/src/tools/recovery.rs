@@ -146,4 +146,22 @@ mod tests {
         );
         assert_eq!(Recovery::from_name("stop"), Recovery::Stop);
     }
+
+    /// The published schema admits every hint a value can serialize to, and nothing else.
+    #[test]
+    fn the_schema_admits_known_and_custom_hints_only() {
+        let schema = crate::tools::set::schema_generator().into_root_schema_for::<Recovery>();
+        let validator = jsonschema::validator_for(&schema.to_value()).unwrap();
+        for hint in Recovery::known_names().chain(["ask_the_owner"]) {
+            assert!(validator.is_valid(&serde_json::json!(hint)), "{hint}");
+        }
+        for bad in [
+            serde_json::json!("Ask The Owner"),
+            serde_json::json!(""),
+            serde_json::json!(3),
+        ] {
+            assert!(!validator.is_valid(&bad), "{bad}");
+        }
+        assert_eq!(Recovery::schema_name(), "Recovery");
+    }
 }
