@@ -223,14 +223,15 @@ async fn without_elicitation_a_sealed_confirmation_binds(store: impl Store) {
     let mut other = arguments.clone();
     other["operation_id"] = json!(operation_id("checkout"));
     for (label, call, confirmation) in [
-        ("another request's", other, first.clone()),
-        ("made up", arguments.clone(), "Zm9yZ2Vk".to_owned()),
+        ("another request's", other, json!(first)),
+        ("made up", arguments.clone(), json!("Zm9yZ2Vk")),
+        ("not a string", arguments.clone(), json!(2)),
     ] {
         let refused = agent
             .call_with_meta(
                 "basket_checkout",
                 call,
-                &[(CONFIRMATION_META_KEY, json!(confirmation))],
+                &[(CONFIRMATION_META_KEY, confirmation)],
             )
             .await;
         assert_eq!(

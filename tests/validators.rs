@@ -395,6 +395,57 @@ async fn a_rolled_key_still_opens_what_the_old_one_sealed() {
     ));
 }
 
+/// The version arguments' bad values get their exact answer; a whole number written as a float
+/// is that number, as JSON Schema counts it.
+#[tokio::test]
+async fn version_arguments_refuse_what_is_no_version() {
+    let server = TestServer::start(keyed_server(MemoryStore::default(), b"replica-key")).await;
+    let agent = Agent::connect(&server.url(), None).await;
+    let handle = agent.create().await;
+    for (label, basis, violation) in [
+        ("zero", json!(0), "minimum"),
+        ("negative", json!(-1), "minimum"),
+        ("a fraction", json!(1.5), "is not of types"),
+        ("null", Value::Null, "is not of types"),
+        ("an empty string", json!(""), "shorter"),
+        ("an object", json!({"version": 1}), "is not of types"),
+    ] {
+        for (tool, arguments) in [
+            (
+                "basket_get",
+                json!({"basket_id": handle, "basis_version": basis}),
+            ),
+            ("basket_upgrade_memory", upgrade(&handle, basis.clone(), 32)),
+        ] {
+            let refused = agent.call(tool, arguments).await;
+            assert_eq!(
+                code(&refused),
+                "INVALID_ARGUMENTS",
+                "{label} to {tool}: {refused}"
+            );
+            let message = refused["structuredContent"]["details"]["violations"][0]["message"]
+                .as_str()
+                .unwrap();
+            assert!(message.contains(violation), "{label} to {tool}: {message}");
+        }
+    }
+    assert_eq!(read(&agent, &handle).await.0, 1, "nothing applied");
+    let as_float = agent
+        .call("basket_upgrade_memory", upgrade(&handle, json!(1.0), 32))
+        .await;
+    assert_eq!(outcome(&as_float), "applied", "{as_float}");
+    let since = agent
+        .call(
+            "basket_get",
+            json!({"basket_id": handle, "basis_version": 2.0}),
+        )
+        .await;
+    assert_eq!(
+        since["structuredContent"]["changes"]["since_version"], 2,
+        "{since}"
+    );
+}
+
 fn short_history() -> StoreConfig {
     StoreConfig {
         history_limit: 2,

@@ -20,7 +20,7 @@ use tokio::sync::mpsc;
 use crate::RpcError;
 use crate::context::notify::Notifier;
 use crate::context::{Context, Principal};
-use crate::protocol::headers::{equal_if_present, require_equal};
+use crate::protocol::headers::{Presence, require_equal};
 use crate::protocol::param_headers::check_param_headers;
 use crate::protocol::{
     Envelope, REMOVED_METHODS, RequestId, RequestMeta, SUPPORTED_VERSIONS, headers,
@@ -197,6 +197,7 @@ fn prepare(
             headers::PROTOCOL_VERSION,
             "MCP-Protocol-Version",
             &meta.protocol_version,
+            Presence::Required,
         )?;
     }
     if !legacy && !SUPPORTED_VERSIONS.contains(&meta.protocol_version.as_str()) {
@@ -205,22 +206,20 @@ fn prepare(
             &server.shared.base.supported_versions,
         ));
     }
-    if let (true, Transport::Http(headers)) = (legacy, transport) {
-        // Earlier revisions send no routing headers; any that are present must still agree.
-        equal_if_present(headers, headers::METHOD, "Mcp-Method", &method)?;
-        if let Some(Value::String(target)) =
-            headers::named_target(&method).and_then(|field| params.get(field))
-        {
-            equal_if_present(headers, headers::NAME, "Mcp-Name", target)?;
-        }
-    }
-    if let (false, Transport::Http(headers)) = (legacy, transport) {
-        require_equal(headers, headers::METHOD, "Mcp-Method", &method)?;
+    if let Transport::Http(headers) = transport {
+        let presence = if legacy {
+            Presence::IfSent
+        } else {
+            Presence::Required
+        };
+        require_equal(headers, headers::METHOD, "Mcp-Method", &method, presence)?;
         if let Some(field) = headers::named_target(&method) {
             match params.get(field) {
                 Some(Value::String(target)) => {
-                    require_equal(headers, headers::NAME, "Mcp-Name", target)?;
+                    require_equal(headers, headers::NAME, "Mcp-Name", target, presence)?;
                 }
+                // A legacy request is judged on its body alone past this point.
+                _ if legacy => {}
                 // A method this server does not serve is answered 404 below, whatever its
                 // params look like.
                 _ if Route::of(&method, &server.shared.snapshot.load().capabilities, legacy)

@@ -70,14 +70,27 @@ pub(crate) fn classifying_text<'h>(headers: &'h HeaderMap, name: &str) -> Option
         .map(str::trim)
 }
 
-/// Requires `name` to be present and equal to `expected` (the body's value).
+/// Whether a routing header must be sent, or only agree when it is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Presence {
+    /// Revision 2026-07-28: the header must be there.
+    Required,
+    /// Earlier revisions send none, but one that is sent must still agree: an intermediary
+    /// that routes or authorizes on it must see what runs.
+    IfSent,
+}
+
+/// Requires `name` to equal `expected` (the body's value); whether it may be absent is
+/// `presence`.
 pub(crate) fn require_equal(
     headers: &HeaderMap,
     name: &str,
     display: &str,
     expected: &str,
+    presence: Presence,
 ) -> Result<(), RpcError> {
     match header_text(headers, name)? {
+        None if presence == Presence::IfSent => Ok(()),
         None => Err(RpcError::header_mismatch(format!(
             "Missing required header {display}: it must equal {expected:?} from the body"
         ))),
@@ -85,22 +98,6 @@ pub(crate) fn require_equal(
         Some(actual) => Err(RpcError::header_mismatch(format!(
             "Header mismatch: {display} header value {actual:?} does not match body value {expected:?}"
         ))),
-    }
-}
-
-/// Requires `name`, when present, to equal `expected`: a client of an earlier revision need not
-/// send it, but an intermediary that routes or authorizes on it must see what runs.
-pub(crate) fn equal_if_present(
-    headers: &HeaderMap,
-    name: &str,
-    display: &str,
-    expected: &str,
-) -> Result<(), RpcError> {
-    match header_text(headers, name)? {
-        Some(actual) if actual != expected => Err(RpcError::header_mismatch(format!(
-            "Header mismatch: {display} header value {actual:?} does not match body value {expected:?}"
-        ))),
-        _ => Ok(()),
     }
 }
 

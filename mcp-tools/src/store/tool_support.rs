@@ -447,24 +447,27 @@ fn ask_to_reconfirm<R: IsEntity>(
         _ => return None,
     };
     let state = serde_json::json!({ RECONFIRM_INPUT_KEY: current });
-    if declares_form_elicitation(cx.client_capabilities()) {
-        return Some(
-            InputRequired::new()
-                .elicit(
-                    RECONFIRM_INPUT_KEY,
-                    message,
-                    serde_json::json!({
-                        "type": "object",
-                        "properties": { "confirm": {
-                            "type": "boolean",
-                            "title": "Apply to the current state",
-                            "description": "Yes applies the change to the state shown; no leaves it unchanged.",
-                        } },
-                        "required": ["confirm"],
-                    }),
-                )
-                .state(state),
-        );
+    let ask = InputRequired::new()
+        .elicit(
+            RECONFIRM_INPUT_KEY,
+            message,
+            serde_json::json!({
+                "type": "object",
+                "properties": { "confirm": {
+                    "type": "boolean",
+                    "title": "Apply to the current state",
+                    "description": "Yes applies the change to the state shown; no leaves it unchanged.",
+                } },
+                "required": ["confirm"],
+            }),
+        )
+        .state(state.clone());
+    // The same rule that refuses input a client cannot give decides whether to ask at all.
+    if ask
+        .missing_capabilities(cx.client_capabilities())
+        .is_empty()
+    {
+        return Some(ask);
     }
     if let MutationOutcome::StaleView(stale) = outcome {
         let target = tool_call_target(tool);
@@ -510,13 +513,6 @@ fn reconfirm_message(stale: &StaleView, confirmed: bool) -> String {
         "{} changed after version {} {basis}; it is now at version {} ({changes}). Apply the change to it as it is now?",
         stale.handle, stale.expected_version, stale.current_version
     )
-}
-
-fn declares_form_elicitation(capabilities: &Map<String, Value>) -> bool {
-    match capabilities.get("elicitation") {
-        Some(Value::Object(modes)) => modes.is_empty() || modes.contains_key("form"),
-        _ => false,
-    }
 }
 
 /// Seals the validator of every resumption record in an outcome.
