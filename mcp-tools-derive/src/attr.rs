@@ -5,7 +5,8 @@
 
 use std::fmt::Display;
 
-use proc_macro2::TokenStream;
+use proc_macro2::{Span, TokenStream};
+use quote::ToTokens;
 use syn::meta::ParseNestedMeta;
 use syn::parse::Parser;
 use syn::punctuated::Punctuated;
@@ -211,6 +212,56 @@ pub fn ident_list(meta: &ParseNestedMeta, expected: impl Display) -> syn::Result
     syn::bracketed!(content in input);
     let names = Punctuated::<Ident, Token![,]>::parse_terminated(&content)?;
     Ok(names.into_iter().collect())
+}
+
+/// `key = ["...", ...]`, with the span of the brackets; `expected` shows the form. A lone string
+/// gets the bracketed form of itself as the hint, and every element that is not a string
+/// literal is reported, not only the first.
+pub fn string_list(
+    meta: &ParseNestedMeta,
+    expected: impl Display,
+) -> syn::Result<(Span, Vec<LitStr>)> {
+    if !meta.input.peek(Token![=]) {
+        return Err(meta.error(expected));
+    }
+    let array = match meta.value()?.parse::<Expr>()? {
+        Expr::Array(array) => array,
+        Expr::Lit(ExprLit {
+            lit: Lit::Str(lit), ..
+        }) => {
+            let key = key_text(meta);
+            let written = lit.to_token_stream();
+            return Err(syn::Error::new_spanned(
+                &lit,
+                format!("expected a list of strings, even for one: write `{key} = [{written}]`"),
+            ));
+        }
+        other => return Err(syn::Error::new_spanned(other, expected)),
+    };
+    let key = key_text(meta);
+    let mut strings = Vec::with_capacity(array.elems.len());
+    let mut errors: Option<syn::Error> = None;
+    for elem in &array.elems {
+        match elem {
+            Expr::Lit(ExprLit {
+                lit: Lit::Str(lit), ..
+            }) => strings.push(lit.clone()),
+            other => {
+                let error = syn::Error::new_spanned(
+                    other,
+                    format!("expected a string literal: `{key} = [\"...\", ...]`"),
+                );
+                match &mut errors {
+                    Some(errors) => errors.combine(error),
+                    None => errors = Some(error),
+                }
+            }
+        }
+    }
+    match errors {
+        Some(errors) => Err(errors),
+        None => Ok((array.bracket_token.span.join(), strings)),
+    }
 }
 
 /// `key = Type`; `expected` shows the form.

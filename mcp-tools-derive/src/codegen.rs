@@ -313,7 +313,7 @@ fn tool_impl(tool: &ToolFn, target: &TokenStream, callee: &TokenStream) -> Token
     }
 }
 
-/// The `ToolInfo`: name, description, title and annotations.
+/// The `ToolInfo`: name, description, title, annotations and required scopes.
 fn info(tool: &ToolFn) -> TokenStream {
     let (name, _) = tool.name();
     let description = tool.description().unwrap_or_default();
@@ -323,10 +323,15 @@ fn info(tool: &ToolFn) -> TokenStream {
         .as_ref()
         .map(|title| quote!(.title(#title)));
     let annotations = annotations(tool);
+    let scopes = tool.attrs.scopes.as_ref().map(|scopes| {
+        let scopes = &scopes.scopes;
+        quote!(.scopes([#(#scopes),*]))
+    });
     quote! {
         ::mcp_tools::ToolInfo::new(#name, #description)
             #title
             .annotations(#annotations)
+            #scopes
     }
 }
 

@@ -39,6 +39,12 @@ use proc_macro::TokenStream;
 ///   `description = "..."`; one of them is required. Optional `title = "..."`.
 /// * **Annotations**: `read_only`, `destructive`, `idempotent`, `open_world` (alone for `true`,
 ///   or `= false`); left out, the hint is not published.
+/// * **Scopes**: `scopes = ["basket:read", "audit"]` lists the OAuth scopes the caller's token
+///   must grant, every one of them, to see the tool in `tools/list` and to call it. They are
+///   enforced when the server is an OAuth resource server (`McpServerBuilder::oauth`) and
+///   published in the tool's `_meta` under `io.github.mcp-tools/scopes`. Each is an RFC 6749
+///   scope token (printable ASCII without spaces, quotes or backslashes), checked at compile
+///   time; the list cannot be empty or name a scope twice.
 /// * **Parameters** become the properties of the input schema (a hidden struct deriving
 ///   `Deserialize` and `JsonSchema`, unknown properties rejected). `Option<T>` is optional;
 ///   `#[arg(default)]` / `#[arg(default = expr)]` give a default; `#[arg(rename = "...")]` sets

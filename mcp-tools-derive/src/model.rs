@@ -19,6 +19,7 @@ pub enum ToolKey {
     Destructive,
     Idempotent,
     OpenWorld,
+    Scopes,
     Stateful(StatefulKind),
     OnConflict,
     Touches,
@@ -37,6 +38,7 @@ impl Key for ToolKey {
         ("destructive", ToolKey::Destructive),
         ("idempotent", ToolKey::Idempotent),
         ("open_world", ToolKey::OpenWorld),
+        ("scopes", ToolKey::Scopes),
         ("creates", ToolKey::Stateful(StatefulKind::Creates)),
         ("reads", ToolKey::Stateful(StatefulKind::Reads)),
         ("mutates", ToolKey::Stateful(StatefulKind::Mutates)),
@@ -130,6 +132,8 @@ pub struct ToolAttrs {
     pub destructive: Option<Flag>,
     pub idempotent: Option<Flag>,
     pub open_world: Option<Flag>,
+    /// `scopes = ["...", ...]`: the OAuth scopes a caller's token must grant.
+    pub scopes: Option<Scopes>,
     /// `creates = T`, `reads = T`, `mutates = T`, in the order written (more than one is an error).
     pub stateful: Vec<Stateful>,
     pub on_conflict: Option<OnConflict>,
@@ -231,6 +235,14 @@ pub struct Touches {
     /// The key, where errors about it point.
     pub span: Span,
     pub fields: Vec<Ident>,
+}
+
+/// `scopes = ["...", ...]`.
+pub struct Scopes {
+    /// The brackets, where an error about an empty list points.
+    pub span: Span,
+    /// The scopes as written, in order; each literal is where errors about it point.
+    pub scopes: Vec<LitStr>,
 }
 
 /// One parameter of the function.

@@ -62,6 +62,15 @@ pub fn is_valid_tool_name(name: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'/' | b'-'))
 }
 
+/// An RFC 6749 scope token: printable ASCII without space, `"` or `\`, the rule the runtime
+/// enforces when the server is built.
+pub fn is_scope_token(scope: &str) -> bool {
+    !scope.is_empty()
+        && scope
+            .bytes()
+            .all(|b| matches!(b, 0x21 | 0x23..=0x5B | 0x5D..=0x7E))
+}
+
 /// A handle prefix: 1 to 16 lowercase ASCII letters or digits, so handles stay readable.
 pub fn is_valid_handle_prefix(prefix: &str) -> bool {
     (1..=16).contains(&prefix.len())
@@ -123,6 +132,23 @@ mod tests {
         assert!(!is_valid_tool_name(&"a".repeat(65)));
         assert!(!is_valid_tool_name(""));
         assert!(!is_valid_tool_name("read file"));
+    }
+
+    #[test]
+    fn scope_tokens_are_printable_ascii_without_space_quote_or_backslash() {
+        assert!(is_scope_token("basket:read"));
+        assert!(is_scope_token("!#[]~https://api.example/x"));
+        for bad in [
+            "",
+            "basket read",
+            "say\"hi",
+            "back\\slash",
+            "caf\u{e9}",
+            "tab\t",
+            "\u{7f}",
+        ] {
+            assert!(!is_scope_token(bad), "{bad:?} is not a scope token");
+        }
     }
 
     #[test]

@@ -18,8 +18,8 @@ use crate::ctxt::Ctxt;
 use crate::model::{
     ArgAttrs, ArgDefault, ArgKey, ConflictPolicy, EntityField, ErrorCode, ErrorCodes, ErrorVariant,
     KNOWN_RECOVERIES, OnConflict, Output, Param, ParamKind, Place, Receiver, RecoveryHint,
-    RecoveryKey, Resource, ResourceAttrs, ResourceKey, SerdeUse, Stateful, StatefulKind, ToolAttrs,
-    ToolErrorType, ToolFn, ToolKey, Touches, TtlSecs, VariantFields,
+    RecoveryKey, Resource, ResourceAttrs, ResourceKey, Scopes, SerdeUse, Stateful, StatefulKind,
+    ToolAttrs, ToolErrorType, ToolFn, ToolKey, Touches, TtlSecs, VariantFields,
 };
 use crate::naming::{did_you_mean, snake_case, unraw, upper_snake_case};
 
@@ -192,6 +192,13 @@ fn tool_key(
             &mut attrs.open_world,
             attr::flag(meta)?.into(),
         ),
+        ToolKey::Scopes => {
+            let (span, scopes) = attr::string_list(
+                meta,
+                "expected a list of OAuth scopes: `scopes = [\"basket:read\", ...]`",
+            )?;
+            attr::set(cx, meta, key, &mut attrs.scopes, Scopes { span, scopes })
+        }
         ToolKey::Stateful(kind) => {
             let ty = attr::ty(
                 meta,
@@ -954,6 +961,55 @@ mod tests {
         assert!(attrs.on_conflict.unwrap().policy == ConflictPolicy::Rebase);
         assert_eq!(attrs.touches.unwrap().fields.len(), 1);
         assert!(!attrs.operation_id.unwrap().value);
+    }
+
+    #[test]
+    fn scopes_are_typed_as_the_literals_written() {
+        let cx = Ctxt::new();
+        let attrs = tool_attrs(
+            quote::quote!(read_only, scopes = ["basket:read", "audit"]),
+            &cx,
+        );
+        cx.check().unwrap();
+        let scopes: Vec<String> = attrs
+            .scopes
+            .expect("`scopes` is read")
+            .scopes
+            .iter()
+            .map(LitStr::value)
+            .collect();
+        assert_eq!(scopes, ["basket:read", "audit"]);
+        assert!(attrs.read_only.is_some());
+    }
+
+    #[test]
+    fn scopes_that_are_not_a_list_of_strings_get_the_form_to_write() {
+        let messages = |tokens| {
+            let cx = Ctxt::new();
+            let attrs = tool_attrs(tokens, &cx);
+            assert!(attrs.scopes.is_none());
+            cx.check()
+                .unwrap_err()
+                .into_iter()
+                .map(|error| error.to_string())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            messages(quote::quote!(scopes = "basket:read")),
+            ["expected a list of strings, even for one: write `scopes = [\"basket:read\"]`"]
+        );
+        assert_eq!(
+            messages(quote::quote!(scopes = ["a", basket, 3])),
+            [
+                "expected a string literal: `scopes = [\"...\", ...]`",
+                "expected a string literal: `scopes = [\"...\", ...]`",
+            ],
+            "every element that is not a string is reported"
+        );
+        assert_eq!(
+            messages(quote::quote!(scopes)),
+            ["expected a list of OAuth scopes: `scopes = [\"basket:read\", ...]`"]
+        );
     }
 
     #[test]

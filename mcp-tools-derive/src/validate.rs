@@ -1,7 +1,7 @@
 //! The rules of a well-formed model. Every broken rule is recorded with its span and all of them
 //! are reported together, so one build shows them all.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use proc_macro2::Span;
 use quote::ToTokens;
@@ -14,7 +14,8 @@ use crate::model::{
     StatefulKind, ToolErrorType, ToolFn, ToolKey,
 };
 use crate::naming::{
-    is_reserved_argument, is_valid_handle_prefix, is_valid_resource_kind, is_valid_tool_name,
+    is_reserved_argument, is_scope_token, is_valid_handle_prefix, is_valid_resource_kind,
+    is_valid_tool_name,
 };
 
 /// Rules on one tool.
@@ -135,8 +136,48 @@ pub fn tool(tool: &ToolFn, cx: &Ctxt) {
             ),
         );
     }
+    scopes(tool, cx);
     stateful(tool, cx);
     output(&tool.output, cx);
+}
+
+/// Rules of `scopes = [...]`: the runtime would refuse a bad scope only when the server is
+/// built, and an empty or repeated one says something the author did not mean.
+fn scopes(tool: &ToolFn, cx: &Ctxt) {
+    let Some(scopes) = &tool.attrs.scopes else {
+        return;
+    };
+    if scopes.scopes.is_empty() {
+        cx.error_at(
+            scopes.span,
+            "`scopes` is empty, which requires nothing; remove `scopes` or name at least one scope",
+        );
+    }
+    let mut seen: HashSet<String> = HashSet::new();
+    for lit in &scopes.scopes {
+        let scope = lit.value();
+        if !is_scope_token(&scope) {
+            // Scopes joined by spaces, as in an OAuth `scope` parameter, are meant as a list.
+            let split = if scope.contains(' ') && scope.split(' ').all(is_scope_token) {
+                "; to require several scopes, list each as its own string"
+            } else {
+                ""
+            };
+            cx.error_spanned_by(
+                lit,
+                format!(
+                    "invalid scope {scope:?}: use one or more printable ASCII characters without spaces, quotes or backslashes (an RFC 6749 scope token), e.g. \"basket:read\"{split}"
+                ),
+            );
+        } else if seen.contains(&scope) {
+            cx.error_spanned_by(
+                lit,
+                format!("scope {scope:?} is listed twice; remove the repeated one"),
+            );
+        } else {
+            seen.insert(scope);
+        }
+    }
 }
 
 /// Rules of the stateful kinds (`creates`, `reads`, `mutates`) and their keys.

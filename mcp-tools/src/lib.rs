@@ -37,6 +37,7 @@
 //! ```
 #![warn(missing_docs)]
 
+pub mod auth;
 mod completion;
 mod context;
 mod dispatch;
@@ -83,8 +84,8 @@ macro_rules! tools {
     };
 }
 
+pub use auth::hook::Unauthorized;
 pub use completion::{CompletionTarget, Completions};
-pub use context::auth::Unauthorized;
 pub use context::{Context, Principal};
 pub use mcp_tools_derive::{ToolError, tool, toolbox};
 pub use prompts::{GetPromptResult, IntoPromptReply, Prompt, PromptMessage, PromptSet, Role};

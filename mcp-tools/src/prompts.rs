@@ -114,6 +114,7 @@ pub struct Prompt {
     pub(crate) descriptor: Map<String, Value>,
     pub(crate) required: Vec<String>,
     pub(crate) render: Render,
+    pub(crate) scopes: crate::auth::scope::Required,
 }
 
 impl Prompt {
@@ -137,6 +138,7 @@ impl Prompt {
             name,
             descriptor,
             required: Vec::new(),
+            scopes: Default::default(),
             render: Arc::new(move |args, cx| {
                 let rendering = render(args, cx);
                 Box::pin(async move { rendering.await.map(IntoPromptReply::into_prompt_reply) })
@@ -170,6 +172,17 @@ impl Prompt {
     /// Sets the display title.
     pub fn title(mut self, title: impl Into<String>) -> Self {
         self.descriptor.insert("title".into(), json!(title.into()));
+        self
+    }
+
+    /// Requires these OAuth scopes (all of them) to see and get the prompt, and to complete its
+    /// arguments; enforced when the server is an OAuth resource server.
+    pub fn scopes<I, S>(mut self, scopes: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<std::borrow::Cow<'static, str>>,
+    {
+        self.scopes = self.scopes.and(scopes);
         self
     }
 

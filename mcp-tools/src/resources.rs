@@ -1,5 +1,6 @@
 //! Resources: listed URIs and URI templates the client can read.
 
+use std::borrow::Cow;
 use std::future::Future;
 use std::sync::Arc;
 
@@ -9,6 +10,7 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 
 use crate::RpcError;
+use crate::auth::scope::Required;
 use crate::context::Context;
 use crate::tools::BoxFuture;
 
@@ -71,6 +73,7 @@ pub struct Resource {
     pub(crate) descriptor: Map<String, Value>,
     pub(crate) uri: String,
     pub(crate) reader: Reader,
+    pub(crate) scopes: Required,
 }
 
 fn descriptor(key: &str, value: &str, name: &str) -> Map<String, Value> {
@@ -93,7 +96,19 @@ impl Resource {
             descriptor: descriptor("uri", &uri, &name.into()),
             uri,
             reader: Arc::new(move |_uri, _vars, cx| Box::pin(read(cx))),
+            scopes: Required::default(),
         }
+    }
+
+    /// Requires these OAuth scopes (all of them) to see and read the resource; enforced when
+    /// the server is an OAuth resource server.
+    pub fn scopes<I, S>(mut self, scopes: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<Cow<'static, str>>,
+    {
+        self.scopes = self.scopes.and(scopes);
+        self
     }
 
     /// A resource with fixed text.
@@ -155,6 +170,7 @@ pub struct ResourceTemplate {
     pub(crate) descriptor: Map<String, Value>,
     pub(crate) pattern: UriPattern,
     pub(crate) reader: Reader,
+    pub(crate) scopes: Required,
 }
 
 impl ResourceTemplate {
@@ -170,7 +186,19 @@ impl ResourceTemplate {
             descriptor: descriptor("uriTemplate", &template, &name.into()),
             pattern: UriPattern::parse(&template),
             reader: Arc::new(move |uri, vars, cx| Box::pin(read(uri, vars, cx))),
+            scopes: Required::default(),
         }
+    }
+
+    /// Requires these OAuth scopes (all of them) to see the template and read what it
+    /// matches; enforced when the server is an OAuth resource server.
+    pub fn scopes<I, S>(mut self, scopes: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<Cow<'static, str>>,
+    {
+        self.scopes = self.scopes.and(scopes);
+        self
     }
 
     /// Sets the description.
@@ -289,6 +317,17 @@ impl ResourceSet {
     /// Whether there is nothing to offer.
     pub fn is_empty(&self) -> bool {
         self.resources.is_empty() && self.templates.is_empty()
+    }
+
+    /// The scopes reading `uri` requires: those of the resource or template that would serve it.
+    pub(crate) fn scopes_for(&self, uri: &str) -> Option<&Required> {
+        if let Some(resource) = self.resources.iter().find(|r| r.uri == uri) {
+            return Some(&resource.scopes);
+        }
+        self.templates
+            .iter()
+            .find(|t| t.pattern.matches(uri).is_some())
+            .map(|t| &t.scopes)
     }
 
     /// Reads `uri`: a listed resource first, then the first matching template.

@@ -37,6 +37,7 @@ use crate::{McpServer, RpcError};
 pub struct TestClient {
     server: McpServer,
     principal: Principal,
+    scopes: Option<Vec<String>>,
     capabilities: Value,
     next_id: AtomicI64,
 }
@@ -47,6 +48,7 @@ impl TestClient {
         TestClient {
             server,
             principal: Principal::Anonymous,
+            scopes: None,
             capabilities: json!({}),
             next_id: AtomicI64::new(1),
         }
@@ -55,6 +57,18 @@ impl TestClient {
     /// Calls as `principal` from now on.
     pub fn as_principal(mut self, principal: Principal) -> Self {
         self.principal = principal;
+        self
+    }
+
+    /// Calls as if its token granted `scopes` (and what they imply) from now on: on an OAuth
+    /// resource server, scoped tools, resources and prompts are then judged and listed as over
+    /// HTTP. Without it, or without OAuth, scopes are not checked.
+    pub fn with_scopes<I, S>(mut self, scopes: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.scopes = Some(scopes.into_iter().map(Into::into).collect());
         self
     }
 
@@ -93,7 +107,12 @@ impl TestClient {
             &self.server,
             envelope,
             Transport::InProcess,
-            self.principal.clone(),
+            crate::context::Caller {
+                principal: self.principal.clone(),
+                scopes: self.scopes.clone().map(|scopes| {
+                    std::sync::Arc::new(crate::auth::oauth::granted(&self.server, scopes))
+                }),
+            },
         )
         .await
         {

@@ -1,6 +1,5 @@
 //! The per-request context handed to every tool call.
 
-pub(crate) mod auth;
 pub(crate) mod notify;
 
 use std::any::Any;
@@ -37,6 +36,15 @@ impl Principal {
     }
 }
 
+/// Who is calling, and what its token grants.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Caller {
+    pub(crate) principal: Principal,
+    /// `None` when the server checks no scopes (it is not an OAuth resource server): the caller
+    /// may then use everything.
+    pub(crate) scopes: Option<Arc<crate::auth::Granted>>,
+}
+
 /// Shared application state registered on the server, looked up by type.
 #[derive(Clone, Default)]
 pub(crate) struct SharedState(Arc<http::Extensions>);
@@ -60,7 +68,7 @@ struct ContextInner {
     request_id: Option<RequestId>,
     method: String,
     meta: RequestMeta,
-    principal: Principal,
+    caller: Caller,
     /// The serving server, opaque here so the context does not depend on the server layer;
     /// [`Context::server`] is defined there.
     server: Arc<dyn Any + Send + Sync>,
@@ -81,7 +89,7 @@ impl Context {
         request_id: Option<RequestId>,
         method: String,
         meta: RequestMeta,
-        principal: Principal,
+        caller: Caller,
         (server, state): (Arc<dyn Any + Send + Sync>, SharedState),
         notifier: Option<Notifier>,
         input: RoundInput,
@@ -91,7 +99,7 @@ impl Context {
                 request_id,
                 method,
                 meta,
-                principal,
+                caller,
                 server,
                 state,
                 notifier,
@@ -182,7 +190,13 @@ impl Context {
 
     /// The caller.
     pub fn principal(&self) -> &Principal {
-        &self.inner.principal
+        &self.inner.caller.principal
+    }
+
+    /// The scopes the caller's bearer token grants (with every scope they imply), when the
+    /// server is an OAuth resource server; `None` otherwise.
+    pub fn granted_scopes(&self) -> Option<&crate::auth::Granted> {
+        self.inner.caller.scopes.as_deref()
     }
 
     /// Application state of type `T` registered with
@@ -197,7 +211,7 @@ impl std::fmt::Debug for Context {
         f.debug_struct("Context")
             .field("request_id", &self.inner.request_id)
             .field("method", &self.inner.method)
-            .field("principal", &self.inner.principal)
+            .field("principal", &self.inner.caller.principal)
             .finish_non_exhaustive()
     }
 }

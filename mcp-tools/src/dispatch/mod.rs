@@ -19,7 +19,7 @@ use tokio::sync::mpsc;
 
 use crate::RpcError;
 use crate::context::notify::Notifier;
-use crate::context::{Context, Principal};
+use crate::context::{Caller, Context};
 use crate::protocol::headers::{Presence, require_equal};
 use crate::protocol::param_headers::check_param_headers;
 use crate::protocol::{
@@ -132,15 +132,14 @@ pub(crate) async fn handle(
     server: &McpServer,
     envelope: Envelope,
     transport: Transport<'_>,
-    principal: Principal,
+    caller: Caller,
 ) -> Outcome {
     let Envelope { id, method, params } = envelope;
     let Some(id) = id else {
         // Notifications carry nothing this server acts on in 2026-07-28; accept and drop.
         return Outcome::Accepted;
     };
-    let (prepared, notifications) = match prepare(server, &id, method, params, transport, principal)
-    {
+    let (prepared, notifications) = match prepare(server, &id, method, params, transport, caller) {
         Ok(prepared) => prepared,
         Err(error) => return Outcome::Error(error.with_id(Some(id))),
     };
@@ -167,7 +166,7 @@ fn prepare(
     method: String,
     mut params: Option<Map<String, Value>>,
     transport: Transport<'_>,
-    principal: Principal,
+    caller: Caller,
 ) -> Result<(Prepared, Option<mpsc::Receiver<Value>>), RpcError> {
     let http_headers = match transport {
         Transport::Http(headers) => Some(headers),
@@ -245,6 +244,10 @@ fn prepare(
     // What the request names is resolved before any request state is opened: an unknown
     // tool or prompt is answered as such, whatever else a retry carries.
     let tool = resolve_target(route, &snapshot, &params)?;
+    if let Some(scopes) = &caller.scopes {
+        authorize(server, route, &snapshot, tool, &params, scopes)?;
+    }
+    let principal = &caller.principal;
     if let (Some(tool), Transport::Http(headers), false) = (tool, transport, legacy) {
         check_param_headers(
             &snapshot.catalog.tools[tool].param_headers,
@@ -252,15 +255,15 @@ fn prepare(
             headers,
         )?;
     }
-    let input = rounds::round_input(server, route, &mut params, &principal)?;
+    let input = rounds::round_input(server, route, &mut params, principal)?;
     // Counted once the call is known to be well formed, and before any stream opens, so a
     // refusal is a real HTTP 429.
     if let (Route::CallTool, Some(tool)) = (route, tool) {
         let name = &snapshot.catalog.tools[tool].definition.name;
-        server.shared.limits.check(&principal, name)?;
+        server.shared.limits.check(principal, name)?;
     }
     let listen_slot = match route {
-        Route::Listen => Some(server.listen_slot(&principal)?),
+        Route::Listen => Some(server.listen_slot(principal)?),
         _ => None,
     };
     tracing::Span::current().record("id", tracing::field::display(id));
@@ -294,7 +297,7 @@ fn prepare(
         Some(id.clone()),
         method,
         meta,
-        principal,
+        caller,
         (server.shared.clone(), server.shared.state.clone()),
         notifier,
         input,
@@ -323,6 +326,7 @@ async fn execute(server: &McpServer, prepared: Prepared) -> Result<Bytes, RpcErr
         snapshot,
         listen_slot: _listen_slot,
     } = prepared;
+    let visible = |listing| visible(server, &cx, listing);
     match route {
         Route::Initialize => Ok(server
             .shared
@@ -338,10 +342,10 @@ async fn execute(server: &McpServer, prepared: Prepared) -> Result<Bytes, RpcErr
         // them) refuse any member, `resultType` included.
         Route::Empty => Ok(Bytes::from_static(b"{}")),
         Route::Discover => Ok(snapshot.discover.clone()),
-        Route::ListTools => discover::page(server, &snapshot.tools, &params),
-        Route::ListResources => discover::page(server, &snapshot.resources, &params),
-        Route::ListTemplates => discover::page(server, &snapshot.templates, &params),
-        Route::ListPrompts => discover::page(server, &snapshot.prompts, &params),
+        Route::ListTools => discover::page(server, &visible(&snapshot.tools), &params),
+        Route::ListResources => discover::page(server, &visible(&snapshot.resources), &params),
+        Route::ListTemplates => discover::page(server, &visible(&snapshot.templates), &params),
+        Route::ListPrompts => discover::page(server, &visible(&snapshot.prompts), &params),
         Route::CallTool => {
             let tool = &snapshot.catalog.tools[tool.expect("tools/call resolves its tool")];
             tools::call_tool(server, tool, &mut params, cx, legacy).await
@@ -354,6 +358,51 @@ async fn execute(server: &McpServer, prepared: Prepared) -> Result<Bytes, RpcErr
 }
 
 /// Checks the params that name what a request acts on, and finds the tool of a `tools/call`.
+/// A listing as the caller may see it: only what its token's scopes allow.
+fn visible<'a>(
+    server: &McpServer,
+    cx: &Context,
+    listing: &'a crate::server::Listing,
+) -> crate::server::Visible<'a> {
+    match (&server.shared.oauth, cx.granted_scopes()) {
+        (Some(oauth), Some(granted)) => listing.visible_to(&server.shared.base, oauth, granted),
+        _ => crate::server::Visible::All(listing),
+    }
+}
+
+/// Refuses a call, read or prompt whose scopes the caller's token does not grant, with HTTP 403
+/// and a challenge naming them: the same answer the HTTP layer gives from the routing headers,
+/// here judged on the body, for every era and transport.
+fn authorize(
+    server: &McpServer,
+    route: Route,
+    snapshot: &Snapshot,
+    tool: Option<usize>,
+    params: &Map<String, Value>,
+    granted: &crate::auth::Granted,
+) -> Result<(), RpcError> {
+    let Some(oauth) = &server.shared.oauth else {
+        return Ok(());
+    };
+    let target = match (route, tool) {
+        (Route::CallTool, Some(tool)) => Some(crate::auth::Target::Tool(tool)),
+        (Route::GetPrompt, _) => params
+            .get("name")
+            .and_then(Value::as_str)
+            .map(crate::auth::Target::Prompt),
+        (Route::ReadResource, _) => params
+            .get("uri")
+            .and_then(Value::as_str)
+            .map(crate::auth::Target::Resource),
+        (Route::Complete, _) => crate::auth::Target::of_completion(params),
+        _ => None,
+    };
+    match target {
+        Some(target) => target.check(oauth, snapshot, granted),
+        None => Ok(()),
+    }
+}
+
 fn resolve_target(
     route: Route,
     snapshot: &Snapshot,

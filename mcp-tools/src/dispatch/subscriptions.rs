@@ -116,6 +116,15 @@ pub(super) async fn listen(
         }
     };
     let filter = Filter::honoured(requested, &snapshot.capabilities)?;
+    // An update tells that a resource changed: only to callers who may read it.
+    let may_read = |uri: &str| match (&server.shared.oauth, cx.granted_scopes()) {
+        (Some(oauth), Some(granted)) => crate::auth::Target::Resource(uri).allows(
+            oauth,
+            &server.shared.snapshot.load(),
+            granted,
+        ),
+        _ => true,
+    };
     let subscription_id = json!(cx.request_id());
     // Subscribe before acknowledging, so no change between the two is missed.
     let mut changes = server.shared.changes.subscribe();
@@ -135,7 +144,9 @@ pub(super) async fn listen(
             () = async { drop(shutdown.wait_for(|closing| *closing).await) } => break,
             change = changes.recv() => match change {
                 Ok((change, uri)) => {
-                    if let Some((method, uri)) = filter.notification(change, uri.as_deref()) {
+                    if let Some((method, uri)) = filter.notification(change, uri.as_deref())
+                        && uri.as_deref().is_none_or(may_read)
+                    {
                         let mut params = json!({ "_meta": { "io.modelcontextprotocol/subscriptionId": subscription_id } });
                         if let Some(uri) = uri {
                             params["uri"] = json!(uri);
@@ -152,7 +163,7 @@ pub(super) async fn listen(
                         }
                     }
                     // Updates may have been missed too: every subscribed resource may have changed.
-                    for uri in &filter.uris {
+                    for uri in filter.uris.iter().filter(|uri| may_read(uri)) {
                         cx.send_notification(json!({ "jsonrpc": "2.0", "method": "notifications/resources/updated",
                             "params": { "_meta": { "io.modelcontextprotocol/subscriptionId": subscription_id }, "uri": uri } })).await;
                     }

@@ -16,7 +16,16 @@ pub struct RpcError {
     data: Option<Value>,
     status: StatusCode,
     id: Option<RequestId>,
+    /// Response headers beyond the status, which few errors carry: boxed, so the error stays
+    /// small on every `Result` of the request path.
+    headers: Option<Box<ErrorHeaders>>,
+}
+
+#[derive(Debug, Clone, Default)]
+struct ErrorHeaders {
     retry_after: Option<std::time::Duration>,
+    /// A `WWW-Authenticate` challenge, for refusals of the caller's credentials.
+    challenge: Option<String>,
 }
 
 impl RpcError {
@@ -28,7 +37,7 @@ impl RpcError {
             data: None,
             status: StatusCode::OK,
             id: None,
-            retry_after: None,
+            headers: None,
         }
     }
 
@@ -85,19 +94,35 @@ impl RpcError {
     /// `-32000`: the caller made more `what` than its rate allows (HTTP 429, `Retry-After`).
     pub fn rate_limited(what: &str, wait: std::time::Duration) -> Self {
         let seconds = wait.as_secs_f64().ceil().max(1.0) as u64;
-        let mut error = Self::new(
+        Self::new(
             codes::TOO_MANY_REQUESTS,
             format!("Too many {what}: retry in {seconds} s"),
         )
         .with_data(json!({ "retryAfterSeconds": seconds }))
-        .with_status(StatusCode::TOO_MANY_REQUESTS);
-        error.retry_after = Some(std::time::Duration::from_secs(seconds));
-        error
+        .with_status(StatusCode::TOO_MANY_REQUESTS)
+        .with_retry_after(std::time::Duration::from_secs(seconds))
+    }
+
+    /// Asks the caller to wait `wait` before retrying (`Retry-After`, in whole seconds).
+    pub(crate) fn with_retry_after(mut self, wait: std::time::Duration) -> Self {
+        self.headers.get_or_insert_default().retry_after = Some(wait);
+        self
+    }
+
+    /// Attaches a `WWW-Authenticate` challenge.
+    pub(crate) fn with_challenge(mut self, challenge: String) -> Self {
+        self.headers.get_or_insert_default().challenge = Some(challenge);
+        self
+    }
+
+    /// The `WWW-Authenticate` challenge of a refusal of the caller's credentials.
+    pub fn challenge(&self) -> Option<&str> {
+        self.headers.as_ref()?.challenge.as_deref()
     }
 
     /// How long the caller should wait before retrying, when the error says (`Retry-After`).
     pub fn retry_after(&self) -> Option<std::time::Duration> {
-        self.retry_after
+        self.headers.as_ref()?.retry_after
     }
 
     /// `-32021`: the request needs client capabilities it did not declare (HTTP 400).

@@ -8,9 +8,9 @@ use serde_json::json;
 use tokio::sync::{broadcast, watch};
 
 use super::{Base, McpServer, Offer, Shared};
+use crate::auth::hook::{Authenticate, Unauthorized};
 use crate::completion::Completions;
 use crate::context::SharedState;
-use crate::context::auth::{Authenticate, Unauthorized};
 use crate::prompts::PromptSet;
 use crate::protocol::SUPPORTED_VERSIONS;
 use crate::protocol::result::{CacheScope, Results};
@@ -64,6 +64,19 @@ pub enum BuildError {
     /// A setting is out of range.
     #[error("invalid setting: {0}")]
     InvalidSetting(&'static str),
+    /// A required scope is not an RFC 6749 scope token.
+    #[error(
+        "{owner} requires the scope {scope:?}, which is not a scope token: use printable ASCII without spaces, quotes or backslashes"
+    )]
+    InvalidScope {
+        /// What requires it: `tool "name"`, `resource "uri"`, `prompt "name"` or `the server`.
+        owner: String,
+        /// The scope as written.
+        scope: String,
+    },
+    /// The OAuth resource server settings are incomplete or contradictory.
+    #[error("invalid OAuth settings: {0}")]
+    InvalidOAuth(String),
 }
 
 /// Builds an [`McpServer`].
@@ -83,6 +96,7 @@ pub struct McpServerBuilder {
     endpoint_path: String,
     pub(crate) logging: bool,
     authenticate: Option<Authenticate>,
+    oauth: Option<crate::auth::OAuth>,
     legacy_era: bool,
     keep_alive: Duration,
     connections: ConnectionLimits,
@@ -129,6 +143,7 @@ impl McpServerBuilder {
             endpoint_path: "/mcp".into(),
             logging: false,
             authenticate: None,
+            oauth: None,
             legacy_era: true,
             keep_alive: DEFAULT_KEEP_ALIVE,
             connections: ConnectionLimits::default(),
@@ -259,6 +274,25 @@ impl McpServerBuilder {
     /// Accepts any `Host` and `Origin`: only for servers behind a proxy that checks them.
     pub fn allow_any_host(mut self) -> Self {
         self.hosts = HostPolicy::any();
+        self
+    }
+
+    /// Makes the server an OAuth 2.1 resource server: every HTTP request must carry a bearer
+    /// token that the configured verifier accepts and whose audience names the server's
+    /// canonical URI, or it is refused with HTTP 401 and a `WWW-Authenticate` challenge; a
+    /// request for a tool, resource or prompt whose scopes the token does not grant is refused
+    /// with HTTP 403 `insufficient_scope`, before the body is read when the routing headers name
+    /// it. The caller's [`Principal`](crate::Principal) is the token's issuer and subject. The
+    /// RFC 9728 metadata is served by [`McpServer::router`] at
+    /// `/.well-known/oauth-protected-resource` followed by the resource's path, and at the
+    /// root form.
+    ///
+    /// With [`authenticate`](Self::authenticate) also set, the token is checked first and
+    /// decides the principal and scopes; the `authenticate` check then runs on the same headers
+    /// as a further gate: its refusal is answered as it is, and the principal it returns is
+    /// not used.
+    pub fn oauth(mut self, oauth: crate::auth::OAuth) -> Self {
+        self.oauth = Some(oauth);
         self
     }
 
@@ -402,11 +436,20 @@ impl McpServerBuilder {
                 .map_or(0, |since| since.as_secs());
             accepted.push((key, until));
         }
+        let oauth = match self.oauth {
+            Some(oauth) => Some(Arc::new(oauth.compile(self.catalog.declared_scopes())?)),
+            None => None,
+        };
+        let mut settings = self.settings;
+        if oauth.is_some() {
+            // What a listing shows depends on the caller's token.
+            settings.scope = CacheScope::Private;
+        }
         let mut server_info = json!({ "name": self.name, "version": self.version });
         if let Some(title) = &self.title {
             server_info["title"] = json!(title);
         }
-        let results = Results::new(server_info, self.settings.ttl_ms, self.settings.scope);
+        let results = Results::new(server_info, settings.ttl_ms, settings.scope);
         let mut supported_versions = SUPPORTED_VERSIONS.to_vec();
         if self.legacy_era {
             supported_versions.extend_from_slice(crate::protocol::era::LEGACY_VERSIONS);
@@ -415,7 +458,7 @@ impl McpServerBuilder {
             supported_versions,
             results,
             instructions: self.instructions,
-            settings: self.settings,
+            settings,
             seal: Seal::rotating(&key, accepted),
             logging: self.logging,
             #[cfg(feature = "test-hooks")]
@@ -430,6 +473,7 @@ impl McpServerBuilder {
                 body_limit: self.body_limit,
                 hosts: self.hosts,
                 authenticate: self.authenticate,
+                oauth,
                 legacy_era: self.legacy_era,
                 keep_alive: self.keep_alive,
                 connections: self.connections,

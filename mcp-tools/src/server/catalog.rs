@@ -4,8 +4,14 @@
 use axum::body::Bytes;
 use serde_json::{Map, Value, json};
 
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
 use super::BuildError;
 use super::builder::ListSettings;
+use crate::auth::Granted;
+use crate::auth::oauth::ResourceServer;
+use crate::auth::scope::Required;
 use crate::completion::Completions;
 use crate::prompts::PromptSet;
 use crate::protocol::result::Results;
@@ -44,6 +50,103 @@ pub(crate) struct Listing {
     pub(crate) kind: &'static str,
     pub(crate) pages: Vec<Bytes>,
     pub(crate) fingerprint: u64,
+    /// What the listing is made of, to list only what a caller's scopes allow; absent from
+    /// the listings made that way.
+    scoped: Option<Box<Scoped>>,
+}
+
+/// The items of a listing with the scopes each requires, and the listings already made for
+/// the sets of visible items seen so far.
+struct Scoped {
+    member: &'static str,
+    items: Vec<Value>,
+    scopes: Vec<Required>,
+    made: Mutex<HashMap<Vec<bool>, Arc<Listing>>>,
+}
+
+/// At most this many filtered listings are kept per listing; past it they are made per request.
+/// Each distinct set of granted scopes that sees a different subset adds one.
+const MAX_FILTERED_LISTINGS: usize = 64;
+
+/// A listing as one caller may see it.
+pub(crate) enum Visible<'a> {
+    All(&'a Listing),
+    Some(Arc<Listing>),
+}
+
+impl std::ops::Deref for Visible<'_> {
+    type Target = Listing;
+    fn deref(&self) -> &Listing {
+        match self {
+            Visible::All(listing) => listing,
+            Visible::Some(listing) => listing,
+        }
+    }
+}
+
+impl Listing {
+    /// The listing with only the items whose scopes `granted` covers.
+    pub(crate) fn visible_to<'a>(
+        &'a self,
+        base: &Base,
+        oauth: &ResourceServer,
+        granted: &Granted,
+    ) -> Visible<'a> {
+        let Some(scoped) = &self.scoped else {
+            return Visible::All(self);
+        };
+        let visible: Vec<bool> = scoped
+            .scopes
+            .iter()
+            .map(|own| granted.satisfies(oauth.requirement(own)))
+            .collect();
+        if visible.iter().all(|&shown| shown) {
+            return Visible::All(self);
+        }
+        let mut made = scoped.made.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(listing) = made.get(&visible) {
+            return Visible::Some(listing.clone());
+        }
+        let items = scoped
+            .items
+            .iter()
+            .zip(&visible)
+            .filter(|(_, shown)| **shown)
+            .map(|(item, _)| item.clone())
+            .collect();
+        let listing = Arc::new(base.listing(self.kind, scoped.member, items));
+        if made.len() < MAX_FILTERED_LISTINGS {
+            made.insert(visible, listing.clone());
+        }
+        Visible::Some(listing)
+    }
+}
+
+impl Offer {
+    /// Every scope a tool, resource, template or prompt requires.
+    pub(crate) fn declared_scopes(&self) -> Vec<String> {
+        let mut scopes: Vec<String> = self
+            .tools
+            .scopes()
+            .chain(
+                self.resources
+                    .resources
+                    .iter()
+                    .flat_map(|r| r.scopes.iter()),
+            )
+            .chain(
+                self.resources
+                    .templates
+                    .iter()
+                    .flat_map(|t| t.scopes.iter()),
+            )
+            .chain(self.prompts.prompts.iter().flat_map(|p| p.scopes.iter()))
+            .map(str::to_owned)
+            .collect();
+        scopes.sort();
+        scopes.dedup();
+        scopes
+    }
 }
 
 impl Base {
@@ -64,13 +167,49 @@ impl Base {
         if let Some(uri) = first_repeated(uris).or_else(|| first_repeated(templates)) {
             return Err(BuildError::DuplicateResource(uri.to_owned()));
         }
+        let owners = offer
+            .resources
+            .resources
+            .iter()
+            .map(|r| (&r.scopes, format!("resource {:?}", r.uri)))
+            .chain(offer.resources.templates.iter().map(|t| {
+                let template = t.descriptor.get("uriTemplate").and_then(Value::as_str);
+                (
+                    &t.scopes,
+                    format!("resource template {:?}", template.unwrap_or("")),
+                )
+            }))
+            .chain(
+                offer
+                    .prompts
+                    .prompts
+                    .iter()
+                    .map(|p| (&p.scopes, format!("prompt {:?}", p.name))),
+            );
+        for (scopes, owner) in owners {
+            if let Some(scope) = scopes.first_invalid() {
+                return Err(BuildError::InvalidScope {
+                    owner,
+                    scope: scope.to_owned(),
+                });
+            }
+        }
         let definitions = catalog
             .tools
             .iter()
             .map(|tool| serde_json::to_value(&tool.definition).expect("definitions serialize"))
             .collect();
-        let tools = self.listing("tools/list", "tools", definitions);
-        let resources = self.listing(
+        let tools = self.scoped_listing(
+            "tools/list",
+            "tools",
+            definitions,
+            catalog
+                .tools
+                .iter()
+                .map(|t| t.definition.scopes.clone())
+                .collect(),
+        );
+        let resources = self.scoped_listing(
             "resources/list",
             "resources",
             offer
@@ -79,8 +218,14 @@ impl Base {
                 .iter()
                 .map(|r| Value::Object(r.descriptor.clone()))
                 .collect(),
+            offer
+                .resources
+                .resources
+                .iter()
+                .map(|r| r.scopes.clone())
+                .collect(),
         );
-        let templates = self.listing(
+        let templates = self.scoped_listing(
             "resources/templates/list",
             "resourceTemplates",
             offer
@@ -89,8 +234,14 @@ impl Base {
                 .iter()
                 .map(|t| Value::Object(t.descriptor.clone()))
                 .collect(),
+            offer
+                .resources
+                .templates
+                .iter()
+                .map(|t| t.scopes.clone())
+                .collect(),
         );
-        let prompts = self.listing(
+        let prompts = self.scoped_listing(
             "prompts/list",
             "prompts",
             offer
@@ -98,6 +249,12 @@ impl Base {
                 .prompts
                 .iter()
                 .map(|p| Value::Object(p.descriptor.clone()))
+                .collect(),
+            offer
+                .prompts
+                .prompts
+                .iter()
+                .map(|p| p.scopes.clone())
                 .collect(),
         );
         let mut capabilities = serde_json::Map::new();
@@ -138,6 +295,25 @@ impl Base {
         })
     }
 
+    /// [`listing`](Self::listing), keeping the items and their scopes to make the listings of
+    /// callers who may see fewer of them.
+    fn scoped_listing(
+        &self,
+        kind: &'static str,
+        member: &'static str,
+        items: Vec<Value>,
+        scopes: Vec<Required>,
+    ) -> Listing {
+        let mut listing = self.listing(kind, member, items.clone());
+        listing.scoped = Some(Box::new(Scoped {
+            member,
+            items,
+            scopes,
+            made: Mutex::default(),
+        }));
+        listing
+    }
+
     /// Serializes every page of a listing once.
     fn listing(&self, kind: &'static str, member: &str, items: Vec<Value>) -> Listing {
         use sha2::{Digest, Sha256};
@@ -172,6 +348,7 @@ impl Base {
             kind,
             pages,
             fingerprint,
+            scoped: None,
         }
     }
 }

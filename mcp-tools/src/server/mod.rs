@@ -10,7 +10,7 @@ pub(crate) mod limits;
 pub use builder::{
     BuildError, DEFAULT_BODY_LIMIT, DEFAULT_MAX_LISTENS_PER_PRINCIPAL, McpServerBuilder,
 };
-pub(crate) use catalog::{Base, Listing, Offer, Snapshot};
+pub(crate) use catalog::{Base, Listing, Offer, Snapshot, Visible};
 pub(crate) use edits::Change;
 
 use std::sync::{Arc, Mutex};
@@ -19,7 +19,7 @@ use std::time::Duration;
 use arc_swap::ArcSwap;
 use tokio::sync::{broadcast, watch};
 
-use crate::context::auth::Authenticate;
+use crate::auth::hook::Authenticate;
 use crate::context::{Principal, SharedState};
 use crate::server::host::HostPolicy;
 
@@ -36,6 +36,8 @@ pub(crate) struct Shared {
     pub(crate) body_limit: usize,
     pub(crate) hosts: HostPolicy,
     pub(crate) authenticate: Option<Authenticate>,
+    /// The OAuth resource server, when the server is one.
+    pub(crate) oauth: Option<Arc<crate::auth::oauth::ResourceServer>>,
     pub(crate) legacy_era: bool,
     pub(crate) keep_alive: Duration,
     pub(crate) connections: crate::transport::http::serve::ConnectionLimits,

@@ -409,9 +409,9 @@ impl fmt::Debug for StoreConfig {
 ///   changed member by its old value), enough to rebuild any kept version and compute a
 ///   `stale_view` delta;
 /// - **ledger records as summaries**: per (principal, operation id) the payload's fingerprint
-///   and the outcome's summary ([`RecordedOutcome`]: outcome, version, the tool's result, codes),
+///   and the outcome's summary ([`RecordedOutcome`](crate::store::RecordedOutcome): outcome, version, the tool's result, codes),
 ///   never a copy of the state. A replay answers with that summary and the resource as it is
-///   now ([`Replayed::current`]), so its meaning does not change as the resource moves on.
+///   now ([`Replayed::current`](crate::store::Replayed::current)), so its meaning does not change as the resource moves on.
 ///   `NOT_FOUND` is never recorded (random handles cost nothing), and each resource holds at
 ///   most [`StoreConfig::ledger_quota`] records.
 ///

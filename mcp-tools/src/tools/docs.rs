@@ -66,6 +66,17 @@ fn render_tool(out: &mut String, tool: &Value) {
             let _ = writeln!(out, "\nAnnotations: {}", hints.join(", "));
         }
     }
+    if let Some(Value::Array(scopes)) = tool
+        .get("_meta")
+        .and_then(|meta| meta.get(crate::auth::SCOPES_META_KEY))
+    {
+        let scopes: Vec<String> = scopes
+            .iter()
+            .filter_map(Value::as_str)
+            .map(|scope| format!("`{scope}`"))
+            .collect();
+        let _ = writeln!(out, "\nRequires the OAuth scopes: {}", scopes.join(", "));
+    }
     render_parameters(out, &tool["inputSchema"]);
     if let Some(contract) = tool
         .get("_meta")

@@ -137,6 +137,10 @@ pub struct ToolInfo {
     pub annotations: ToolAnnotations,
     /// Tool metadata (`_meta`).
     pub meta: Option<Map<String, Value>>,
+    /// The OAuth scopes a caller's token must grant, every one of them, to see and call the
+    /// tool. Enforced only when the server is an OAuth resource server
+    /// ([`McpServerBuilder::oauth`](crate::McpServerBuilder::oauth)).
+    pub scopes: Vec<Cow<'static, str>>,
 }
 
 impl ToolInfo {
@@ -151,7 +155,20 @@ impl ToolInfo {
             description: description.into(),
             annotations: ToolAnnotations::default(),
             meta: None,
+            scopes: Vec::new(),
         }
+    }
+
+    /// Requires these OAuth scopes (all of them) to see and call the tool, adding to any
+    /// required already. Each is an RFC 6749 scope token (printable ASCII, no spaces, quotes or
+    /// backslashes); [`build`](crate::McpServerBuilder::build) refuses one that is not.
+    pub fn scopes<I, S>(mut self, scopes: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<Cow<'static, str>>,
+    {
+        self.scopes.extend(scopes.into_iter().map(Into::into));
+        self
     }
 
     /// Sets the display title.
@@ -198,6 +215,9 @@ pub(crate) struct ToolDefinition {
     pub annotations: ToolAnnotations,
     #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<Map<String, Value>>,
+    /// Published in `_meta` under [`SCOPES_META_KEY`](crate::auth::SCOPES_META_KEY).
+    #[serde(skip)]
+    pub scopes: crate::auth::scope::Required,
 }
 
 pub(crate) type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;

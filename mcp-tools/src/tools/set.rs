@@ -65,6 +65,14 @@ impl ToolSet {
         let output_schema = tool
             .output_schema(&mut schema_generator())
             .map(with_error_branch);
+        let scopes = crate::auth::scope::Required::new(info.scopes);
+        let mut meta = info.meta;
+        if !scopes.is_empty() {
+            meta.get_or_insert_with(Default::default).insert(
+                crate::auth::SCOPES_META_KEY.into(),
+                scopes.iter().collect::<Vec<_>>().into(),
+            );
+        }
         self.entries.push(Entry {
             definition: ToolDefinition {
                 name: info.name,
@@ -73,12 +81,18 @@ impl ToolSet {
                 input_schema,
                 output_schema,
                 annotations: info.annotations,
-                meta: info.meta,
+                meta,
+                scopes,
             },
             entity_kind: tool.entity_kind(),
             tool: Arc::new(Erased(tool)),
         });
         self
+    }
+
+    /// Every scope some tool requires, with repeats.
+    pub(crate) fn scopes(&self) -> impl Iterator<Item = &str> {
+        self.entries.iter().flat_map(|e| e.definition.scopes.iter())
     }
 
     /// The tool names, in order.
@@ -145,6 +159,12 @@ impl ToolSet {
             }
             if definition.description.trim().is_empty() {
                 return Err(BuildError::MissingDescription(name));
+            }
+            if let Some(scope) = definition.scopes.first_invalid() {
+                return Err(BuildError::InvalidScope {
+                    owner: format!("tool {name:?}"),
+                    scope: scope.to_owned(),
+                });
             }
             if definition.input_schema.get("type") != Some(&json!("object")) {
                 return Err(BuildError::InputSchemaNotObject(name));

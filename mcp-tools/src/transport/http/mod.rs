@@ -15,7 +15,8 @@ use http::{HeaderMap, HeaderValue, Method, StatusCode};
 use tracing::Instrument;
 
 use crate::RpcError;
-use crate::context::Principal;
+use crate::auth::Target;
+use crate::context::Caller;
 use crate::dispatch::{Outcome, Transport};
 use crate::protocol::{Envelope, RequestId};
 use crate::server::McpServer;
@@ -27,16 +28,44 @@ impl McpServer {
     ///
     /// Nest it under any path and wrap it in any tower layer:
     /// `Router::new().nest("/api", server.router()).layer(TraceLayer::new_for_http())`.
+    ///
+    /// An OAuth resource server also serves its RFC 9728 metadata, with no token needed, at
+    /// `/.well-known/oauth-protected-resource` followed by the resource's path and at
+    /// `/.well-known/oauth-protected-resource` itself: mount the router at the root of the
+    /// origin its resource URI names, or serve
+    /// [`protected_resource_metadata`](McpServer::protected_resource_metadata) yourself.
     pub fn router(&self) -> Router {
-        Router::new()
+        let mut router = Router::new()
             .route(&self.shared.endpoint_path, any(endpoint))
-            .route("/healthz", get(healthz))
-            .with_state(self.clone())
+            .route("/healthz", get(healthz));
+        if let Some(oauth) = &self.shared.oauth {
+            router = router.route(crate::auth::oauth::ROOT_METADATA_PATH, get(metadata));
+            if oauth.metadata_path != crate::auth::oauth::ROOT_METADATA_PATH {
+                router = router.route(&oauth.metadata_path, get(metadata));
+            }
+        }
+        router.with_state(self.clone())
+    }
+
+    /// The RFC 9728 protected resource metadata document, when the server is an OAuth
+    /// resource server.
+    pub fn protected_resource_metadata(&self) -> Option<Bytes> {
+        self.shared
+            .oauth
+            .as_ref()
+            .map(|oauth| oauth.metadata.clone())
     }
 }
 
 async fn healthz() -> &'static str {
     "ok"
+}
+
+async fn metadata(State(server): State<McpServer>) -> Response {
+    match server.protected_resource_metadata() {
+        Some(document) => ([(CONTENT_TYPE, JSON)], document).into_response(),
+        None => StatusCode::NOT_FOUND.into_response(),
+    }
 }
 
 // The whole request is taken apart rather than extracted piece by piece: axum's `HeaderMap`,
@@ -99,23 +128,9 @@ impl McpServer {
                 &RpcError::invalid_request(reason).with_status(StatusCode::FORBIDDEN),
             );
         }
-        let principal = match &self.shared.authenticate {
-            None => Principal::Anonymous,
-            Some(authenticate) => match authenticate(&headers) {
-                Ok(principal) => principal,
-                Err(refusal) => {
-                    let mut response = error_response(
-                        &RpcError::invalid_request(refusal.message.clone())
-                            .with_status(refusal.status),
-                    );
-                    if let Ok(challenge) = HeaderValue::from_str(&refusal.challenge) {
-                        response
-                            .headers_mut()
-                            .insert(http::header::WWW_AUTHENTICATE, challenge);
-                    }
-                    return response;
-                }
-            },
+        let caller = match self.caller(&headers).await {
+            Ok(caller) => caller,
+            Err(refusal) => return error_response(&refusal),
         };
         if !is_json(&headers) {
             return error_response(
@@ -134,7 +149,7 @@ impl McpServer {
         let span = tracing::Span::current();
         span.record("method", envelope.method.as_str());
         let outcome =
-            crate::dispatch::handle(self, envelope, Transport::Http(&headers), principal).await;
+            crate::dispatch::handle(self, envelope, Transport::Http(&headers), caller).await;
         span.record("outcome", outcome.label());
         match outcome {
             Outcome::Accepted => StatusCode::ACCEPTED.into_response(),
@@ -154,6 +169,36 @@ impl McpServer {
                 error_response(&error)
             }
         }
+    }
+
+    /// Who is calling, from the request's credentials, or the refusal to answer with. With
+    /// OAuth, a request whose routing headers name an item its token may not use is refused
+    /// here, before its body is read.
+    async fn caller(&self, headers: &HeaderMap) -> Result<Caller, RpcError> {
+        let mut caller = Caller::default();
+        if let Some(oauth) = &self.shared.oauth {
+            let snapshot = self.shared.snapshot.load_full();
+            let named = Target::named_by(headers);
+            let target = named
+                .as_ref()
+                .and_then(|(method, name)| Target::of(method, name, &snapshot));
+            let needed = target.and_then(|target| target.requirement(oauth, &snapshot));
+            let (principal, granted) = oauth.authenticate(headers, needed).await?;
+            if let Some(target) = target {
+                target.check(oauth, &snapshot, &granted)?;
+            }
+            caller = Caller {
+                principal,
+                scopes: Some(std::sync::Arc::new(granted)),
+            };
+        }
+        if let Some(authenticate) = &self.shared.authenticate {
+            let principal = authenticate(headers)?;
+            if self.shared.oauth.is_none() {
+                caller.principal = principal;
+            }
+        }
+        Ok(caller)
     }
 
     async fn read_body(&self, headers: &HeaderMap, body: Body) -> Result<Bytes, RpcError> {
@@ -213,6 +258,13 @@ fn error_response(error: &RpcError) -> Response {
             http::header::RETRY_AFTER,
             http::HeaderValue::from(wait.as_secs()),
         );
+    }
+    if let Some(challenge) = error.challenge()
+        && let Ok(challenge) = HeaderValue::from_str(challenge)
+    {
+        response
+            .headers_mut()
+            .insert(http::header::WWW_AUTHENTICATE, challenge);
     }
     response
 }

@@ -43,3 +43,11 @@ impl Unauthorized {
 /// Maps a request's headers to its principal.
 pub(crate) type Authenticate =
     Arc<dyn Fn(&HeaderMap) -> Result<Principal, Unauthorized> + Send + Sync>;
+
+impl From<Unauthorized> for crate::RpcError {
+    fn from(refusal: Unauthorized) -> Self {
+        crate::RpcError::invalid_request(refusal.message)
+            .with_status(refusal.status)
+            .with_challenge(refusal.challenge)
+    }
+}

@@ -1,0 +1,129 @@
+//! What a request operates on, as far as scopes are concerned, and whether the caller may.
+
+use std::borrow::Cow;
+
+use http::HeaderMap;
+use serde_json::{Map, Value};
+
+use super::oauth::ResourceServer;
+use super::scope::{Granted, Required};
+use crate::RpcError;
+use crate::protocol::headers;
+use crate::server::Snapshot;
+
+/// An item that can require scopes.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Target<'a> {
+    /// A tool, by its position in the catalog.
+    Tool(usize),
+    Prompt(&'a str),
+    /// A resource URI, read through a listed resource or a template.
+    Resource(&'a str),
+    /// A resource template, by its URI template (a completion's `ref/resource`).
+    Template(&'a str),
+}
+
+impl<'a> Target<'a> {
+    /// The method and target name the routing headers give (`Mcp-Name` decoded from its
+    /// Base64 form), so scopes can be checked before the body is read. The body is checked
+    /// against the headers later, and judged again then; unreadable headers are left to that.
+    pub(crate) fn named_by(headers: &HeaderMap) -> Option<(&str, Cow<'_, str>)> {
+        let method = headers.get(headers::METHOD)?.to_str().ok()?.trim();
+        let name = headers::header_text(headers, headers::NAME).ok()??;
+        Some((method, name))
+    }
+
+    /// What `method` operates on when its target is `name`.
+    pub(crate) fn of(method: &str, name: &'a str, snapshot: &Snapshot) -> Option<Self> {
+        match method {
+            "tools/call" => snapshot.catalog.position(name).map(Target::Tool),
+            "prompts/get" => Some(Target::Prompt(name)),
+            "resources/read" => Some(Target::Resource(name)),
+            _ => None,
+        }
+    }
+
+    /// What a `completion/complete` completes: a prompt's or a template's arguments.
+    pub(crate) fn of_completion(params: &'a Map<String, Value>) -> Option<Self> {
+        let reference = params.get("ref")?.as_object()?;
+        match reference.get("type")?.as_str()? {
+            "ref/prompt" => reference
+                .get("name")
+                .and_then(Value::as_str)
+                .map(Target::Prompt),
+            "ref/resource" => reference
+                .get("uri")
+                .and_then(Value::as_str)
+                .map(Target::Template),
+            _ => None,
+        }
+    }
+
+    /// The item's own scopes and how to name it, when it exists.
+    fn own<'s>(&self, snapshot: &'s Snapshot) -> Option<(&'s Required, String)> {
+        match *self {
+            Target::Tool(position) => {
+                let definition = &snapshot.catalog.tools.get(position)?.definition;
+                Some((&definition.scopes, format!("The tool {}", definition.name)))
+            }
+            Target::Prompt(name) => snapshot
+                .offer
+                .prompts
+                .get(name)
+                .map(|prompt| (&prompt.scopes, format!("The prompt {name}"))),
+            Target::Resource(uri) => snapshot
+                .offer
+                .resources
+                .scopes_for(uri)
+                .map(|scopes| (scopes, format!("Reading {uri}"))),
+            Target::Template(template) => snapshot
+                .offer
+                .resources
+                .templates
+                .iter()
+                .find(|t| t.descriptor.get("uriTemplate").and_then(Value::as_str) == Some(template))
+                .map(|t| (&t.scopes, format!("The resource template {template}"))),
+        }
+    }
+
+    /// What the item requires (its own scopes or the server's default ones), when it exists.
+    pub(crate) fn requirement<'s>(
+        &self,
+        oauth: &'s ResourceServer,
+        snapshot: &'s Snapshot,
+    ) -> Option<&'s Required> {
+        self.own(snapshot)
+            .map(|(scopes, _)| oauth.requirement(scopes))
+    }
+
+    /// Whether `granted` covers what the item requires (an item that does not exist requires
+    /// nothing).
+    pub(crate) fn allows(
+        &self,
+        oauth: &ResourceServer,
+        snapshot: &Snapshot,
+        granted: &Granted,
+    ) -> bool {
+        self.requirement(oauth, snapshot)
+            .is_none_or(|required| granted.satisfies(required))
+    }
+
+    /// Refuses with HTTP 403 when `granted` lacks a scope the item requires. An item that does
+    /// not exist is left to the method, which answers it as unknown.
+    pub(crate) fn check(
+        &self,
+        oauth: &ResourceServer,
+        snapshot: &Snapshot,
+        granted: &Granted,
+    ) -> Result<(), RpcError> {
+        let Some((own, what)) = self.own(snapshot) else {
+            return Ok(());
+        };
+        let required = oauth.requirement(own);
+        if granted.satisfies(required) {
+            Ok(())
+        } else {
+            Err(oauth.insufficient_scope(required, &what))
+        }
+    }
+}
