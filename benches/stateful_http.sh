@@ -62,41 +62,8 @@ bin="${CARGO_TARGET_DIR:-$root/target}/release/examples"
 
 work="$(mktemp -d)"
 pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
-  rm -rf "$work"
-}
+source "$root/benches/lib.sh"
 trap cleanup EXIT
-
-body_of() { # body_of TOOL ARGUMENTS_JSON
-  printf '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"%s","arguments":%s,"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}' "$1" "$2"
-}
-
-call() { # call URL TOOL ARGUMENTS_JSON -> the response body; fails unless HTTP 200
-  curl -sS --fail --max-time 10 "$1" -H 'Content-Type: application/json' \
-    -H 'Accept: application/json, text/event-stream' -H 'MCP-Protocol-Version: 2026-07-28' \
-    -H 'Mcp-Method: tools/call' -H "Mcp-Name: $2" -d "$(body_of "$2" "$3")"
-}
-
-start() { # start NAME PORT ARGS... -> sets started_pid; waits until the server answers
-  local name="$1" p="$2"; shift 2
-  local url="http://127.0.0.1:$p/mcp"
-  if curl -s -o /dev/null --max-time 1 "$url"; then
-    echo "port $p is already in use" >&2; exit 1
-  fi
-  "$bin/$name" --bind "127.0.0.1:$p" "$@" >"$work/$name-$p.log" 2>&1 &
-  started_pid=$!
-  pids+=("$started_pid")
-  for _ in $(seq 1 200); do
-    kill -0 "$started_pid" 2>/dev/null || { echo "$name exited:" >&2; cat "$work/$name-$p.log" >&2; exit 1; }
-    if curl -s -o /dev/null --max-time 1 "$url" -X POST -H 'Content-Type: application/json' -d '{}'; then
-      return
-    fi
-    sleep 0.05
-  done
-  echo "$name did not come up on $url" >&2; exit 1
-}
 
 start quickstart "$port"; pid_add=$started_pid; url_add="http://127.0.0.1:$port/mcp"
 start basket "$((port + 1))" --db "$work/basket.db"; pid_sqlite=$started_pid
@@ -110,28 +77,10 @@ echo "== servers: add $url_add (pid $pid_add), sqlite $url_sqlite (pid $pid_sqli
   "memory $url_memory (pid $pid_memory)"
 
 # Baskets: one set per workload and store, so that notes do not grow the baskets that are read.
-make_baskets() { # make_baskets URL FILE
-  local i out handle
-  : >"$2"
-  for ((i = 0; i < baskets; i++)); do
-    out="$(call "$1" basket_create "{\"operation_id\":\"create-$RANDOM$RANDOM-$i-000000000000\"}")"
-    handle="$(jq -er '.result.structuredContent.handle' <<<"$out")" \
-      || { echo "basket_create failed: $out" >&2; exit 1; }
-    echo "$handle" >>"$2"
-  done
-}
 for store in sqlite memory; do
   url_var="url_$store"
   for w in get upgrade note; do make_baskets "${!url_var}" "$work/$w-$store.txt"; done
 done
-
-proc_cpu_ticks() { sed 's/.*) //' "/proc/$1/stat" | awk '{print $12 + $13}'; }
-clk_tck="$(getconf CLK_TCK)"
-field() { sed -n "s/.* $1=\([0-9.]*\).*/\1/p" <<<" $2"; }
-median() {
-  sort -g | awk '{v[NR]=$1} END {if (NR==0) {print "nan"; exit}
-    if (NR%2) printf "%.4f\n", v[(NR+1)/2]; else printf "%.4f\n", (v[NR/2]+v[NR/2+1])/2}'
-}
 
 failures=0
 declare -A applied_total=() runs_of=()
@@ -163,26 +112,6 @@ run() {
   result_line="$line cpu_us=$cpu"
 }
 
-# check CASE LINE -> prints "ok" or "FAIL" with the counts that should have been 0
-check() {
-  local case="$1" line="$2" tool="${1%%/*}" bad="" k v allowed
-  case "$tool" in
-    add) allowed="" ;;
-    get) allowed="current" ;;
-    upgrade) allowed="applied stale" ;;
-    note) allowed="applied" ;;
-  esac
-  local keys="non200 badbody sessionhdr err_connect err_read err_write err_status err_timeout"
-  [[ "$tool" != add ]] && keys="applied stale current rejected other rpcerror non200 badbody dup err_connect err_read err_write err_status err_timeout"
-  for k in $keys; do
-    [[ " $allowed " == *" $k "* ]] && continue
-    v="$(field "$k" "$line")"
-    [[ "${v:-0}" != 0 ]] && bad+=" $k=$v"
-  done
-  v="$(sed -n 's/.* codes=\([^ ]*\).*/\1/p' <<<" $line")"
-  [[ -n "$v" && "$v" != - ]] && bad+=" rejected_codes=$v"
-  if [[ -n "$bad" ]]; then echo "FAIL$bad"; else echo ok; fi
-}
 
 # stale_and_errors LINE -> "STALE ERRORS": answers not applied because the view was stale, and
 # every answer or failure that is not a correct answer of any tool

@@ -7,6 +7,7 @@
 --   BENCH_TOOL     get | upgrade | note
 --   BENCH_BASKETS  a file with one basket handle a line (the runner creates the baskets)
 --   BENCH_RUN      a tag unique to this wrk run, so that every operation id is fresh
+--   BENCH_TOKEN    if set and not empty: `Authorization: Bearer $BENCH_TOKEN` on every request
 --
 -- `upgrade` sends basket_upgrade_memory with the version it last saw for the basket and
 -- memory_gib = 100 + that version. Only this script changes those baskets, so the memory at
@@ -42,6 +43,8 @@ local headers = {
   ["Mcp-Method"] = "tools/call",
   ["Mcp-Name"] = name,
 }
+local token = os.getenv("BENCH_TOKEN")
+if token and token ~= "" then headers["Authorization"] = "Bearer " .. token end
 
 local threads = {}
 

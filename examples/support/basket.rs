@@ -125,7 +125,7 @@ fn check_size(what: &'static str, gib: u32) -> Result<(), BasketError> {
 /// Creates a basket holding one laptop with 16 GiB of memory and 512 GiB of storage.
 ///
 /// Returns the basket's handle (`basket_id`) and version 1: keep both, later calls need them.
-#[tool(creates = Basket)]
+#[tool(creates = Basket, scopes = ["basket:write"])]
 pub fn basket_create(
     /// The laptop model (default "Laptop 14").
     model: Option<String>,
@@ -140,7 +140,7 @@ pub fn basket_create(
 }
 
 /// Reads a basket: its configuration, its current version and the resumption record to pass on.
-#[tool(reads = Basket)]
+#[tool(reads = Basket, scopes = ["basket:read"])]
 pub fn basket_get(basket: &Basket) -> Basket {
     basket.clone()
 }
@@ -148,7 +148,7 @@ pub fn basket_get(basket: &Basket) -> Basket {
 /// Sets the memory of the laptop in a basket. Only the memory changes.
 ///
 /// Fails with `NOT_AN_UPGRADE` when the size is not larger than the current one.
-#[tool(mutates = Basket)]
+#[tool(mutates = Basket, scopes = ["basket:write"])]
 pub fn basket_upgrade_memory(
     basket: &mut Basket,
     /// The new memory size in GiB, larger than the current one.
@@ -168,7 +168,7 @@ pub fn basket_upgrade_memory(
 /// Sets the storage of the laptop in a basket. Only the storage changes, so a change to other
 /// fields since your read does not block it: it is re-applied on the current version
 /// (`rebased_from` in the result).
-#[tool(mutates = Basket, on_conflict = rebase, touches = [storage_gib])]
+#[tool(mutates = Basket, on_conflict = rebase, touches = [storage_gib], scopes = ["basket:write"])]
 pub fn basket_upgrade_storage(
     basket: &mut Basket,
     /// The new storage size in GiB, larger than the current one.
@@ -189,7 +189,7 @@ pub fn basket_upgrade_storage(
 ///
 /// Every value you send overwrites the current one, so the change is refused (`stale_view`)
 /// whenever the basket changed after the version you planned from.
-#[tool(mutates = Basket)]
+#[tool(mutates = Basket, scopes = ["basket:write"])]
 pub fn basket_replace_configuration(
     basket: &mut Basket,
     /// Memory, in GiB.
@@ -216,7 +216,7 @@ pub struct Receipt {
 /// Consequential: if the basket changed since, nothing is ordered and the result asks you to
 /// confirm the current configuration first (`recovery: reconfirm`). Afterwards the basket is
 /// terminal and accepts no change.
-#[tool(mutates = Basket, on_conflict = reconfirm, terminal)]
+#[tool(mutates = Basket, on_conflict = reconfirm, terminal, scopes = ["basket:write"])]
 pub fn basket_checkout(basket: &mut Basket) -> Receipt {
     basket.checked_out = true;
     Receipt {
@@ -229,7 +229,7 @@ pub fn basket_checkout(basket: &mut Basket) -> Receipt {
 
 /// Appends a note to a basket. Notes commute, so no `expected_version` is needed; send an
 /// `operation_id` so a retry does not add the note twice.
-#[tool(mutates = Basket, expected_version = false)]
+#[tool(mutates = Basket, expected_version = false, scopes = ["basket:write"])]
 pub fn basket_add_note(
     basket: &mut Basket,
     /// The note.

@@ -1,0 +1,94 @@
+# Shell functions shared by the HTTP benchmark scripts (sourced, not run).
+#
+# The sourcing script sets, before calling them:
+#   bin      the folder of the release example binaries
+#   work     a temp folder for logs and basket lists
+#   pids     an array; every process started here is appended, and `cleanup` ends them
+#   baskets  how many baskets `make_baskets` creates
+# and installs `trap cleanup EXIT` itself, so that it can add its own processes to `pids`.
+
+cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+  rm -rf "$work"
+}
+
+body_of() { # body_of TOOL ARGUMENTS_JSON
+  printf '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"%s","arguments":%s,"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}' "$1" "$2"
+}
+
+# call URL TOOL ARGUMENTS_JSON [TOKEN] -> the response body; fails unless HTTP 200
+call() {
+  local auth=()
+  [[ -n "${4:-}" ]] && auth=(-H "Authorization: Bearer $4")
+  curl -sS --fail --max-time 10 "$1" -H 'Content-Type: application/json' \
+    -H 'Accept: application/json, text/event-stream' -H 'MCP-Protocol-Version: 2026-07-28' \
+    -H 'Mcp-Method: tools/call' -H "Mcp-Name: $2" "${auth[@]}" -d "$(body_of "$2" "$3")"
+}
+
+port_free() { # port_free PORT: fails if anything listens on 127.0.0.1:PORT
+  ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
+}
+
+# wait_until_up NAME PID LOG URL: bounded poll until URL answers 200, or exit 1 with the log
+wait_until_up() {
+  for _ in $(seq 1 200); do
+    kill -0 "$2" 2>/dev/null || { echo "$1 exited:" >&2; cat "$3" >&2; exit 1; }
+    curl -sf -o /dev/null --max-time 1 "$4" && return
+    sleep 0.05
+  done
+  echo "$1 did not come up on $4" >&2; cat "$3" >&2; exit 1
+}
+
+start() { # start NAME PORT ARGS... -> sets started_pid; waits until the server's /healthz answers
+  local name="$1" p="$2"; shift 2
+  port_free "$p" || { echo "port $p is already in use" >&2; exit 1; }
+  "$bin/$name" --bind "127.0.0.1:$p" "$@" >"$work/$name-$p.log" 2>&1 &
+  started_pid=$!
+  pids+=("$started_pid")
+  wait_until_up "$name" "$started_pid" "$work/$name-$p.log" "http://127.0.0.1:$p/healthz"
+}
+
+make_baskets() { # make_baskets URL FILE [TOKEN]: BASKETS new baskets, one handle a line in FILE
+  local i out handle
+  : >"$2"
+  for ((i = 0; i < baskets; i++)); do
+    out="$(call "$1" basket_create "{\"operation_id\":\"create-$RANDOM$RANDOM-$i-000000000000\"}" "${3:-}")"
+    handle="$(jq -er '.result.structuredContent.handle' <<<"$out")" \
+      || { echo "basket_create failed: $out" >&2; exit 1; }
+    echo "$handle" >>"$2"
+  done
+}
+
+# User+sys time of a process and all its threads, in clock ticks of CLK_TCK.
+proc_cpu_ticks() { sed 's/.*) //' "/proc/$1/stat" | awk '{print $12 + $13}'; }
+clk_tck="$(getconf CLK_TCK)"
+
+field() { sed -n "s/.* $1=\([0-9.]*\).*/\1/p" <<<" $2"; } # field NAME RESULT_LINE
+
+median() { # numbers on stdin, one a line
+  sort -g | awk '{v[NR]=$1} END {if (NR==0) {print "nan"; exit}
+    if (NR%2) printf "%.4f\n", v[(NR+1)/2]; else printf "%.4f\n", (v[NR/2]+v[NR/2+1])/2}'
+}
+
+# check CASE LINE -> prints "ok" or "FAIL" with the counts that should have been 0; the tool is
+# the part of CASE before the first slash
+check() {
+  local case="$1" line="$2" tool="${1%%/*}" bad="" k v allowed
+  case "$tool" in
+    add) allowed="" ;;
+    get) allowed="current" ;;
+    upgrade) allowed="applied stale" ;;
+    note) allowed="applied" ;;
+  esac
+  local keys="non200 badbody sessionhdr err_connect err_read err_write err_status err_timeout"
+  [[ "$tool" != add ]] && keys="applied stale current rejected other rpcerror non200 badbody dup err_connect err_read err_write err_status err_timeout"
+  for k in $keys; do
+    [[ " $allowed " == *" $k "* ]] && continue
+    v="$(field "$k" "$line")"
+    [[ "${v:-0}" != 0 ]] && bad+=" $k=$v"
+  done
+  v="$(sed -n 's/.* codes=\([^ ]*\).*/\1/p' <<<" $line")"
+  [[ -n "$v" && "$v" != - ]] && bad+=" rejected_codes=$v"
+  if [[ -n "$bad" ]]; then echo "FAIL$bad"; else echo ok; fi
+}
