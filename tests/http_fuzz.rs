@@ -44,7 +44,10 @@ use std::time::{Duration, Instant};
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
-use common::{Call, TestServer, VERSION, compile, official, within, within_for};
+use common::{
+    Call, TestServer, VERSION, compile, conforms, fuzz_cases, fuzz_runtime, official, within,
+    within_for,
+};
 use proptest::prelude::*;
 use proptest::sample::select;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
@@ -1941,21 +1944,6 @@ fn legacy_response() -> &'static jsonschema::Validator {
     })
 }
 
-fn conforms(validator: &jsonschema::Validator, what: &str, instance: &Value) -> Result<(), String> {
-    let errors: Vec<String> = validator
-        .iter_errors(instance)
-        .map(|e| format!("{e} at {}", e.instance_path()))
-        .collect();
-    if errors.is_empty() {
-        Ok(())
-    } else {
-        Err(format!(
-            "{what} violated: {}\n{instance}",
-            errors.join("; ")
-        ))
-    }
-}
-
 fn result_definition(method: &str) -> Option<&'static str> {
     Some(match method {
         "server/discover" => "DiscoverResultResponse",
@@ -2017,14 +2005,6 @@ fn answer_of(message: &Value, status: u16) -> Result<Answer, String> {
     } else {
         Answer::Result
     })
-}
-
-macro_rules! ensure {
-    ($condition:expr, $($message:tt)+) => {
-        if !$condition {
-            return Err(format!($($message)+));
-        }
-    };
 }
 
 /// Checks one reply against the prediction; the label it counts under.
@@ -2279,21 +2259,6 @@ fn label(answer: Answer, result: Option<&Value>) -> String {
 // The runs
 // ---------------------------------------------------------------------------------------------
 
-fn cases() -> u32 {
-    std::env::var("MCP_FUZZ_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(DEFAULT_CASES)
-}
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
-}
-
 /// Learns what only the server can issue, and the tools' output schemas.
 async fn setup(url: &str) -> (World, HashMap<String, jsonschema::Validator>) {
     let mut outputs = HashMap::new();
@@ -2401,7 +2366,7 @@ fn success(label: &str) -> bool {
 
 #[test]
 fn every_mutated_request_gets_the_answer_the_protocol_table_predicts() {
-    let runtime = runtime();
+    let runtime = fuzz_runtime();
     let server = runtime.block_on(within(
         "the fixture server to start",
         TestServer::start(fixture::server()),
@@ -2410,7 +2375,7 @@ fn every_mutated_request_gets_the_answer_the_protocol_table_predicts() {
     let (world, outputs) = runtime.block_on(setup(&url));
     let client = common::client();
     let stats = Mutex::new(Stats::default());
-    let cases = cases();
+    let cases = fuzz_cases("MCP_FUZZ_CASES", DEFAULT_CASES);
     let mut runner = TestRunner::new(Config {
         cases,
         failure_persistence: None,
@@ -2645,7 +2610,7 @@ async fn follow_subscription(filter: Value, id: Value, changes: Vec<Change>) -> 
 
 #[test]
 fn a_subscription_relays_only_what_its_filter_asks_for_and_ends_with_its_result() {
-    let runtime = runtime();
+    let runtime = fuzz_runtime();
     let change = prop_oneof![
         Just(Change::Tools),
         Just(Change::Prompts),

@@ -5,15 +5,16 @@ mod common;
 
 use std::collections::BTreeMap;
 use std::hash::{BuildHasher, RandomState};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use common::oauth::{Issuer, Key, METADATA_URL, RESOURCE, RSA_A_PUBLIC_PEM, now, sign};
-use common::tools::{self, Bump};
-use common::{Call, Reply, TestServer, client, within};
+use common::oauth::{
+    Guarded, Issuer, Key, RESOURCE, RSA_A_PUBLIC_PEM, assert_asks_for_token, assert_invalid_token,
+    assert_retry_later, assert_served, now, sign,
+};
+use common::tools;
+use common::{Call, Reply, TestServer, assert_conforms, client, within};
 use mcp_tools::auth::{Algorithm, JwtVerifier, OAuth};
 use mcp_tools::{BuildError, Context, McpServer, NoArgs, Tool, ToolInfo, ToolSet};
 use serde_json::{Value, json};
@@ -28,13 +29,7 @@ fn server(issuer: &Issuer) -> McpServer {
         .unwrap()
 }
 
-/// A resource server serving `bump`, and the count of its calls: a refused request must leave
-/// it at zero.
-struct Guarded {
-    http: TestServer,
-    bumps: Arc<AtomicUsize>,
-}
-
+/// The constructors of [`Guarded`] for JWTs from `issuer`.
 impl Guarded {
     async fn start(issuer: &Issuer) -> Guarded {
         Guarded::start_with(
@@ -52,33 +47,9 @@ impl Guarded {
         oauth: impl FnOnce(OAuth) -> OAuth,
         builder: impl FnOnce(mcp_tools::McpServerBuilder) -> mcp_tools::McpServerBuilder,
     ) -> Guarded {
-        let bumps = Arc::new(AtomicUsize::new(0));
         let jwt = verifier(JwtVerifier::with_jwks(&issuer.url, &issuer.jwks_url()).unwrap());
-        let server = builder(
-            McpServer::builder("oauth-test", "1.0.0")
-                .tools(ToolSet::new().with(Bump(Arc::clone(&bumps))))
-                .oauth(oauth(
-                    OAuth::new(RESOURCE, jwt).authorization_server(&issuer.url),
-                )),
-        )
-        .build()
-        .unwrap();
-        Guarded {
-            http: TestServer::start(server).await,
-            bumps,
-        }
-    }
-
-    fn bumps(&self) -> usize {
-        self.bumps.load(Ordering::SeqCst)
-    }
-
-    /// `tools/call bump` with `token` as the bearer token.
-    async fn bump_with(&self, token: &str) -> Reply {
-        bump()
-            .header("authorization", &bearer(token))
-            .send(&self.http)
-            .await
+        let oauth = oauth(OAuth::new(RESOURCE, jwt).authorization_server(&issuer.url));
+        Guarded::serve("oauth-test", oauth, builder).await
     }
 }
 
@@ -88,152 +59,6 @@ fn bump() -> Call {
 
 fn bearer(token: &str) -> String {
     format!("Bearer {token}")
-}
-
-/// A `WWW-Authenticate` challenge taken apart: its scheme and its auth-params in order.
-#[derive(Debug)]
-struct Challenge {
-    scheme: String,
-    params: Vec<(String, String)>,
-}
-
-impl Challenge {
-    /// Parses `scheme param=value, param="quoted \" value", ...` (RFC 9110 section 11.6.1);
-    /// panics on anything else, so a malformed header fails the test.
-    fn parse(header: &str) -> Challenge {
-        let (scheme, mut rest) = header.split_once(' ').unwrap_or((header, ""));
-        let mut params = Vec::new();
-        loop {
-            rest = rest.trim_start_matches([' ', ',']);
-            if rest.is_empty() {
-                break;
-            }
-            let (name, after) = rest
-                .split_once('=')
-                .unwrap_or_else(|| panic!("an auth-param without `=` in {header:?}"));
-            assert!(
-                !name.is_empty() && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_'),
-                "auth-param name {name:?} in {header:?}"
-            );
-            let (value, after) = if let Some(quoted) = after.strip_prefix('"') {
-                let mut value = String::new();
-                let mut chars = quoted.char_indices();
-                let end = loop {
-                    match chars.next() {
-                        Some((_, '\\')) => value.push(chars.next().expect("escaped char").1),
-                        Some((at, '"')) => break at,
-                        Some((_, c)) => value.push(c),
-                        None => panic!("unterminated quoted-string in {header:?}"),
-                    }
-                };
-                (value, &quoted[end + 1..])
-            } else {
-                let end = after.find([',', ' ']).unwrap_or(after.len());
-                (after[..end].to_owned(), &after[end..])
-            };
-            let after = after.trim_start_matches(' ');
-            assert!(
-                after.is_empty() || after.starts_with(','),
-                "auth-params must be comma separated in {header:?}"
-            );
-            params.push((name.to_owned(), value));
-            rest = after;
-        }
-        Challenge {
-            scheme: scheme.to_owned(),
-            params,
-        }
-    }
-
-    fn get(&self, name: &str) -> Option<&str> {
-        self.params
-            .iter()
-            .find(|(n, _)| n == name)
-            .map(|(_, v)| v.as_str())
-    }
-
-    fn names(&self) -> Vec<&str> {
-        let mut names: Vec<&str> = self.params.iter().map(|(n, _)| n.as_str()).collect();
-        names.sort_unstable();
-        names
-    }
-}
-
-/// The one challenge of a 401, after checking what every refusal of a token shares: the status,
-/// the scheme, the configured metadata URL, the scope parameter, and a schema-valid JSON-RPC
-/// `-32600` error body.
-fn challenge_of(reply: &Reply, scope: Option<&str>) -> Challenge {
-    assert_eq!(reply.status, 401, "{}", reply.text);
-    let values: Vec<_> = reply.headers.get_all("www-authenticate").iter().collect();
-    assert_eq!(values.len(), 1, "one challenge: {values:?}");
-    let challenge = Challenge::parse(values[0].to_str().unwrap());
-    assert_eq!(challenge.scheme, "Bearer", "{challenge:?}");
-    assert_eq!(
-        challenge.get("resource_metadata"),
-        Some(METADATA_URL),
-        "{challenge:?}"
-    );
-    assert_eq!(challenge.get("scope"), scope, "{challenge:?}");
-    assert!(
-        reply.headers.get("retry-after").is_none(),
-        "{:?}",
-        reply.headers
-    );
-    let body = reply.json();
-    assert_conforms("JSONRPCErrorResponse", &body);
-    assert_eq!(body["error"]["code"], -32600, "{body}");
-    challenge
-}
-
-/// `assert_conforms` with each validator compiled once: the flood tests check hundreds of
-/// messages, and compiling the official schema takes longer than a request.
-fn assert_conforms(definition: &'static str, instance: &Value) {
-    static VALIDATORS: Mutex<BTreeMap<&str, Arc<jsonschema::Validator>>> =
-        Mutex::new(BTreeMap::new());
-    let validator = Arc::clone(
-        VALIDATORS
-            .lock()
-            .unwrap()
-            .entry(definition)
-            .or_insert_with(|| Arc::new(common::official(definition))),
-    );
-    common::check(&validator, definition, instance);
-}
-
-/// A 401 asking for a token: no `error`, since none was sent.
-fn assert_asks_for_token(reply: &Reply, scope: Option<&str>) {
-    let challenge = challenge_of(reply, scope);
-    let mut expected = vec!["resource_metadata"];
-    expected.extend(scope.map(|_| "scope"));
-    expected.sort_unstable();
-    assert_eq!(challenge.names(), expected, "{challenge:?}");
-}
-
-/// A 401 refusing the token sent: `error="invalid_token"` with a description mentioning
-/// `because`.
-fn assert_invalid_token(reply: &Reply, scope: Option<&str>, because: &str) {
-    let challenge = challenge_of(reply, scope);
-    let mut expected = vec!["error", "error_description", "resource_metadata"];
-    expected.extend(scope.map(|_| "scope"));
-    expected.sort_unstable();
-    assert_eq!(challenge.names(), expected, "{challenge:?}");
-    assert_eq!(
-        challenge.get("error"),
-        Some("invalid_token"),
-        "{challenge:?}"
-    );
-    let description = challenge.get("error_description").unwrap();
-    assert!(
-        description.contains(because),
-        "the description {description:?} should say {because:?}"
-    );
-}
-
-/// A served call of `bump`.
-fn assert_served(reply: &Reply) {
-    assert_eq!(reply.status, 200, "{}", reply.text);
-    assert!(reply.headers.get("www-authenticate").is_none());
-    assert_conforms("CallToolResultResponse", &reply.json());
 }
 
 /// `claims` signed with `key` under any key id.
@@ -268,12 +93,7 @@ fn expired(issuer: &Issuer, ago: u64) -> BTreeMap<String, Value> {
 async fn get(server: &TestServer, path: &str) -> Reply {
     let url = format!("http://{}{path}", server.addr);
     within(&format!("GET {url}"), async {
-        let response = client().get(&url).send().await.unwrap();
-        Reply {
-            status: response.status().as_u16(),
-            headers: response.headers().clone(),
-            text: response.text().await.unwrap(),
-        }
+        Reply::from(client().get(&url).send().await.unwrap()).await
     })
     .await
 }
@@ -291,14 +111,7 @@ async fn concurrently(server: &TestServer, calls: Vec<Call>, what: &str) -> Vec<
         for (name, value) in &call.headers {
             request = request.header(name.as_str(), value.as_str());
         }
-        set.spawn(async move {
-            let response = request.send().await.unwrap();
-            Reply {
-                status: response.status().as_u16(),
-                headers: response.headers().clone(),
-                text: response.text().await.unwrap(),
-            }
-        });
+        set.spawn(async move { Reply::from(request.send().await.unwrap()).await });
     }
     within(what, set.join_all()).await
 }
@@ -623,23 +436,7 @@ async fn keys_that_cannot_be_fetched_answer_503_until_the_issuer_is_back() {
     let server = Guarded::start(&issuer).await;
     issuer.set_down(true);
     let token = issuer.token("alice", "");
-    let reply = server.bump_with(&token).await;
-    assert_eq!(reply.status, 503, "{}", reply.text);
-    let retry_after = reply.headers.get("retry-after").expect("a Retry-After");
-    assert!(
-        retry_after
-            .to_str()
-            .unwrap()
-            .parse::<u64>()
-            .is_ok_and(|s| s > 0),
-        "{retry_after:?}"
-    );
-    assert!(
-        reply.headers.get("www-authenticate").is_none(),
-        "the token may be fine: no challenge sends the client back to authorize"
-    );
-    let body = reply.json();
-    assert_conforms("JSONRPCErrorResponse", &body);
+    let body = assert_retry_later(&server.bump_with(&token).await);
     assert_eq!(body["error"]["code"], -32603, "{body}");
     assert_eq!(server.bumps(), 0);
     assert_eq!(issuer.fetches(), 1);

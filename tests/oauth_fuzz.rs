@@ -52,8 +52,8 @@ use base64::engine::DecodePaddingMode;
 use base64::engine::general_purpose::{
     GeneralPurpose, GeneralPurposeConfig, STANDARD, URL_SAFE_NO_PAD,
 };
-use common::oauth::{Issuer, Key, METADATA_URL, RESOURCE, now, sign};
-use common::{TestServer, VERSION, official, within};
+use common::oauth::{Challenge, Issuer, Key, METADATA_URL, RESOURCE, now, sign};
+use common::{TestServer, VERSION, conforms, fuzz_cases, fuzz_runtime, official, within};
 use mcp_tools::auth::{
     DEFAULT_JWKS_COOLDOWN, DEFAULT_JWKS_MAX_AGE, DEFAULT_LEEWAY, DEFAULT_MAX_TOKEN_BYTES,
     JwtVerifier, OAuth,
@@ -1233,114 +1233,19 @@ async fn send(client: &reqwest::Client, origin: &str, case: &Case) -> Result<Rec
     })
 }
 
-/// A `WWW-Authenticate` challenge: its scheme and auth-params (RFC 9110 section 11.6.1).
-#[derive(Debug)]
-struct Challenge {
-    scheme: String,
-    params: Vec<(String, String)>,
-}
-
-impl Challenge {
-    fn parse(header: &str) -> Result<Challenge, String> {
-        let (scheme, mut rest) = header.split_once(' ').unwrap_or((header, ""));
-        let mut params = Vec::new();
-        loop {
-            rest = rest.trim_start_matches([' ', ',']);
-            if rest.is_empty() {
-                break;
-            }
-            let (name, after) = rest
-                .split_once('=')
-                .ok_or_else(|| format!("an auth-param without `=` in {header:?}"))?;
-            let (value, after) = match after.strip_prefix('"') {
-                Some(quoted) => {
-                    let mut value = String::new();
-                    let mut chars = quoted.char_indices();
-                    let end = loop {
-                        match chars.next() {
-                            Some((_, '\\')) => {
-                                value.push(chars.next().ok_or("a dangling escape")?.1)
-                            }
-                            Some((at, '"')) => break at,
-                            Some((_, c)) => value.push(c),
-                            None => return Err(format!("an unterminated string in {header:?}")),
-                        }
-                    };
-                    (value, &quoted[end + 1..])
-                }
-                None => {
-                    let end = after.find([',', ' ']).unwrap_or(after.len());
-                    (after[..end].to_owned(), &after[end..])
-                }
-            };
-            let after = after.trim_start_matches(' ');
-            if !(after.is_empty() || after.starts_with(',')) {
-                return Err(format!("auth-params not comma separated in {header:?}"));
-            }
-            params.push((name.to_owned(), value));
-            rest = after;
-        }
-        Ok(Challenge {
-            scheme: scheme.to_owned(),
-            params,
-        })
-    }
-
-    fn get(&self, name: &str) -> Option<&str> {
-        self.params
-            .iter()
-            .find(|(n, _)| n == name)
-            .map(|(_, v)| v.as_str())
-    }
-
-    fn names(&self) -> Vec<&str> {
-        let mut names: Vec<&str> = self.params.iter().map(|(n, _)| n.as_str()).collect();
-        names.sort_unstable();
-        names
-    }
-}
-
 /// The official schema's response definitions, compiled once.
 struct Schemas {
     error: jsonschema::Validator,
     result: jsonschema::Validator,
 }
 
-fn conforms(validator: &jsonschema::Validator, what: &str, instance: &Value) -> Result<(), String> {
-    let errors: Vec<String> = validator
-        .iter_errors(instance)
-        .map(|e| format!("{e} at {}", e.instance_path()))
-        .collect();
-    if errors.is_empty() {
-        Ok(())
-    } else {
-        Err(format!(
-            "{what} violated: {}\n{instance}",
-            errors.join("; ")
-        ))
-    }
-}
-
-macro_rules! ensure {
-    ($condition:expr, $($message:tt)+) => {
-        if !$condition {
-            return Err(format!($($message)+));
-        }
-    };
-}
-
 /// The one challenge of a refusal, after what every one shares: the scheme and the metadata URL.
 fn challenge_of(reply: &Received) -> Result<Challenge, String> {
-    let values: Vec<_> = reply.headers.get_all("www-authenticate").iter().collect();
-    ensure!(values.len() == 1, "one challenge expected: {values:?}");
-    let text = values[0].to_str().map_err(|_| "a non-ASCII challenge")?;
-    ensure!(text.starts_with("Bearer "), "challenge {text:?}");
-    ensure!(text.contains("resource_metadata=\""), "challenge {text:?}");
-    let challenge = Challenge::parse(text)?;
-    ensure!(challenge.scheme == "Bearer", "challenge {text:?}");
+    let challenge = Challenge::try_bearer(&reply.headers)?;
     ensure!(
-        challenge.get("resource_metadata") == Some(METADATA_URL),
-        "challenge {text:?}"
+        challenge.quoted("resource_metadata") == Some(METADATA_URL),
+        "challenge {:?}",
+        challenge.text
     );
     Ok(challenge)
 }
@@ -1465,21 +1370,6 @@ fn observe(
 // The run
 // ---------------------------------------------------------------------------------------------
 
-fn cases() -> u32 {
-    std::env::var("MCP_OAUTH_FUZZ_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(DEFAULT_CASES)
-}
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
-}
-
 /// Outcomes counted by credentials and by what the model made of them.
 #[derive(Default)]
 struct Stats {
@@ -1526,7 +1416,7 @@ impl Stats {
 
 #[test]
 fn every_mutated_credential_gets_the_status_and_challenge_its_token_and_scopes_warrant() {
-    let runtime = runtime();
+    let runtime = fuzz_runtime();
     let issuer = runtime.block_on(within("the issuer to start", Issuer::start()));
     let calls: Arc<[AtomicUsize; 4]> = Arc::new(Default::default());
     let server = runtime.block_on(within(
@@ -1544,7 +1434,7 @@ fn every_mutated_credential_gets_the_status_and_challenge_its_token_and_scopes_w
     };
     let client = common::client();
     let stats = Mutex::new(Stats::default());
-    let cases = cases();
+    let cases = fuzz_cases("MCP_OAUTH_FUZZ_CASES", DEFAULT_CASES);
     let mut runner = TestRunner::new(Config {
         cases,
         failure_persistence: None,

@@ -4,15 +4,13 @@
 
 mod common;
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use common::oauth::{Introspection, METADATA_URL, RESOURCE, now};
-use common::tools::Bump;
-use common::{Call, Reply, TestServer, assert_conforms, within_for};
+use common::oauth::{
+    self, Guarded, Introspection, RESOURCE, assert_retry_later, assert_served, now,
+};
+use common::{Reply, assert_conforms, within_for};
 use mcp_tools::auth::{IntrospectionVerifier, OAuth};
-use mcp_tools::{McpServer, ToolSet};
 use serde_json::json;
 
 const ISSUER: &str = "https://auth.example.com";
@@ -21,16 +19,10 @@ const ISSUER: &str = "https://auth.example.com";
 const CLIENT_ID: &str = "mcp server:1";
 const CLIENT_SECRET: &str = "s3=cr+t/é";
 
-/// A resource server serving `bump` with tokens introspected at `url`, and the count of its
-/// calls: a refused request must leave it at zero.
-struct Served {
-    http: TestServer,
-    bumps: Arc<AtomicUsize>,
-}
-
-impl Served {
-    async fn start(url: &str) -> Served {
-        Served::start_with(url, CLIENT_SECRET, |v| v, |o| o).await
+/// The constructors of [`Guarded`] for tokens introspected at `url`.
+impl Guarded {
+    async fn start(url: &str) -> Guarded {
+        Guarded::start_with(url, CLIENT_SECRET, |v| v, |o| o).await
     }
 
     async fn start_with(
@@ -38,85 +30,25 @@ impl Served {
         secret: &str,
         verifier: impl FnOnce(IntrospectionVerifier) -> IntrospectionVerifier,
         oauth: impl FnOnce(OAuth) -> OAuth,
-    ) -> Served {
-        let bumps = Arc::new(AtomicUsize::new(0));
+    ) -> Guarded {
         let verifier =
             verifier(IntrospectionVerifier::new(ISSUER, url, CLIENT_ID, secret).unwrap());
-        let server = McpServer::builder("introspection-test", "1.0.0")
-            .tools(ToolSet::new().with(Bump(Arc::clone(&bumps))))
-            .oauth(oauth(
-                OAuth::new(RESOURCE, verifier).authorization_server(ISSUER),
-            ))
-            .build()
-            .unwrap();
-        Served {
-            http: TestServer::start(server).await,
-            bumps,
-        }
-    }
-
-    fn bumps(&self) -> usize {
-        self.bumps.load(Ordering::SeqCst)
-    }
-
-    async fn bump_with(&self, token: &str) -> Reply {
-        Call::call_tool("bump", json!({}))
-            .header("authorization", &format!("Bearer {token}"))
-            .send(&self.http)
-            .await
+        let oauth = oauth(OAuth::new(RESOURCE, verifier).authorization_server(ISSUER));
+        Guarded::serve("introspection-test", oauth, |b| b).await
     }
 }
 
-fn assert_served(reply: &Reply) {
-    assert_eq!(reply.status, 200, "{}", reply.text);
-    assert!(reply.headers.get("www-authenticate").is_none());
-    assert_conforms("CallToolResultResponse", &reply.json());
-}
-
-/// A 401 refusing the token: one `Bearer` challenge with `error="invalid_token"` whose
-/// description says `because`, a schema-valid `-32600` error, and no trace of the token.
+/// A 401 refusing the token, whose description says `because`, with no trace of the token.
 fn assert_invalid_token(reply: &Reply, token: &str, because: &str) {
-    assert_eq!(reply.status, 401, "{}", reply.text);
-    let challenges: Vec<_> = reply.headers.get_all("www-authenticate").iter().collect();
-    assert_eq!(challenges.len(), 1, "{challenges:?}");
-    let challenge = challenges[0].to_str().unwrap();
-    assert!(challenge.starts_with("Bearer "), "{challenge}");
-    assert!(
-        challenge.contains(&format!("resource_metadata=\"{METADATA_URL}\"")),
-        "{challenge}"
-    );
-    assert!(challenge.contains("error=\"invalid_token\""), "{challenge}");
-    assert!(
-        challenge.contains(because),
-        "{challenge} should say {because:?}"
-    );
+    oauth::assert_invalid_token(reply, None, because);
+    let challenge = reply.headers["www-authenticate"].to_str().unwrap();
     assert!(!challenge.contains(token), "the challenge quotes the token");
-    assert!(reply.headers.get("retry-after").is_none());
-    let body = reply.json();
-    assert_conforms("JSONRPCErrorResponse", &body);
-    assert_eq!(body["error"]["code"], -32600, "{body}");
     assert!(!reply.text.contains(token), "the error quotes the token");
 }
 
-/// A 503 asking to retry: a `Retry-After` in seconds, no challenge (the token was not found
-/// wanting), a schema-valid error, and no trace of the token.
+/// A 503 asking to retry (the token was not found wanting), with no trace of the token.
 fn assert_unavailable(reply: &Reply, token: &str) {
-    assert_eq!(reply.status, 503, "{}", reply.text);
-    let retry_after = reply.headers.get("retry-after").expect("a Retry-After");
-    assert!(
-        retry_after
-            .to_str()
-            .unwrap()
-            .parse::<u64>()
-            .is_ok_and(|s| s > 0),
-        "{retry_after:?}"
-    );
-    assert!(
-        reply.headers.get("www-authenticate").is_none(),
-        "{:?}",
-        reply.headers
-    );
-    assert_conforms("JSONRPCErrorResponse", &reply.json());
+    assert_retry_later(reply);
     assert!(!reply.text.contains(token), "the error quotes the token");
 }
 
@@ -133,7 +65,7 @@ async fn an_active_token_is_served_with_the_scopes_its_introspection_grants() {
     let endpoint = Introspection::start(CLIENT_ID, CLIENT_SECRET).await;
     endpoint.activate("opaque-alice", ISSUER, "alice", "other bump:call");
     endpoint.activate("opaque-bob", ISSUER, "bob", "other");
-    let server = Served::start_with(
+    let server = Guarded::start_with(
         &endpoint.url,
         CLIENT_SECRET,
         |v| v,
@@ -156,7 +88,7 @@ async fn a_second_request_with_the_same_token_within_the_ttl_does_not_ask_again(
     let endpoint = Introspection::start(CLIENT_ID, CLIENT_SECRET).await;
     endpoint.activate("opaque-alice", ISSUER, "alice", "");
     endpoint.activate("opaque-bob", ISSUER, "bob", "");
-    let server = Served::start(&endpoint.url).await;
+    let server = Guarded::start(&endpoint.url).await;
 
     assert_served(&server.bump_with("opaque-alice").await);
     assert_served(&server.bump_with("opaque-alice").await);
@@ -171,7 +103,7 @@ async fn a_second_request_with_the_same_token_within_the_ttl_does_not_ask_again(
 async fn a_zero_cache_ttl_introspects_every_request() {
     let endpoint = Introspection::start(CLIENT_ID, CLIENT_SECRET).await;
     endpoint.activate("opaque-alice", ISSUER, "alice", "");
-    let server = Served::start_with(
+    let server = Guarded::start_with(
         &endpoint.url,
         CLIENT_SECRET,
         |v| v.cache_ttl(Duration::ZERO),
@@ -198,7 +130,7 @@ async fn an_inactive_token_gets_invalid_token_the_tool_does_not_run_and_the_answ
             "exp": now + 3600,
         }),
     );
-    let server = Served::start(&endpoint.url).await;
+    let server = Guarded::start(&endpoint.url).await;
 
     let reply = server.bump_with("opaque-revoked").await;
     assert_invalid_token(&reply, "opaque-revoked", "not active");
@@ -225,7 +157,7 @@ async fn a_token_whose_audience_does_not_name_this_server_is_refused() {
         "opaque-both",
         answer(json!(["http://localhost:8080/other", RESOURCE])),
     );
-    let server = Served::start(&endpoint.url).await;
+    let server = Guarded::start(&endpoint.url).await;
 
     let reply = server.bump_with("opaque-elsewhere").await;
     assert_invalid_token(&reply, "opaque-elsewhere", "audience");
@@ -240,10 +172,10 @@ async fn the_leeway_tolerates_a_recent_expiry_and_zero_refuses_it() {
     // The endpoint's clock is behind: it still calls the token active 30 s after its expiry.
     let answer = json!({ "active": true, "sub": "alice", "aud": RESOURCE, "exp": now() - 30 });
     endpoint.answer("opaque-late", answer);
-    let lenient = Served::start(&endpoint.url).await;
+    let lenient = Guarded::start(&endpoint.url).await;
     assert_served(&lenient.bump_with("opaque-late").await);
 
-    let strict = Served::start_with(
+    let strict = Guarded::start_with(
         &endpoint.url,
         CLIENT_SECRET,
         |v| v.leeway(Duration::ZERO),
@@ -260,7 +192,7 @@ async fn the_leeway_tolerates_a_recent_expiry_and_zero_refuses_it() {
 
 #[tokio::test]
 async fn an_unreachable_endpoint_answers_503_with_retry_after() {
-    let server = Served::start(&closed_url().await).await;
+    let server = Guarded::start(&closed_url().await).await;
     let reply = server.bump_with("opaque-alice").await;
     assert_unavailable(&reply, "opaque-alice");
     assert_eq!(server.bumps(), 0);
@@ -270,7 +202,7 @@ async fn an_unreachable_endpoint_answers_503_with_retry_after() {
 async fn a_failing_endpoint_answers_503_and_the_failure_is_not_cached() {
     let endpoint = Introspection::start(CLIENT_ID, CLIENT_SECRET).await;
     endpoint.activate("opaque-alice", ISSUER, "alice", "");
-    let server = Served::start(&endpoint.url).await;
+    let server = Guarded::start(&endpoint.url).await;
     endpoint.set_down(true);
     assert_unavailable(&server.bump_with("opaque-alice").await, "opaque-alice");
     assert_eq!(server.bumps(), 0);
@@ -285,7 +217,7 @@ async fn an_endpoint_slower_than_the_fetch_timeout_answers_503() {
     let endpoint = Introspection::start(CLIENT_ID, CLIENT_SECRET).await;
     endpoint.activate("opaque-alice", ISSUER, "alice", "");
     endpoint.set_hanging(true);
-    let server = Served::start_with(
+    let server = Guarded::start_with(
         &endpoint.url,
         CLIENT_SECRET,
         |v| v.fetch_timeout(Duration::from_millis(200)).unwrap(),
@@ -307,7 +239,7 @@ async fn an_endpoint_slower_than_the_fetch_timeout_answers_503() {
 async fn an_endpoint_refusing_this_servers_client_secret_is_a_503_not_the_callers_401() {
     let endpoint = Introspection::start(CLIENT_ID, CLIENT_SECRET).await;
     endpoint.activate("opaque-alice", ISSUER, "alice", "");
-    let server = Served::start_with(&endpoint.url, "not the secret", |v| v, |o| o).await;
+    let server = Guarded::start_with(&endpoint.url, "not the secret", |v| v, |o| o).await;
     let reply = server.bump_with("opaque-alice").await;
     assert_unavailable(&reply, "opaque-alice");
     assert_eq!(

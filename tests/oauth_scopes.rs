@@ -8,11 +8,11 @@ mod basket;
 mod basket_client;
 mod common;
 
-use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use basket_client::{Agent, operation_id, outcome};
-use common::oauth::{Issuer, METADATA_URL, RESOURCE};
+use common::events::Events;
+use common::oauth::{Challenge, Issuer, METADATA_URL, RESOURCE};
 use common::{Call, Reply, TestServer, assert_conforms, within};
 use mcp_tools::auth::{JwtVerifier, OAuth, TokenRejection, TokenVerifier, VerifyFuture};
 use mcp_tools::store::MemoryStore;
@@ -68,6 +68,58 @@ fn scoped_tools(ran: &Ran, tools: &[(&'static str, &'static [&'static str])]) ->
     })
 }
 
+/// `view` requires `basket:read`, `change` requires `basket:write`.
+const VIEW_AND_CHANGE: &[(&str, &[&str])] =
+    &[("view", &["basket:read"]), ("change", &["basket:write"])];
+
+/// A resource server of tools that record their runs, and the issuer of its tokens.
+struct Tools {
+    issuer: Issuer,
+    ran: Ran,
+    http: TestServer,
+}
+
+impl Tools {
+    /// Serves the tools `(name, scopes)` behind a new issuer's tokens; `configure` sets the rest
+    /// of the server, the OAuth settings included.
+    async fn serve(
+        tools: &[(&'static str, &'static [&'static str])],
+        configure: impl FnOnce(McpServerBuilder, OAuth) -> McpServerBuilder,
+    ) -> Tools {
+        let issuer = Issuer::start().await;
+        let ran = Ran::default();
+        let builder = builder().tools(scoped_tools(&ran, tools));
+        let http = start(configure(builder, oauth(&issuer))).await;
+        Tools { issuer, ran, http }
+    }
+
+    /// Calls the tool `name` with `token`, asserting it is served and has now run `runs` times.
+    async fn assert_runs(&self, label: &str, name: &str, token: &str, runs: usize) {
+        let reply = call_tool(name, token).send(&self.http).await;
+        assert_served(label, &reply, "CallToolResultResponse");
+        assert_eq!(self.ran.count(name), runs, "{label}");
+    }
+
+    /// Calls the tool `name` with `token`, asserting it is refused for lacking `scopes` and has
+    /// still run only `runs` times.
+    async fn assert_refused(
+        &self,
+        label: &str,
+        name: &str,
+        token: &str,
+        scopes: &str,
+        runs: usize,
+    ) {
+        let reply = call_tool(name, token).send(&self.http).await;
+        assert_insufficient(label, &reply, scopes);
+        assert_eq!(self.ran.count(name), runs, "{label}");
+    }
+
+    async fn tool_names(&self, token: &str) -> Vec<String> {
+        listed(&self.http, "tools/list", "tools", token).await
+    }
+}
+
 /// Answers with the scopes the request's context says were granted, as JSON (`null` for none).
 struct GrantedScopes;
 
@@ -104,48 +156,6 @@ fn call_tool(name: &str, token: &str) -> Call {
     bearer(Call::call_tool(name, json!({})), token)
 }
 
-/// The auth-params of the reply's `Bearer` challenge, unquoted; a repeated one fails the test.
-fn challenge(reply: &Reply) -> BTreeMap<String, String> {
-    let header = reply
-        .headers
-        .get("www-authenticate")
-        .unwrap_or_else(|| panic!("no WWW-Authenticate: {}", reply.text))
-        .to_str()
-        .unwrap();
-    let rest = header
-        .strip_prefix("Bearer ")
-        .unwrap_or_else(|| panic!("not a Bearer challenge: {header}"));
-    let mut params = BTreeMap::new();
-    let mut chars = rest.chars().peekable();
-    loop {
-        while chars.next_if(|c| matches!(c, ' ' | ',')).is_some() {}
-        if chars.peek().is_none() {
-            return params;
-        }
-        let name: String = std::iter::from_fn(|| chars.next_if(|c| *c != '=')).collect();
-        assert_eq!(chars.next(), Some('='), "{header}");
-        let mut value = String::new();
-        if chars.next_if_eq(&'"').is_some() {
-            loop {
-                match chars.next() {
-                    Some('"') => break,
-                    Some('\\') => value.push(chars.next().expect("an escaped character")),
-                    Some(c) => value.push(c),
-                    None => panic!("unterminated quoted string: {header}"),
-                }
-            }
-        } else {
-            value.extend(std::iter::from_fn(|| {
-                chars.next_if(|c| !matches!(c, ',' | ' '))
-            }));
-        }
-        assert!(
-            params.insert(name.trim().to_owned(), value).is_none(),
-            "a repeated auth-param: {header}"
-        );
-    }
-}
-
 /// Asserts `reply` is the 403 refusal of a token lacking some of `scopes` (space separated,
 /// sorted): every scope the item requires, whatever the token already grants.
 fn assert_insufficient(label: &str, reply: &Reply, scopes: &str) {
@@ -153,18 +163,28 @@ fn assert_insufficient(label: &str, reply: &Reply, scopes: &str) {
     let body = reply.json();
     assert_conforms("JSONRPCErrorResponse", &body);
     assert_eq!(body["error"]["code"], -32600, "{label}: {body}");
-    let params = challenge(reply);
+    let challenge = Challenge::bearer(&reply.headers);
     assert_eq!(
-        params.keys().map(String::as_str).collect::<Vec<_>>(),
+        challenge.names(),
         ["error", "error_description", "resource_metadata", "scope"],
-        "{label}: {params:?}"
+        "{label}: {challenge:?}"
     );
-    assert_eq!(params["error"], "insufficient_scope", "{label}");
-    assert_eq!(params["scope"], scopes, "{label}");
-    assert_eq!(params["resource_metadata"], METADATA_URL, "{label}");
+    assert_eq!(
+        challenge.get("error"),
+        Some("insufficient_scope"),
+        "{label}"
+    );
+    assert_eq!(challenge.get("scope"), Some(scopes), "{label}");
+    assert_eq!(
+        challenge.get("resource_metadata"),
+        Some(METADATA_URL),
+        "{label}"
+    );
     assert!(
-        params["error_description"].contains(scopes),
-        "{label}: {params:?}"
+        challenge
+            .get("error_description")
+            .is_some_and(|d| d.contains(scopes)),
+        "{label}: {challenge:?}"
     );
 }
 
@@ -224,72 +244,50 @@ async fn listed(server: &TestServer, method: &str, member: &str, token: &str) ->
         .collect()
 }
 
-async fn tool_names(server: &TestServer, token: &str) -> Vec<String> {
-    listed(server, "tools/list", "tools", token).await
-}
-
 #[tokio::test]
 async fn a_token_lacking_a_tools_scopes_is_refused_403_naming_every_scope_and_the_tool_does_not_run()
  {
-    let issuer = Issuer::start().await;
-    let ran = Ran::default();
-    let tools = scoped_tools(
-        &ran,
+    let server = Tools::serve(
         &[
             ("view", &["basket:read"]),
             ("change", &["basket:write"]),
             ("export", &["report:export", "basket:read"]),
         ],
-    );
-    let server = start(builder().tools(tools).oauth(oauth(&issuer))).await;
-    let read = issuer.token("alice", "basket:read");
+        |b, o| b.oauth(o),
+    )
+    .await;
+    let read = server.issuer.token("alice", "basket:read");
 
-    let viewed = call_tool("view", &read).send(&server).await;
-    assert_served("view", &viewed, "CallToolResultResponse");
-    assert_eq!(ran.count("view"), 1);
-
-    let changed = call_tool("change", &read).send(&server).await;
-    assert_insufficient("change", &changed, "basket:write");
-    assert_eq!(ran.count("change"), 0);
-
+    server.assert_runs("view", "view", &read, 1).await;
+    server
+        .assert_refused("change", "change", &read, "basket:write", 0)
+        .await;
     // The token grants one of the two: the challenge still names both, so one new token serves.
-    let exported = call_tool("export", &read).send(&server).await;
-    assert_insufficient("export", &exported, "basket:read report:export");
-    assert_eq!(ran.count("export"), 0);
+    server
+        .assert_refused("export", "export", &read, "basket:read report:export", 0)
+        .await;
 }
 
 #[tokio::test]
 async fn the_scope_check_on_the_routing_headers_runs_before_the_body_is_read() {
-    let issuer = Issuer::start().await;
-    let ran = Ran::default();
-    let tools = scoped_tools(
-        &ran,
-        &[("view", &["basket:read"]), ("change", &["basket:write"])],
-    );
     let resources = ResourceSet::new().with(
         Resource::text("basket://orders", "Orders", "text/plain", "none").scopes(["orders:read"]),
     );
-    let server = start(
-        builder()
-            .tools(tools)
-            .resources(resources)
-            .oauth(oauth(&issuer)),
-    )
-    .await;
-    let read = issuer.token("alice", "basket:read");
+    let server = Tools::serve(VIEW_AND_CHANGE, |b, o| b.resources(resources).oauth(o)).await;
+    let read = server.issuer.token("alice", "basket:read");
     let not_json = b"this is not JSON at all".to_vec();
 
     let refused = call_tool("change", &read)
         .raw(not_json.clone())
-        .send(&server)
+        .send(&server.http)
         .await;
     assert_insufficient("change, body not JSON", &refused, "basket:write");
-    assert_eq!(ran.count("change"), 0);
+    assert_eq!(server.ran.count("change"), 0);
 
     // The same body for an operation the token may use is read, and refused as what it is.
     let parsed = call_tool("view", &read)
         .raw(not_json.clone())
-        .send(&server)
+        .send(&server.http)
         .await;
     assert_eq!(
         (parsed.status, parsed.error_code()),
@@ -308,7 +306,7 @@ async fn the_scope_check_on_the_routing_headers_runs_before_the_body_is_read() {
     .header("mcp-name", "basket://orders");
     let unread = bearer(read_call, &read)
         .raw(not_json.clone())
-        .send(&server)
+        .send(&server.http)
         .await;
     assert_insufficient("resources/read, body not JSON", &unread, "orders:read");
 
@@ -316,32 +314,20 @@ async fn the_scope_check_on_the_routing_headers_runs_before_the_body_is_read() {
     let encoded = call_tool("change", &read)
         .header("mcp-name", "=?base64?Y2hhbmdl?=")
         .raw(not_json)
-        .send(&server)
+        .send(&server.http)
         .await;
     assert_insufficient(
         "change named in Base64, body not JSON",
         &encoded,
         "basket:write",
     );
-    assert_eq!(ran.count("change"), 0);
+    assert_eq!(server.ran.count("change"), 0);
 }
 
 #[tokio::test]
 async fn a_legacy_request_naming_a_scoped_tool_only_in_its_body_is_refused_403() {
-    let issuer = Issuer::start().await;
-    let ran = Ran::default();
-    let tools = scoped_tools(
-        &ran,
-        &[("view", &["basket:read"]), ("change", &["basket:write"])],
-    );
-    let server = start(
-        builder()
-            .tools(tools)
-            .legacy_era(true)
-            .oauth(oauth(&issuer)),
-    )
-    .await;
-    let read = issuer.token("alice", "basket:read");
+    let server = Tools::serve(VIEW_AND_CHANGE, |b, o| b.legacy_era(true).oauth(o)).await;
+    let read = server.issuer.token("alice", "basket:read");
     // A 2025-11-25 client: no version or routing headers, no `_meta`.
     let legacy = |name: &str| {
         let body = json!({ "jsonrpc": "2.0", "id": 5, "method": "tools/call",
@@ -355,7 +341,7 @@ async fn a_legacy_request_naming_a_scoped_tool_only_in_its_body_is_refused_403()
         )
     };
 
-    let viewed = legacy("view").send(&server).await;
+    let viewed = legacy("view").send(&server.http).await;
     assert_eq!(viewed.status, 200, "{}", viewed.text);
     assert_eq!(
         viewed.json()["result"]["content"][0]["text"],
@@ -363,60 +349,56 @@ async fn a_legacy_request_naming_a_scoped_tool_only_in_its_body_is_refused_403()
         "{}",
         viewed.text
     );
-    assert_eq!(ran.count("view"), 1);
+    assert_eq!(server.ran.count("view"), 1);
 
-    let changed = legacy("change").send(&server).await;
+    let changed = legacy("change").send(&server.http).await;
     assert_insufficient("legacy change", &changed, "basket:write");
     assert_eq!(changed.json()["id"], 5);
-    assert_eq!(ran.count("change"), 0);
+    assert_eq!(server.ran.count("change"), 0);
 }
 
 #[tokio::test]
 async fn tools_list_shows_each_caller_only_the_tools_its_token_may_call() {
-    let issuer = Issuer::start().await;
-    let ran = Ran::default();
-    let tools = scoped_tools(
-        &ran,
+    let server = Tools::serve(
         &[
             ("view", &["basket:read"]),
             ("change", &["basket:write"]),
             ("anyone", &[]),
         ],
-    );
-    let server = start(builder().tools(tools).oauth(oauth(&issuer))).await;
+        |b, o| b.oauth(o),
+    )
+    .await;
 
-    let read = issuer.token("alice", "basket:read");
-    assert_eq!(tool_names(&server, &read).await, ["view", "anyone"]);
-    let write = issuer.token("bob", "basket:read basket:write");
+    let read = server.issuer.token("alice", "basket:read");
+    assert_eq!(server.tool_names(&read).await, ["view", "anyone"]);
+    let write = server.issuer.token("bob", "basket:read basket:write");
     assert_eq!(
-        tool_names(&server, &write).await,
+        server.tool_names(&write).await,
         ["view", "change", "anyone"]
     );
-    let none = issuer.token("carol", "");
-    assert_eq!(tool_names(&server, &none).await, ["anyone"]);
+    let none = server.issuer.token("carol", "");
+    assert_eq!(server.tool_names(&none).await, ["anyone"]);
 }
 
 #[tokio::test]
 async fn a_filtered_listing_pages_and_its_cursor_does_not_open_another_callers_listing() {
-    let issuer = Issuer::start().await;
-    let ran = Ran::default();
-    let tools = scoped_tools(
-        &ran,
+    let server = Tools::serve(
         &[
             ("view", &["basket:read"]),
             ("peek", &["basket:read"]),
             ("change", &["basket:write"]),
             ("anyone", &[]),
         ],
-    );
-    let server = start(builder().tools(tools).page_size(1).oauth(oauth(&issuer))).await;
-    let read = issuer.token("alice", "basket:read");
-    let write = issuer.token("bob", "basket:write");
-    assert_eq!(tool_names(&server, &read).await, ["view", "peek", "anyone"]);
-    assert_eq!(tool_names(&server, &write).await, ["change", "anyone"]);
+        |b, o| b.page_size(1).oauth(o),
+    )
+    .await;
+    let read = server.issuer.token("alice", "basket:read");
+    let write = server.issuer.token("bob", "basket:write");
+    assert_eq!(server.tool_names(&read).await, ["view", "peek", "anyone"]);
+    assert_eq!(server.tool_names(&write).await, ["change", "anyone"]);
 
     let first = bearer(Call::new("tools/list", json!(2), json!({})), &read)
-        .send(&server)
+        .send(&server.http)
         .await;
     let cursor =
         assert_served("first page", &first, "ListToolsResultResponse")["nextCursor"].clone();
@@ -425,7 +407,7 @@ async fn a_filtered_listing_pages_and_its_cursor_does_not_open_another_callers_l
         Call::new("tools/list", json!(3), json!({ "cursor": cursor })),
         &write,
     )
-    .send(&server)
+    .send(&server.http)
     .await;
     assert_eq!(foreign.error_code(), Some(-32602), "{}", foreign.text);
     let body = foreign.json();
@@ -435,103 +417,76 @@ async fn a_filtered_listing_pages_and_its_cursor_does_not_open_another_callers_l
 
 #[tokio::test]
 async fn default_scopes_apply_to_the_items_without_scopes_of_their_own_only() {
-    let issuer = Issuer::start().await;
-    let ran = Ran::default();
-    let tools = scoped_tools(&ran, &[("plain", &[]), ("own", &["basket:read"])]);
-    let server = start(
-        builder()
-            .tools(tools)
-            .oauth(oauth(&issuer).default_scopes(["mcp:use"])),
-    )
+    let server = Tools::serve(&[("plain", &[]), ("own", &["basket:read"])], |b, o| {
+        b.oauth(o.default_scopes(["mcp:use"]))
+    })
     .await;
-    let read = issuer.token("alice", "basket:read");
-    let usage = issuer.token("bob", "mcp:use");
+    let read = server.issuer.token("alice", "basket:read");
+    let usage = server.issuer.token("bob", "mcp:use");
 
-    assert_insufficient(
-        "plain, read token",
-        &call_tool("plain", &read).send(&server).await,
-        "mcp:use",
-    );
-    assert_eq!(ran.count("plain"), 0);
-    let own = call_tool("own", &read).send(&server).await;
-    assert_served("own, read token", &own, "CallToolResultResponse");
-    assert_eq!(ran.count("own"), 1);
+    server
+        .assert_refused("plain, read token", "plain", &read, "mcp:use", 0)
+        .await;
+    server.assert_runs("own, read token", "own", &read, 1).await;
 
-    let plain = call_tool("plain", &usage).send(&server).await;
-    assert_served("plain, mcp:use token", &plain, "CallToolResultResponse");
-    assert_eq!(ran.count("plain"), 1);
-    let refused = call_tool("own", &usage).send(&server).await;
-    assert_insufficient("own, mcp:use token", &refused, "basket:read");
-    assert_eq!(ran.count("own"), 1);
+    server
+        .assert_runs("plain, mcp:use token", "plain", &usage, 1)
+        .await;
+    server
+        .assert_refused("own, mcp:use token", "own", &usage, "basket:read", 1)
+        .await;
 
-    assert_eq!(tool_names(&server, &read).await, ["own"]);
-    assert_eq!(tool_names(&server, &usage).await, ["plain"]);
+    assert_eq!(server.tool_names(&read).await, ["own"]);
+    assert_eq!(server.tool_names(&usage).await, ["plain"]);
 }
 
 #[tokio::test]
 async fn a_broader_scope_grants_the_narrower_ones_it_implies_and_not_the_reverse() {
-    let issuer = Issuer::start().await;
-    let ran = Ran::default();
-    let tools = scoped_tools(
-        &ran,
-        &[("view", &["basket:read"]), ("change", &["basket:write"])],
-    );
-    let server = start(
-        builder()
-            .tools(tools)
-            .oauth(oauth(&issuer).implies("basket:write", ["basket:read"])),
-    )
+    let server = Tools::serve(VIEW_AND_CHANGE, |b, o| {
+        b.oauth(o.implies("basket:write", ["basket:read"]))
+    })
     .await;
-    let write = issuer.token("alice", "basket:write");
-    let viewed = call_tool("view", &write).send(&server).await;
-    assert_served("view, write token", &viewed, "CallToolResultResponse");
-    assert_eq!(ran.count("view"), 1);
-    assert_eq!(tool_names(&server, &write).await, ["view", "change"]);
+    let write = server.issuer.token("alice", "basket:write");
+    server
+        .assert_runs("view, write token", "view", &write, 1)
+        .await;
+    assert_eq!(server.tool_names(&write).await, ["view", "change"]);
 
-    let read = issuer.token("bob", "basket:read");
-    assert_insufficient(
-        "change, read token",
-        &call_tool("change", &read).send(&server).await,
-        "basket:write",
-    );
-    assert_eq!(ran.count("change"), 0);
-    assert_eq!(tool_names(&server, &read).await, ["view"]);
+    let read = server.issuer.token("bob", "basket:read");
+    server
+        .assert_refused("change, read token", "change", &read, "basket:write", 0)
+        .await;
+    assert_eq!(server.tool_names(&read).await, ["view"]);
 }
 
 #[tokio::test]
 async fn implication_follows_a_chain_of_scopes() {
-    let issuer = Issuer::start().await;
-    let ran = Ran::default();
-    let tools = scoped_tools(
-        &ran,
+    let server = Tools::serve(
         &[
             ("view", &["basket:read"]),
             ("change", &["basket:write"]),
             ("manage", &["admin"]),
         ],
-    );
-    // Declared broadest first, so the link from `admin` to `basket:read` is only found by
-    // following `basket:write`.
-    let server = start(
-        builder().tools(tools).oauth(
-            oauth(&issuer)
-                .implies("admin", ["basket:write"])
-                .implies("basket:write", ["basket:read"]),
-        ),
+        // Declared broadest first, so the link from `admin` to `basket:read` is only found by
+        // following `basket:write`.
+        |b, o| {
+            b.oauth(
+                o.implies("admin", ["basket:write"])
+                    .implies("basket:write", ["basket:read"]),
+            )
+        },
     )
     .await;
-    let admin = issuer.token("alice", "admin");
+    let admin = server.issuer.token("alice", "admin");
     for name in ["view", "change", "manage"] {
-        let reply = call_tool(name, &admin).send(&server).await;
-        assert_served(name, &reply, "CallToolResultResponse");
-        assert_eq!(ran.count(name), 1, "{name}");
+        server.assert_runs(name, name, &admin, 1).await;
     }
     assert_eq!(
-        tool_names(&server, &admin).await,
+        server.tool_names(&admin).await,
         ["view", "change", "manage"]
     );
-    let write = issuer.token("bob", "basket:write");
-    assert_eq!(tool_names(&server, &write).await, ["view", "change"]);
+    let write = server.issuer.token("bob", "basket:write");
+    assert_eq!(server.tool_names(&write).await, ["view", "change"]);
 }
 
 /// Resources and a template with scopes, each read recorded.
@@ -750,18 +705,16 @@ async fn prompts_with_scopes_are_refused_listed_and_completed_per_token() {
 
 #[tokio::test]
 async fn tools_list_publishes_each_tools_own_scopes_in_meta() {
-    let issuer = Issuer::start().await;
-    let ran = Ran::default();
-    let tools = scoped_tools(
-        &ran,
+    let server = Tools::serve(
         &[
             ("export", &["report:export", "basket:read"]),
             ("anyone", &[]),
         ],
-    );
-    let server = start(builder().tools(tools).oauth(oauth(&issuer))).await;
-    let token = issuer.token("alice", "basket:read report:export");
-    let tools = list_all(&server, "tools/list", "tools", &token).await;
+        |b, o| b.oauth(o),
+    )
+    .await;
+    let token = server.issuer.token("alice", "basket:read report:export");
+    let tools = list_all(&server.http, "tools/list", "tools", &token).await;
     assert_eq!(tools.len(), 2, "{tools:?}");
     assert_eq!(
         tools[0]["_meta"]["io.github.mcp-tools/scopes"],
@@ -937,42 +890,6 @@ async fn the_same_subject_from_another_issuer_is_another_principal() {
     .await;
 }
 
-/// The messages of one live event stream, read as they come.
-struct Events(reqwest::Response, String);
-
-impl Events {
-    async fn open(server: &TestServer, call: &Call) -> Events {
-        let mut request = common::client().post(server.url());
-        for (name, value) in &call.headers {
-            request = request.header(name.as_str(), value.as_str());
-        }
-        let response = within(
-            "the stream's response headers",
-            request.json(&call.body).send(),
-        )
-        .await
-        .unwrap();
-        assert_eq!(response.status(), 200);
-        Events(response, String::new())
-    }
-
-    async fn next(&mut self) -> Value {
-        within("the next event of the stream", async {
-            loop {
-                while let Some(end) = self.1.find("\n\n") {
-                    let event: String = self.1.drain(..end + 2).collect();
-                    if let Some(data) = event.lines().find_map(|l| l.strip_prefix("data:")) {
-                        return serde_json::from_str(data.trim()).unwrap();
-                    }
-                }
-                let chunk = self.0.chunk().await.unwrap().expect("the stream went on");
-                self.1.push_str(&String::from_utf8_lossy(&chunk));
-            }
-        })
-        .await
-    }
-}
-
 #[tokio::test]
 async fn a_resource_update_reaches_only_the_listeners_whose_token_may_read_it() {
     let issuer = Issuer::start().await;
@@ -996,8 +913,9 @@ async fn a_resource_update_reaches_only_the_listeners_whose_token_may_read_it() 
             token,
         )
     };
-    let mut reader = Events::open(&server, &listen(&issuer.token("ann", "basket:read"))).await;
-    let mut stranger = Events::open(&server, &listen(&issuer.token("bob", ""))).await;
+    let url = server.url();
+    let mut reader = Events::open(&url, &listen(&issuer.token("ann", "basket:read"))).await;
+    let mut stranger = Events::open(&url, &listen(&issuer.token("bob", ""))).await;
     for events in [&mut reader, &mut stranger] {
         let ack = events.next().await;
         assert_conforms("SubscriptionsAcknowledgedNotification", &ack);

@@ -2,15 +2,17 @@
 //! validation against the official 2026-07-28 schema.
 #![allow(dead_code)]
 
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::net::SocketAddr;
-use std::sync::OnceLock;
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
 use mcp_tools::McpServer;
 use serde_json::{Value, json};
 use tokio::sync::oneshot;
 
+pub mod events;
 pub mod oauth;
 pub mod tools;
 
@@ -255,7 +257,8 @@ pub struct Reply {
 }
 
 impl Reply {
-    async fn from(response: reqwest::Response) -> Reply {
+    /// Reads `response` whole.
+    pub async fn from(response: reqwest::Response) -> Reply {
         Reply {
             status: response.status().as_u16(),
             headers: response.headers().clone(),
@@ -320,6 +323,27 @@ pub fn compile(schema: &Value) -> jsonschema::Validator {
         .unwrap()
 }
 
+/// Whether `instance` is valid, the violations naming `what` it was checked as: for oracles that
+/// report a failure with the case that caused it rather than panic.
+pub fn conforms(
+    validator: &jsonschema::Validator,
+    what: &str,
+    instance: &Value,
+) -> Result<(), String> {
+    let errors: Vec<String> = validator
+        .iter_errors(instance)
+        .map(|e| format!("{e} at {}", e.instance_path()))
+        .collect();
+    if errors.is_empty() {
+        Ok(())
+    } else {
+        Err(format!(
+            "{what} violated: {}\n{instance}",
+            errors.join("; ")
+        ))
+    }
+}
+
 /// Asserts `instance` is valid, naming `what` it was checked as.
 pub fn check(validator: &jsonschema::Validator, what: &str, instance: &Value) {
     let errors: Vec<String> = validator
@@ -347,12 +371,52 @@ pub fn official(definition: &str) -> jsonschema::Validator {
     }))
 }
 
-/// Asserts `instance` is a valid `definition` of the official schema.
+/// Asserts `instance` is a valid `definition` of the official schema. Each validator is compiled
+/// once per test binary: compiling one takes longer than a request, and floods of requests check
+/// every reply.
 pub fn assert_conforms(definition: &str, instance: &Value) {
-    check(&official(definition), definition, instance);
+    static VALIDATORS: Mutex<BTreeMap<String, Arc<jsonschema::Validator>>> =
+        Mutex::new(BTreeMap::new());
+    let validator = Arc::clone(
+        VALIDATORS
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .entry(definition.to_owned())
+            .or_insert_with(|| Arc::new(official(definition))),
+    );
+    check(&validator, definition, instance);
 }
 
 /// Asserts `instance` conforms to a tool's published output schema.
 pub fn assert_matches_schema(schema: &Value, instance: &Value) {
     check(&compile(schema), "the output schema", instance);
+}
+
+/// Returns `Err(format!(message))` from the enclosing function unless `condition` holds: the
+/// `assert!` of oracles that return what went wrong.
+#[macro_export]
+macro_rules! ensure {
+    ($condition:expr, $($message:tt)+) => {
+        if !$condition {
+            return Err(format!($($message)+));
+        }
+    };
+}
+
+/// The runtime of a property-based test: its cases run synchronously, each blocking on the
+/// requests it sends to a server that serves on two worker threads meanwhile.
+pub fn fuzz_runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// The number of cases a property-based test runs: `var` from the environment, or `default`.
+pub fn fuzz_cases(var: &str, default: u32) -> u32 {
+    std::env::var(var)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
 }

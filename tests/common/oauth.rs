@@ -1,7 +1,10 @@
 //! A test authorization server: signing keys, a JWKS endpoint on loopback that counts its
-//! fetches and can be rotated or taken down, and tokens minted with any claims.
+//! fetches and can be rotated or taken down, and tokens minted with any claims; a test
+//! introspection endpoint; a resource server counting its calls; and a strict parser of the
+//! challenges resource servers answer with.
 
 use std::collections::BTreeMap;
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -13,8 +16,13 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use jsonwebtoken::jwk::Jwk;
 use jsonwebtoken::{Algorithm, EncodingKey, Header};
+use mcp_tools::auth::OAuth;
+use mcp_tools::{McpServer, McpServerBuilder, ToolSet};
 use serde_json::{Value, json};
 use tokio::sync::oneshot;
+
+use super::tools::Bump;
+use super::{Call, Reply, TestServer, assert_conforms};
 
 /// The canonical URI of the servers under test (what tokens name as their audience). It need
 /// not be the address tests connect to: the resource is configuration, never the `Host`.
@@ -22,6 +30,22 @@ pub const RESOURCE: &str = "http://localhost:8080/mcp";
 
 /// Where the metadata of [`RESOURCE`] lives, as challenges name it.
 pub const METADATA_URL: &str = "http://localhost:8080/.well-known/oauth-protected-resource/mcp";
+
+/// Serves `router` on an ephemeral loopback port until the sender is used or dropped.
+async fn serve(router: Router) -> (SocketAddr, oneshot::Sender<()>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (tx, rx) = oneshot::channel::<()>();
+    tokio::spawn(async move {
+        axum::serve(listener, router)
+            .with_graceful_shutdown(async {
+                let _ = rx.await;
+            })
+            .await
+            .unwrap();
+    });
+    (addr, tx)
+}
 
 /// A signing key of the test issuer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -90,7 +114,8 @@ pub struct Issuer {
     /// The issuer identifier (`iss`): the server's base URL.
     pub url: String,
     shared: Arc<Shared>,
-    shutdown: Option<oneshot::Sender<()>>,
+    /// Dropping it stops the endpoint.
+    _shutdown: oneshot::Sender<()>,
 }
 
 impl Issuer {
@@ -101,24 +126,16 @@ impl Issuer {
             fetches: AtomicUsize::new(0),
             down: AtomicBool::new(false),
         });
-        let app = Router::new()
-            .route("/jwks.json", get(jwks))
-            .with_state(shared.clone());
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let (tx, rx) = oneshot::channel::<()>();
-        tokio::spawn(async move {
-            axum::serve(listener, app)
-                .with_graceful_shutdown(async {
-                    let _ = rx.await;
-                })
-                .await
-                .unwrap();
-        });
+        let (addr, tx) = serve(
+            Router::new()
+                .route("/jwks.json", get(jwks))
+                .with_state(shared.clone()),
+        )
+        .await;
         Issuer {
             url: format!("http://{addr}"),
             shared,
-            shutdown: Some(tx),
+            _shutdown: tx,
         }
     }
 
@@ -158,14 +175,6 @@ impl Issuer {
     /// A valid token for `subject` granting `scopes`, signed with [`Key::RsaA`].
     pub fn token(&self, subject: &str, scopes: &str) -> String {
         sign(Key::RsaA, &self.claims(subject, scopes))
-    }
-}
-
-impl Drop for Issuer {
-    fn drop(&mut self) {
-        if let Some(tx) = self.shutdown.take() {
-            let _ = tx.send(());
-        }
     }
 }
 
@@ -220,7 +229,8 @@ pub struct Introspection {
     /// The endpoint's URL.
     pub url: String,
     shared: Arc<IntrospectionShared>,
-    shutdown: Option<oneshot::Sender<()>>,
+    /// Dropping it stops the endpoint.
+    _shutdown: oneshot::Sender<()>,
 }
 
 impl Introspection {
@@ -233,24 +243,16 @@ impl Introspection {
             down: AtomicBool::new(false),
             hanging: AtomicBool::new(false),
         });
-        let app = Router::new()
-            .route("/introspect", axum::routing::post(introspect))
-            .with_state(shared.clone());
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let (tx, rx) = oneshot::channel::<()>();
-        tokio::spawn(async move {
-            axum::serve(listener, app)
-                .with_graceful_shutdown(async {
-                    let _ = rx.await;
-                })
-                .await
-                .unwrap();
-        });
+        let (addr, tx) = serve(
+            Router::new()
+                .route("/introspect", axum::routing::post(introspect))
+                .with_state(shared.clone()),
+        )
+        .await;
         Introspection {
             url: format!("http://{addr}/introspect"),
             shared,
-            shutdown: Some(tx),
+            _shutdown: tx,
         }
     }
 
@@ -295,14 +297,6 @@ impl Introspection {
     /// Makes the endpoint never answer (or answer again).
     pub fn set_hanging(&self, hanging: bool) {
         self.shared.hanging.store(hanging, Ordering::SeqCst);
-    }
-}
-
-impl Drop for Introspection {
-    fn drop(&mut self) {
-        if let Some(tx) = self.shutdown.take() {
-            let _ = tx.send(());
-        }
     }
 }
 
@@ -384,4 +378,270 @@ async fn introspect(
         answer.to_string(),
     )
         .into_response()
+}
+
+/// A resource server serving [`Bump`], and the count of its calls: a refused request must leave
+/// it at zero. Each test file adds the constructors for its kind of verifier.
+pub struct Guarded {
+    pub http: TestServer,
+    bumps: Arc<AtomicUsize>,
+}
+
+impl Guarded {
+    /// Serves `bump` as `name` behind `oauth`, with `configure` applied to the builder last.
+    pub async fn serve(
+        name: &str,
+        oauth: OAuth,
+        configure: impl FnOnce(McpServerBuilder) -> McpServerBuilder,
+    ) -> Guarded {
+        let bumps = Arc::new(AtomicUsize::new(0));
+        let server = configure(
+            McpServer::builder(name, "1.0.0")
+                .tools(ToolSet::new().with(Bump(Arc::clone(&bumps))))
+                .oauth(oauth),
+        )
+        .build()
+        .unwrap();
+        Guarded {
+            http: TestServer::start(server).await,
+            bumps,
+        }
+    }
+
+    pub fn bumps(&self) -> usize {
+        self.bumps.load(Ordering::SeqCst)
+    }
+
+    /// `tools/call bump` with `token` as the bearer token.
+    pub async fn bump_with(&self, token: &str) -> Reply {
+        Call::call_tool("bump", json!({}))
+            .header("authorization", &format!("Bearer {token}"))
+            .send(&self.http)
+            .await
+    }
+}
+
+/// The one challenge of a 401, after checking what every refusal of a token shares: the status,
+/// the scheme, the configured metadata URL, the scope parameter, and a schema-valid JSON-RPC
+/// `-32600` error body.
+pub fn challenge_of(reply: &Reply, scope: Option<&str>) -> Challenge {
+    assert_eq!(reply.status, 401, "{}", reply.text);
+    let challenge = Challenge::bearer(&reply.headers);
+    assert_eq!(
+        challenge.quoted("resource_metadata"),
+        Some(METADATA_URL),
+        "{challenge:?}"
+    );
+    assert_eq!(challenge.get("scope"), scope, "{challenge:?}");
+    assert!(
+        reply.headers.get("retry-after").is_none(),
+        "{:?}",
+        reply.headers
+    );
+    let body = reply.json();
+    assert_conforms("JSONRPCErrorResponse", &body);
+    assert_eq!(body["error"]["code"], -32600, "{body}");
+    challenge
+}
+
+/// A 401 asking for a token: no `error`, since none was sent.
+pub fn assert_asks_for_token(reply: &Reply, scope: Option<&str>) {
+    let challenge = challenge_of(reply, scope);
+    let mut expected = vec!["resource_metadata"];
+    expected.extend(scope.map(|_| "scope"));
+    expected.sort_unstable();
+    assert_eq!(challenge.names(), expected, "{challenge:?}");
+}
+
+/// A 401 refusing the token sent: `error="invalid_token"` with a description mentioning
+/// `because`.
+pub fn assert_invalid_token(reply: &Reply, scope: Option<&str>, because: &str) {
+    let challenge = challenge_of(reply, scope);
+    let mut expected = vec!["error", "error_description", "resource_metadata"];
+    expected.extend(scope.map(|_| "scope"));
+    expected.sort_unstable();
+    assert_eq!(challenge.names(), expected, "{challenge:?}");
+    assert_eq!(
+        challenge.quoted("error"),
+        Some("invalid_token"),
+        "{challenge:?}"
+    );
+    let description = challenge.get("error_description").unwrap();
+    assert!(
+        description.contains(because),
+        "the description {description:?} should say {because:?}"
+    );
+}
+
+/// A served call of [`Guarded`]'s `bump`.
+pub fn assert_served(reply: &Reply) {
+    assert_eq!(reply.status, 200, "{}", reply.text);
+    assert!(reply.headers.get("www-authenticate").is_none());
+    assert_conforms("CallToolResultResponse", &reply.json());
+}
+
+/// Asserts `reply` is a 503 asking to retry: a `Retry-After` in seconds and no challenge, since
+/// the token may be fine and must not send the client back to authorize; returns its error,
+/// checked against the schema.
+pub fn assert_retry_later(reply: &Reply) -> Value {
+    assert_eq!(reply.status, 503, "{}", reply.text);
+    let retry_after = reply.headers.get("retry-after").expect("a Retry-After");
+    assert!(
+        retry_after
+            .to_str()
+            .unwrap()
+            .parse::<u64>()
+            .is_ok_and(|s| s > 0),
+        "{retry_after:?}"
+    );
+    assert!(
+        reply.headers.get("www-authenticate").is_none(),
+        "the token may be fine: no challenge sends the client back to authorize: {:?}",
+        reply.headers
+    );
+    let body = reply.json();
+    assert_conforms("JSONRPCErrorResponse", &body);
+    body
+}
+
+/// A `WWW-Authenticate` challenge taken apart (RFC 9110 section 11.6.1): its scheme and its
+/// auth-params in order, their values unquoted.
+#[derive(Debug)]
+pub struct Challenge {
+    /// The header as received, for the messages of failed assertions.
+    pub text: String,
+    pub scheme: String,
+    params: Vec<AuthParam>,
+}
+
+#[derive(Debug)]
+struct AuthParam {
+    name: String,
+    value: String,
+    /// Sent as a quoted-string rather than a token.
+    quoted: bool,
+}
+
+/// RFC 9110 `tchar`: what a token is made of.
+fn is_tchar(c: char) -> bool {
+    c.is_ascii_alphanumeric() || "!#$%&'*+-.^_`|~".contains(c)
+}
+
+impl Challenge {
+    /// Parses `scheme param=token, param="quoted \" value", ...`; anything else is an `Err`
+    /// saying what is wrong: a param without `=`, a name outside `[A-Za-z0-9_]` (every Bearer
+    /// param is spelled so), space around `=`, a value neither a token nor a terminated
+    /// quoted-string, params not comma separated, or a param named twice (names compare
+    /// case-insensitively, and each may occur once per challenge).
+    pub fn try_parse(header: &str) -> Result<Challenge, String> {
+        let (scheme, mut rest) = header.split_once(' ').unwrap_or((header, ""));
+        if scheme.is_empty() || !scheme.chars().all(is_tchar) {
+            return Err(format!("auth-scheme {scheme:?} in {header:?}"));
+        }
+        let mut params: Vec<AuthParam> = Vec::new();
+        loop {
+            rest = rest.trim_start_matches([' ', ',']);
+            if rest.is_empty() {
+                break;
+            }
+            let (name, after) = rest
+                .split_once('=')
+                .ok_or_else(|| format!("an auth-param without `=` in {header:?}"))?;
+            if name.is_empty() || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
+                return Err(format!("auth-param name {name:?} in {header:?}"));
+            }
+            let (value, quoted, after) = if let Some(quoted) = after.strip_prefix('"') {
+                let mut value = String::new();
+                let mut chars = quoted.char_indices();
+                let end = loop {
+                    match chars.next() {
+                        Some((_, '\\')) => match chars.next() {
+                            Some((_, escaped)) => value.push(escaped),
+                            None => return Err(format!("a dangling escape in {header:?}")),
+                        },
+                        Some((at, '"')) => break at,
+                        Some((_, c)) => value.push(c),
+                        None => return Err(format!("an unterminated quoted-string in {header:?}")),
+                    }
+                };
+                (value, true, &quoted[end + 1..])
+            } else {
+                let end = after.find([',', ' ']).unwrap_or(after.len());
+                let token = &after[..end];
+                if token.is_empty() || !token.chars().all(is_tchar) {
+                    return Err(format!("the value of {name} is not a token in {header:?}"));
+                }
+                (token.to_owned(), false, &after[end..])
+            };
+            let after = after.trim_start_matches(' ');
+            if !(after.is_empty() || after.starts_with(',')) {
+                return Err(format!("auth-params not comma separated in {header:?}"));
+            }
+            if params.iter().any(|p| p.name.eq_ignore_ascii_case(name)) {
+                return Err(format!("a repeated auth-param {name:?} in {header:?}"));
+            }
+            params.push(AuthParam {
+                name: name.to_owned(),
+                value,
+                quoted,
+            });
+            rest = after;
+        }
+        Ok(Challenge {
+            text: header.to_owned(),
+            scheme: scheme.to_owned(),
+            params,
+        })
+    }
+
+    /// [`Challenge::try_parse`], failing the test on a malformed header.
+    pub fn parse(header: &str) -> Challenge {
+        Challenge::try_parse(header).unwrap_or_else(|problem| panic!("{problem}"))
+    }
+
+    /// The one `Bearer` challenge of a response; none, several, a non-ASCII or a malformed one,
+    /// or another scheme is an `Err`.
+    pub fn try_bearer(headers: &reqwest::header::HeaderMap) -> Result<Challenge, String> {
+        let values: Vec<_> = headers.get_all("www-authenticate").iter().collect();
+        if values.len() != 1 {
+            return Err(format!("one challenge expected: {values:?}"));
+        }
+        let text = values[0]
+            .to_str()
+            .map_err(|_| format!("a non-ASCII challenge: {:?}", values[0]))?;
+        let challenge = Challenge::try_parse(text)?;
+        if challenge.scheme != "Bearer" {
+            return Err(format!("not a Bearer challenge: {text:?}"));
+        }
+        Ok(challenge)
+    }
+
+    /// [`Challenge::try_bearer`], failing the test unless there is exactly one well-formed
+    /// `Bearer` challenge.
+    pub fn bearer(headers: &reqwest::header::HeaderMap) -> Challenge {
+        Challenge::try_bearer(headers).unwrap_or_else(|problem| panic!("{problem}"))
+    }
+
+    /// The value of the param `name`, sent as a token or a quoted-string.
+    pub fn get(&self, name: &str) -> Option<&str> {
+        self.params
+            .iter()
+            .find(|p| p.name == name)
+            .map(|p| p.value.as_str())
+    }
+
+    /// The value of the param `name` if it was sent as a quoted-string.
+    pub fn quoted(&self, name: &str) -> Option<&str> {
+        self.params
+            .iter()
+            .find(|p| p.name == name && p.quoted)
+            .map(|p| p.value.as_str())
+    }
+
+    /// The names of the params, sorted.
+    pub fn names(&self) -> Vec<&str> {
+        let mut names: Vec<&str> = self.params.iter().map(|p| p.name.as_str()).collect();
+        names.sort_unstable();
+        names
+    }
 }
