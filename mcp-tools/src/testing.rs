@@ -109,9 +109,10 @@ impl TestClient {
             Transport::InProcess,
             crate::context::Caller {
                 principal: self.principal.clone(),
-                scopes: self.scopes.clone().map(|scopes| {
-                    std::sync::Arc::new(crate::auth::oauth::granted(&self.server, scopes))
-                }),
+                scopes: self
+                    .scopes
+                    .clone()
+                    .map(|scopes| crate::auth::oauth::granted(&self.server, scopes)),
             },
         )
         .await

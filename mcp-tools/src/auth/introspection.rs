@@ -2,7 +2,6 @@
 //! introspection, with a short, bounded cache of its answers.
 
 use std::collections::HashMap;
-use std::fmt::Write as _;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -12,6 +11,7 @@ use reqwest::header::{ACCEPT, AUTHORIZATION, HeaderValue};
 use serde::{Deserialize, Deserializer};
 use sha2::{Digest, Sha256};
 
+use super::claims::{OneOrMany, scope_list};
 use super::fetch::{DEFAULT_FETCH_TIMEOUT, Fetcher};
 use super::jwt::DEFAULT_LEEWAY;
 use super::verifier::{TokenRejection, TokenVerifier, VerifiedToken, VerifyFuture};
@@ -293,19 +293,7 @@ fn basic_credentials(client_id: &str, client_secret: &str) -> HeaderValue {
 
 /// `application/x-www-form-urlencoded` serialization of one value.
 fn form_urlencode(value: &str) -> String {
-    let mut out = String::with_capacity(value.len());
-    for &byte in value.as_bytes() {
-        match byte {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'*' | b'-' | b'.' | b'_' => {
-                out.push(char::from(byte));
-            }
-            b' ' => out.push('+'),
-            _ => {
-                let _ = write!(out, "%{byte:02X}");
-            }
-        }
-    }
-    out
+    form_urlencoded::byte_serialize(value.as_bytes()).collect()
 }
 
 /// The introspection answer's members this server uses (RFC 7662 section 2.2).
@@ -316,19 +304,12 @@ struct Answer {
     active: bool,
     iss: Option<String>,
     sub: Option<String>,
-    aud: Option<Audience>,
+    aud: Option<OneOrMany>,
     scope: Option<String>,
     /// Seconds since the epoch, as an integer (or, leniently, a fraction).
     exp: Option<f64>,
     nbf: Option<f64>,
     token_type: Option<String>,
-}
-
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(untagged)]
-enum Audience {
-    One(String),
-    Many(Vec<String>),
 }
 
 fn exactly_true<'de, D: Deserializer<'de>>(deserializer: D) -> Result<bool, D::Error> {
@@ -364,18 +345,12 @@ fn decide(
     let Some(subject) = answer.sub.as_deref().filter(|sub| !sub.is_empty()) else {
         return invalid("The bearer token names no subject (`sub`)".into());
     };
-    let audiences = match &answer.aud {
-        None => Vec::new(),
-        Some(Audience::One(one)) => vec![one.clone()],
-        Some(Audience::Many(many)) => many.clone(),
-    };
-    let scopes = answer
-        .scope
-        .as_deref()
-        .unwrap_or("")
-        .split(' ')
-        .filter(|scope| !scope.is_empty())
-        .map(str::to_owned);
+    let audiences = answer
+        .aud
+        .clone()
+        .map(OneOrMany::into_vec)
+        .unwrap_or_default();
+    let scopes = scope_list(answer.scope.as_deref());
     Ok(VerifiedToken::new(issuer, subject, audiences, scopes))
 }
 

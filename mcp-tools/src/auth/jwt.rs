@@ -9,6 +9,7 @@ use jsonwebtoken::jwk::Jwk;
 use jsonwebtoken::{DecodingKey, Validation};
 use serde::Deserialize;
 
+use super::claims::{OneOrMany, scope_list};
 use super::fetch::{DEFAULT_FETCH_TIMEOUT, Fetcher};
 use super::verifier::{TokenRejection, TokenVerifier, VerifiedToken, VerifyFuture};
 use crate::server::BuildError;
@@ -184,21 +185,14 @@ impl JwtVerifier {
         let claims = jsonwebtoken::decode::<Claims>(token, &key, &validation)
             .map_err(|e| TokenRejection::Invalid(describe(e.kind(), &self.issuer)))?
             .claims;
-        let mut scopes: Vec<String> = claims
-            .scope
-            .as_deref()
-            .unwrap_or("")
-            .split(' ')
-            .filter(|s| !s.is_empty())
-            .map(str::to_owned)
-            .collect();
         // `scp` is a list (or, from some servers, one space-separated string like `scope`).
         let scp = claims.scp.map(OneOrMany::into_vec).unwrap_or_default();
-        scopes.extend(
-            scp.iter()
-                .flat_map(|scp| scp.split(' '))
-                .filter(|s| !s.is_empty())
-                .map(str::to_owned),
+        let scopes = scope_list(
+            claims
+                .scope
+                .as_deref()
+                .into_iter()
+                .chain(scp.iter().map(String::as_str)),
         );
         let (Some(issuer), Some(subject)) = (claims.iss, claims.sub) else {
             return Err(invalid("The bearer token has no `iss` or no `sub` claim"));
@@ -249,23 +243,6 @@ struct Claims {
     scope: Option<String>,
     #[serde(default)]
     scp: Option<OneOrMany>,
-}
-
-#[derive(Deserialize)]
-#[serde(untagged)]
-enum OneOrMany {
-    One(String),
-    Many(Vec<String>),
-}
-
-impl OneOrMany {
-    fn into_vec(self) -> Vec<String> {
-        match self {
-            // RFC 7519: a string `aud` is one value, spaces and all.
-            OneOrMany::One(one) => vec![one],
-            OneOrMany::Many(many) => many,
-        }
-    }
 }
 
 /// Signing keys by key id, each with the one algorithm it may verify when the JWKS says.

@@ -9,6 +9,8 @@
 //! token allows.
 
 #[cfg(feature = "oauth")]
+mod claims;
+#[cfg(feature = "oauth")]
 mod fetch;
 pub(crate) mod hook;
 #[cfg(feature = "oauth")]
@@ -34,7 +36,7 @@ pub use jwt::{
 };
 pub use oauth::{DEFAULT_MAX_TOKEN_BYTES, OAuth};
 pub use scope::Granted;
-pub(crate) use target::Target;
+pub(crate) use target::{Access, Target};
 pub use verifier::{TokenRejection, TokenVerifier, VerifiedToken, VerifyFuture};
 
 /// The `_meta` key under which `tools/list` publishes the scopes a tool requires.

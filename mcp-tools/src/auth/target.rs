@@ -59,30 +59,34 @@ impl<'a> Target<'a> {
         }
     }
 
-    /// The item's own scopes and how to name it, when it exists.
-    fn own<'s>(&self, snapshot: &'s Snapshot) -> Option<(&'s Required, String)> {
+    /// The item's own scopes, when it exists.
+    fn own<'s>(&self, snapshot: &'s Snapshot) -> Option<&'s Required> {
         match *self {
             Target::Tool(position) => {
-                let definition = &snapshot.catalog.tools.get(position)?.definition;
-                Some((&definition.scopes, format!("The tool {}", definition.name)))
+                Some(&snapshot.catalog.tools.get(position)?.definition.scopes)
             }
-            Target::Prompt(name) => snapshot
-                .offer
-                .prompts
-                .get(name)
-                .map(|prompt| (&prompt.scopes, format!("The prompt {name}"))),
-            Target::Resource(uri) => snapshot
-                .offer
-                .resources
-                .scopes_for(uri)
-                .map(|scopes| (scopes, format!("Reading {uri}"))),
+            Target::Prompt(name) => snapshot.offer.prompts.get(name).map(|p| &p.scopes),
+            Target::Resource(uri) => snapshot.offer.resources.scopes_for(uri),
             Target::Template(template) => snapshot
                 .offer
                 .resources
                 .templates
                 .iter()
                 .find(|t| t.descriptor.get("uriTemplate").and_then(Value::as_str) == Some(template))
-                .map(|t| (&t.scopes, format!("The resource template {template}"))),
+                .map(|t| &t.scopes),
+        }
+    }
+
+    /// How a refusal names the item: only built when one is answered.
+    fn describe(&self, snapshot: &Snapshot) -> String {
+        match *self {
+            Target::Tool(position) => match snapshot.catalog.tools.get(position) {
+                Some(tool) => format!("The tool {}", tool.definition.name),
+                None => "The tool".to_owned(),
+            },
+            Target::Prompt(name) => format!("The prompt {name}"),
+            Target::Resource(uri) => format!("Reading {uri}"),
+            Target::Template(template) => format!("The resource template {template}"),
         }
     }
 
@@ -92,38 +96,44 @@ impl<'a> Target<'a> {
         oauth: &'s ResourceServer,
         snapshot: &'s Snapshot,
     ) -> Option<&'s Required> {
-        self.own(snapshot)
-            .map(|(scopes, _)| oauth.requirement(scopes))
+        self.own(snapshot).map(|own| oauth.requirement(own))
+    }
+}
+
+/// What the caller's token grants, on a server that checks scopes: every decision about what a
+/// caller may see or use goes through it.
+#[derive(Clone, Copy)]
+pub(crate) struct Access<'a> {
+    pub(crate) oauth: &'a ResourceServer,
+    pub(crate) granted: &'a Granted,
+}
+
+impl Access<'_> {
+    /// Whether the caller may use `target` (an item that does not exist requires nothing).
+    pub(crate) fn allows(&self, target: Target<'_>, snapshot: &Snapshot) -> bool {
+        target
+            .requirement(self.oauth, snapshot)
+            .is_none_or(|required| self.granted.satisfies(required))
     }
 
-    /// Whether `granted` covers what the item requires (an item that does not exist requires
-    /// nothing).
-    pub(crate) fn allows(
-        &self,
-        oauth: &ResourceServer,
-        snapshot: &Snapshot,
-        granted: &Granted,
-    ) -> bool {
-        self.requirement(oauth, snapshot)
-            .is_none_or(|required| granted.satisfies(required))
-    }
-
-    /// Refuses with HTTP 403 when `granted` lacks a scope the item requires. An item that does
+    /// Refuses with HTTP 403 when the token lacks a scope `target` requires. An item that does
     /// not exist is left to the method, which answers it as unknown.
-    pub(crate) fn check(
+    pub(crate) fn check(&self, target: Target<'_>, snapshot: &Snapshot) -> Result<(), RpcError> {
+        self.check_requirement(target, target.requirement(self.oauth, snapshot), snapshot)
+    }
+
+    /// [`check`](Self::check) with the requirement already looked up.
+    pub(crate) fn check_requirement(
         &self,
-        oauth: &ResourceServer,
+        target: Target<'_>,
+        required: Option<&Required>,
         snapshot: &Snapshot,
-        granted: &Granted,
     ) -> Result<(), RpcError> {
-        let Some((own, what)) = self.own(snapshot) else {
-            return Ok(());
-        };
-        let required = oauth.requirement(own);
-        if granted.satisfies(required) {
-            Ok(())
-        } else {
-            Err(oauth.insufficient_scope(required, &what))
+        match required {
+            Some(required) if !self.granted.satisfies(required) => Err(self
+                .oauth
+                .insufficient_scope(required, &target.describe(snapshot))),
+            _ => Ok(()),
         }
     }
 }

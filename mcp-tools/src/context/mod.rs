@@ -42,7 +42,7 @@ pub(crate) struct Caller {
     pub(crate) principal: Principal,
     /// `None` when the server checks no scopes (it is not an OAuth resource server): the caller
     /// may then use everything.
-    pub(crate) scopes: Option<Arc<crate::auth::Granted>>,
+    pub(crate) scopes: Option<crate::auth::Granted>,
 }
 
 /// Shared application state registered on the server, looked up by type.
@@ -196,7 +196,7 @@ impl Context {
     /// The scopes the caller's bearer token grants (with every scope they imply), when the
     /// server is an OAuth resource server; `None` otherwise.
     pub fn granted_scopes(&self) -> Option<&crate::auth::Granted> {
-        self.inner.caller.scopes.as_deref()
+        self.inner.caller.scopes.as_ref()
     }
 
     /// Application state of type `T` registered with

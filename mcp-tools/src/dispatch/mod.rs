@@ -244,8 +244,8 @@ fn prepare(
     // What the request names is resolved before any request state is opened: an unknown
     // tool or prompt is answered as such, whatever else a retry carries.
     let tool = resolve_target(route, &snapshot, &params)?;
-    if let Some(scopes) = &caller.scopes {
-        authorize(server, route, &snapshot, tool, &params, scopes)?;
+    if let Some(access) = server.access(caller.scopes.as_ref()) {
+        authorize(access, route, &snapshot, tool, &params)?;
     }
     let principal = &caller.principal;
     if let (Some(tool), Transport::Http(headers), false) = (tool, transport, legacy) {
@@ -357,16 +357,15 @@ async fn execute(server: &McpServer, prepared: Prepared) -> Result<Bytes, RpcErr
     }
 }
 
-/// Checks the params that name what a request acts on, and finds the tool of a `tools/call`.
 /// A listing as the caller may see it: only what its token's scopes allow.
 fn visible<'a>(
     server: &McpServer,
     cx: &Context,
     listing: &'a crate::server::Listing,
 ) -> crate::server::Visible<'a> {
-    match (&server.shared.oauth, cx.granted_scopes()) {
-        (Some(oauth), Some(granted)) => listing.visible_to(&server.shared.base, oauth, granted),
-        _ => crate::server::Visible::All(listing),
+    match server.access(cx.granted_scopes()) {
+        Some(access) => listing.visible_to(&server.shared.base, access),
+        None => crate::server::Visible::All(listing),
     }
 }
 
@@ -374,16 +373,12 @@ fn visible<'a>(
 /// and a challenge naming them: the same answer the HTTP layer gives from the routing headers,
 /// here judged on the body, for every era and transport.
 fn authorize(
-    server: &McpServer,
+    access: crate::auth::Access<'_>,
     route: Route,
     snapshot: &Snapshot,
     tool: Option<usize>,
     params: &Map<String, Value>,
-    granted: &crate::auth::Granted,
 ) -> Result<(), RpcError> {
-    let Some(oauth) = &server.shared.oauth else {
-        return Ok(());
-    };
     let target = match (route, tool) {
         (Route::CallTool, Some(tool)) => Some(crate::auth::Target::Tool(tool)),
         (Route::GetPrompt, _) => params
@@ -398,11 +393,12 @@ fn authorize(
         _ => None,
     };
     match target {
-        Some(target) => target.check(oauth, snapshot, granted),
+        Some(target) => access.check(target, snapshot),
         None => Ok(()),
     }
 }
 
+/// Checks the params that name what a request acts on, and finds the tool of a `tools/call`.
 fn resolve_target(
     route: Route,
     snapshot: &Snapshot,

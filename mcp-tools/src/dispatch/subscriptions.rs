@@ -117,13 +117,14 @@ pub(super) async fn listen(
     };
     let filter = Filter::honoured(requested, &snapshot.capabilities)?;
     // An update tells that a resource changed: only to callers who may read it.
-    let may_read = |uri: &str| match (&server.shared.oauth, cx.granted_scopes()) {
-        (Some(oauth), Some(granted)) => crate::auth::Target::Resource(uri).allows(
-            oauth,
-            &server.shared.snapshot.load(),
-            granted,
-        ),
-        _ => true,
+    let access = server.access(cx.granted_scopes());
+    let may_read = |uri: &str| {
+        access.is_none_or(|access| {
+            access.allows(
+                crate::auth::Target::Resource(uri),
+                &server.shared.snapshot.load(),
+            )
+        })
     };
     let subscription_id = json!(cx.request_id());
     // Subscribe before acknowledging, so no change between the two is missed.

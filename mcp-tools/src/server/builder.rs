@@ -461,6 +461,7 @@ impl McpServerBuilder {
             settings,
             seal: Seal::rotating(&key, accepted),
             logging: self.logging,
+            filter_listings: oauth.is_some(),
             #[cfg(feature = "test-hooks")]
             snapshots_compiled: Default::default(),
         };

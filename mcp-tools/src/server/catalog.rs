@@ -9,8 +9,7 @@ use std::sync::{Arc, Mutex};
 
 use super::BuildError;
 use super::builder::ListSettings;
-use crate::auth::Granted;
-use crate::auth::oauth::ResourceServer;
+use crate::auth::Access;
 use crate::auth::scope::Required;
 use crate::completion::Completions;
 use crate::prompts::PromptSet;
@@ -40,6 +39,9 @@ pub(crate) struct Base {
     /// Seals cursors and request state.
     pub(crate) seal: Seal,
     pub(crate) logging: bool,
+    /// Whether listings are filtered by the caller's scopes (the server is an OAuth resource
+    /// server), so each keeps what it is made of.
+    pub(crate) filter_listings: bool,
     /// How many snapshots were compiled, for the test that requests compile none.
     #[cfg(feature = "test-hooks")]
     pub(crate) snapshots_compiled: std::sync::atomic::AtomicUsize,
@@ -86,19 +88,14 @@ impl std::ops::Deref for Visible<'_> {
 
 impl Listing {
     /// The listing with only the items whose scopes `granted` covers.
-    pub(crate) fn visible_to<'a>(
-        &'a self,
-        base: &Base,
-        oauth: &ResourceServer,
-        granted: &Granted,
-    ) -> Visible<'a> {
+    pub(crate) fn visible_to<'a>(&'a self, base: &Base, access: Access<'_>) -> Visible<'a> {
         let Some(scoped) = &self.scoped else {
             return Visible::All(self);
         };
         let visible: Vec<bool> = scoped
             .scopes
             .iter()
-            .map(|own| granted.satisfies(oauth.requirement(own)))
+            .map(|own| access.granted.satisfies(access.oauth.requirement(own)))
             .collect();
         if visible.iter().all(|&shown| shown) {
             return Visible::All(self);
@@ -304,6 +301,9 @@ impl Base {
         items: Vec<Value>,
         scopes: Vec<Required>,
     ) -> Listing {
+        if !self.filter_listings {
+            return self.listing(kind, member, items);
+        }
         let mut listing = self.listing(kind, member, items.clone());
         listing.scoped = Some(Box::new(Scoped {
             member,

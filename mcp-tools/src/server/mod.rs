@@ -76,6 +76,20 @@ impl McpServer {
     }
 }
 
+impl McpServer {
+    /// What the caller may see and use, when the server checks scopes (it is an OAuth resource
+    /// server) and the caller carries a grant; `None` means everything.
+    pub(crate) fn access<'a>(
+        &'a self,
+        granted: Option<&'a crate::auth::Granted>,
+    ) -> Option<crate::auth::Access<'a>> {
+        Some(crate::auth::Access {
+            oauth: self.shared.oauth.as_deref()?,
+            granted: granted?,
+        })
+    }
+}
+
 /// One open `subscriptions/listen` stream of a principal; closing it (dropping this) frees the
 /// principal's slot.
 pub(crate) struct ListenSlot {

@@ -185,11 +185,15 @@ impl McpServer {
             let needed = target.and_then(|target| target.requirement(oauth, &snapshot));
             let (principal, granted) = oauth.authenticate(headers, needed).await?;
             if let Some(target) = target {
-                target.check(oauth, &snapshot, &granted)?;
+                let access = crate::auth::Access {
+                    oauth,
+                    granted: &granted,
+                };
+                access.check_requirement(target, needed, &snapshot)?;
             }
             caller = Caller {
                 principal,
-                scopes: Some(std::sync::Arc::new(granted)),
+                scopes: Some(granted),
             };
         }
         if let Some(authenticate) = &self.shared.authenticate {
