@@ -10,14 +10,27 @@ use common::oauth::Issuer;
 use common::{Call, Reply, assert_conforms, within};
 use serde_json::json;
 
-/// The example binary `cargo test` built next to this test's own.
+/// The example binary `cargo test` built next to this test's own. `cargo test --test
+/// basket_oauth_cli` alone does not rebuild examples, so a binary older than the example's
+/// sources fails the test rather than testing code that is no longer there.
 fn basket_binary() -> std::path::PathBuf {
     let deps = std::env::current_exe().unwrap();
-    deps.parent()
+    let binary = deps
+        .parent()
         .and_then(|deps| deps.parent())
         .map(|debug| debug.join("examples").join("basket"))
         .filter(|path| path.exists())
-        .expect("cargo test builds the basket example next to the tests")
+        .expect("cargo test builds the basket example next to the tests");
+    let modified = |path: &std::path::Path| std::fs::metadata(path).unwrap().modified().unwrap();
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    for source in ["examples/basket.rs", "examples/support/basket.rs"] {
+        assert!(
+            modified(&binary) >= modified(&root.join(source)),
+            "{} is older than {source}: run `cargo build --example basket` or the whole `cargo test`",
+            binary.display()
+        );
+    }
+    binary
 }
 
 /// Kills the server when the test ends, however it ends.

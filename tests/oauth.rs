@@ -716,3 +716,60 @@ async fn concurrent_requests_while_the_keys_are_unreachable_share_the_failed_fet
     );
     assert_eq!(server.bumps(), 0);
 }
+
+#[tokio::test]
+async fn old_keys_are_refreshed_after_their_max_age_and_kept_while_a_refresh_fails() {
+    let issuer = Issuer::start().await;
+    let server = Guarded::start_with(
+        &issuer,
+        |verifier| verifier.jwks_max_age(Duration::ZERO),
+        |oauth| oauth,
+        |builder| builder,
+    )
+    .await;
+    let token = issuer.token("alice", "");
+    assert_served(&server.bump_with(&token).await);
+    assert_served(&server.bump_with(&token).await);
+    assert_eq!(issuer.fetches(), 2, "keys past their age are fetched again");
+    issuer.set_down(true);
+    assert_served(&server.bump_with(&token).await);
+    assert_eq!(
+        issuer.fetches(),
+        3,
+        "the refresh was tried, and its failure left the old keys in use"
+    );
+    assert_eq!(server.bumps(), 3);
+
+    let fresh = Issuer::start().await;
+    let cached = Guarded::start(&fresh).await;
+    let token = fresh.token("alice", "");
+    for _ in 0..3 {
+        assert_served(&cached.bump_with(&token).await);
+    }
+    assert_eq!(
+        fresh.fetches(),
+        1,
+        "keys within their age are not fetched again"
+    );
+}
+
+#[test]
+fn a_zero_token_size_limit_is_refused_when_the_server_is_built() {
+    let verifier = JwtVerifier::with_key_set(
+        "https://auth.example.com",
+        &json!({ "keys": [Key::EcC.jwk()] }).to_string(),
+    )
+    .unwrap();
+    let built = McpServer::builder("oauth-test", "1.0.0")
+        .oauth(
+            OAuth::new(RESOURCE, verifier)
+                .authorization_server("https://auth.example.com")
+                .max_token_bytes(0),
+        )
+        .build();
+    assert!(
+        matches!(&built, Err(BuildError::InvalidOAuth(reason)) if reason.contains("max_token_bytes")),
+        "{:?}",
+        built.err()
+    );
+}
