@@ -4,8 +4,11 @@
 //! ```text
 //! cargo bench -p mcp-tools --bench state_store                  # criterion, then the ratios
 //! STATE_BENCH_RATIOS_ONLY=1 cargo bench -p mcp-tools --bench state_store   # the ratios only
-//! STATE_BENCH_RATIOS_ONLY=1 STATE_BENCH_ONLY=memory cargo bench ...         # one engine (memory, sqlite)
+//! STATE_BENCH_RATIOS_ONLY=1 STATE_BENCH_ONLY=memory cargo bench ...         # the cases named so
 //! ```
+//!
+//! (`STATE_BENCH_ONLY` is a prefix of the case names: `memory`, `sqlite`,
+//! `sqlite synchronous=NORMAL`, `sqlite synchronous=FULL`.)
 //!
 //! Every case changes the same JSON state (`{"name", "count", "tags"}`: `count += 1`) on one
 //! resource, one writer, each change based on the version the previous one produced.
@@ -318,13 +321,13 @@ fn ratio_pass(runtime: &Runtime, dir: &std::path::Path) {
             1e9 / built
         );
     }
-    if !"sqlite".starts_with(&only) {
-        return;
-    }
     for (synchronous, name) in [
         (Synchronous::Normal, "sqlite synchronous=NORMAL"),
         (Synchronous::Full, "sqlite synchronous=FULL"),
     ] {
+        if !name.starts_with(&only) {
+            continue;
+        }
         let sub = dir.join(name.replace([' ', '='], "_"));
         std::fs::create_dir_all(&sub).unwrap();
         let mut raw = RawSqlite::new(&sub.join("raw.db"), synchronous);

@@ -166,7 +166,7 @@ async fn state<S: Store>(store: &S, handle: &str) -> (u64, Basket) {
     match read(store, alice(), handle).await {
         ReadOutcome::Current(snapshot) => (
             snapshot.version,
-            serde_json::from_value(snapshot.state).unwrap(),
+            serde_json::from_value(Value::clone(&snapshot.state)).unwrap(),
         ),
         other => panic!("expected a snapshot, got {other:?}"),
     }
@@ -287,7 +287,7 @@ async fn create_and_read<S: Store>(open: Open<'_, S>) {
         panic!("read failed");
     };
     assert_eq!(snapshot.version, 1);
-    assert_eq!(snapshot.state, serde_json::to_value(laptop()).unwrap());
+    assert_eq!(*snapshot.state, serde_json::to_value(laptop()).unwrap());
     assert_eq!(snapshot.resumption, created.resumption);
     let other = create(&store, alice(), &laptop()).await;
     assert_ne!(other, created.handle);
@@ -1436,7 +1436,7 @@ async fn views_shape_outcomes<S: Store>(open: Open<'_, S>) {
     let created = create_account(&store, &made).await;
     let view = |balance: i64, count: usize| json!({ "balance": balance, "entry_count": count });
     let created = expect_applied(&created).clone();
-    assert_eq!(created.state, view(0, 0));
+    assert_eq!(*created.state, view(0, 0));
 
     let deposit = |amount: i64, secret: &'static str| {
         Transition::typed(move |account: &mut Account| {
@@ -1448,14 +1448,14 @@ async fn views_shape_outcomes<S: Store>(open: Open<'_, S>) {
     };
     let send = account_request(&created.handle, Some(1), "d-1");
     let first = mutate(&store, send, deposit(10, "s-1")).await;
-    assert_eq!(expect_applied(&first).state, view(10, 1));
+    assert_eq!(*expect_applied(&first).state, view(10, 1));
     assert_matches_schema(&first);
 
     // Planned from version 1, sent after version 2: the delta covers the view's fields only.
     let send = account_request(&created.handle, Some(1), "d-2");
     let stale = mutate(&store, send, deposit(5, "s-2")).await;
     let stale = expect_stale(&stale);
-    assert_eq!(stale.current_state, view(10, 1));
+    assert_eq!(*stale.current_state, view(10, 1));
     let paths: Vec<&str> = stale
         .delta
         .iter()
@@ -1469,7 +1469,7 @@ async fn views_shape_outcomes<S: Store>(open: Open<'_, S>) {
     let MutationOutcome::Replayed(replayed) = &again else {
         panic!("expected replayed, got {again:?}");
     };
-    assert_eq!(replayed.current.as_ref().unwrap().state, view(10, 1));
+    assert_eq!(*replayed.current.as_ref().unwrap().state, view(10, 1));
 
     let read = ReadRequest {
         kind: Account::kind(),

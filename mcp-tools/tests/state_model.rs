@@ -549,7 +549,7 @@ impl Resource {
         Snapshot {
             handle: self.handle.clone(),
             version: self.version(),
-            state,
+            state: state.into(),
             resumption: self.resumption(),
             changes: None,
         }
@@ -749,7 +749,7 @@ impl Model {
         let expected = Applied {
             handle: resource.handle.clone(),
             version: 1,
-            state: view_of(&call.initial),
+            state: view_of(&call.initial).into(),
             result: applied.result.clone(),
             rebased_from: None,
             resumption: resource.resumption(),
@@ -923,7 +923,7 @@ impl Model {
                     },
                     delta_available: available,
                     delta,
-                    current_state: view_of(resource.current()),
+                    current_state: view_of(resource.current()).into(),
                     resumption: resource.resumption(),
                     confirmation: None,
                 });
@@ -957,7 +957,7 @@ impl Model {
                 let expected = MutationOutcome::Applied(Applied {
                     handle: call.handle.clone(),
                     version: version + 1,
-                    state: view_of(resource.current()),
+                    state: view_of(resource.current()).into(),
                     result,
                     rebased_from,
                     resumption: resource.resumption(),

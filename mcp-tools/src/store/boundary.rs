@@ -212,7 +212,7 @@ pub(crate) fn read(
         handle: request.handle.clone(),
         version: record.version,
         resumption: resumption(&request.handle, &record),
-        state: Arc::unwrap_or_clone(record.state),
+        state: record.state,
         changes,
     }))
 }
@@ -235,7 +235,7 @@ fn current_view(
         handle: handle.to_owned(),
         version: record.version,
         resumption: resumption(handle, &record),
-        state: kind.view_of(&record.state),
+        state: kind.view_shared(&record.state),
         changes: None,
     }))
 }
@@ -334,7 +334,7 @@ fn record(
         txn.ledger_remove(principal, operation_id, stale)?;
     }
     let entry = LedgerEntry {
-        fingerprint: fingerprint.clone(),
+        fingerprint: *fingerprint,
         handle: Some(handle.to_owned()),
         state: LedgerState::Done(outcome),
         recorded_at: now,
@@ -512,7 +512,7 @@ pub(crate) fn claim(
         principal,
         operation_id,
         LedgerEntry {
-            fingerprint: fingerprint.clone(),
+            fingerprint: *fingerprint,
             state: LedgerState::Pending { token },
             handle: None,
             recorded_at: now,
@@ -583,7 +583,7 @@ pub(crate) fn finish_create(
     let applied = Applied {
         handle: handle.to_owned(),
         version: 1,
-        state: kind.view_of(&record.state),
+        state: kind.view_shared(&record.state),
         result: Value::Null,
         rebased_from: None,
         resumption: resumption(handle, &record),
@@ -800,7 +800,7 @@ fn decide(
                 ConflictPolicy::Reconfirm => Recovery::Reconfirm,
                 _ => Recovery::RefreshAndReplan,
             };
-            let current_state = kind.view_of(&record.state);
+            let current_state = kind.view_shared(&record.state);
             // Between the views, so the delta never shows what the view hides.
             let delta = before.map(|before| diff(&kind.view_of(&before), &current_state));
             let stale = StaleView {
@@ -837,15 +837,15 @@ fn decide(
     record.version += 1;
     record.lifecycle = (kind.lifecycle)(&state);
     record.expires_at = expiry(kind, now);
+    record.state = Arc::new(state);
     let applied = Applied {
         handle: handle.to_owned(),
         version: record.version,
-        state: kind.view_of(&state),
+        state: kind.view_shared(&record.state),
         result,
         rebased_from,
         resumption: resumption(handle, &record),
     };
-    record.state = Arc::new(state);
     let drop_through = record
         .version
         .saturating_sub(config.history_limit.max(1) - 1);

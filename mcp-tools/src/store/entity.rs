@@ -188,6 +188,14 @@ impl EntityKind {
         }
     }
 
+    /// [`view_of`](Self::view_of) a stored state, sharing it when the view is the whole state.
+    pub(crate) fn view_shared(&self, state: &std::sync::Arc<Value>) -> std::sync::Arc<Value> {
+        match self.view {
+            Some(view) => std::sync::Arc::new(view(state)),
+            None => std::sync::Arc::clone(state),
+        }
+    }
+
     /// Sets the time to live.
     pub const fn with_ttl(mut self, ttl: Duration) -> Self {
         self.ttl = Some(ttl);

@@ -6,16 +6,42 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
-/// The SHA-256 of a payload's canonical JSON, in lowercase hex.
+/// The SHA-256 of a payload's canonical JSON: 32 bytes, written as lowercase hex.
 ///
 /// Canonical JSON here: object keys sorted by their UTF-8 bytes at every depth, no insignificant
 /// whitespace, strings escaped as `serde_json` escapes them, numbers as `serde_json` prints them
 /// except that an integral float that fits an `i64` or a `u64` is written as that integer
 /// (`1.0` as `1`, `-0.0` as `0`). Two argument objects that differ only in key order, spacing or
 /// the way a client library writes a whole number therefore have one fingerprint.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(transparent)]
-pub struct Fingerprint(String);
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Fingerprint([u8; 32]);
+
+impl std::fmt::Debug for Fingerprint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Fingerprint({self})")
+    }
+}
+
+impl std::fmt::Display for Fingerprint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.iter().try_for_each(|byte| write!(f, "{byte:02x}"))
+    }
+}
+
+impl Serialize for Fingerprint {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for Fingerprint {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let hex = <std::borrow::Cow<'de, str>>::deserialize(deserializer)?;
+        Fingerprint::from_hex(&hex).ok_or_else(|| {
+            serde::de::Error::custom("a fingerprint is 64 lowercase hexadecimal digits")
+        })
+    }
+}
 
 impl Fingerprint {
     /// The fingerprint of a tool call: its name and its arguments.
@@ -54,24 +80,36 @@ impl Fingerprint {
     }
 
     fn of_digest(hasher: Hasher) -> Self {
-        const HEX: &[u8; 16] = b"0123456789abcdef";
-        let digest = hasher.0.finalize();
-        let mut hex = String::with_capacity(2 * digest.len());
-        for byte in digest.iter() {
-            hex.push(char::from(HEX[usize::from(byte >> 4)]));
-            hex.push(char::from(HEX[usize::from(byte & 0xf)]));
-        }
-        Fingerprint(hex)
+        Fingerprint(hasher.0.finalize().into())
     }
 
-    /// The hex digest.
-    pub fn as_str(&self) -> &str {
+    /// The digest.
+    pub fn as_bytes(&self) -> &[u8; 32] {
         &self.0
     }
 
-    #[cfg(feature = "sqlite")]
-    pub(crate) fn from_stored(hex: String) -> Self {
-        Fingerprint(hex)
+    /// The digest as 64 lowercase hexadecimal digits, as [`Display`](std::fmt::Display) writes
+    /// it.
+    pub fn to_hex(&self) -> String {
+        self.to_string()
+    }
+
+    /// The fingerprint written as [`to_hex`](Self::to_hex) writes it; `None` for anything else.
+    pub fn from_hex(hex: &str) -> Option<Self> {
+        let digit = |byte: u8| match byte {
+            b'0'..=b'9' => Some(byte - b'0'),
+            b'a'..=b'f' => Some(byte - b'a' + 10),
+            _ => None,
+        };
+        let bytes = hex.as_bytes();
+        if bytes.len() != 64 {
+            return None;
+        }
+        let mut digest = [0u8; 32];
+        for (slot, pair) in digest.iter_mut().zip(bytes.chunks_exact(2)) {
+            *slot = digit(pair[0])? << 4 | digit(pair[1])?;
+        }
+        Some(Fingerprint(digest))
     }
 }
 
@@ -211,7 +249,7 @@ mod tests {
         let b: Value = serde_json::from_str(r#"{"a":{"x":"é\n","y":[1,2]},"b":1}"#).unwrap();
         assert_eq!(canonical_json(&a), r#"{"a":{"x":"é\n","y":[1,2]},"b":1}"#);
         assert_eq!(Fingerprint::of(&a), Fingerprint::of(&b));
-        assert_eq!(Fingerprint::of(&a).as_str().len(), 64);
+        assert_eq!(Fingerprint::of(&a).to_hex().len(), 64);
     }
 
     #[test]
@@ -228,7 +266,7 @@ mod tests {
         );
         let digest = Sha256::digest(text.as_bytes());
         let hex: String = digest.iter().map(|byte| format!("{byte:02x}")).collect();
-        assert_eq!(Fingerprint::of_call("tool \"q\"", &args).as_str(), hex);
+        assert_eq!(Fingerprint::of_call("tool \"q\"", &args).to_hex(), hex);
         // Pinned: stored ledger fingerprints must keep matching across releases.
         assert_eq!(
             hex,
@@ -301,9 +339,30 @@ mod tests {
             Fingerprint::of(&json!([2, 1]))
         );
         assert_eq!(
-            Fingerprint::of(&json!("")).as_str(),
+            Fingerprint::of(&json!("")).to_hex(),
             // SHA-256 of the two bytes `""`.
             "12ae32cb1ec02d01eda3581b127c1fee3b0dc53572ed6baf239721a03d82e126"
         );
+    }
+
+    #[test]
+    fn the_hex_form_round_trips_and_nothing_else_parses() {
+        let fingerprint = Fingerprint::of(&json!({"a": 1}));
+        let hex = fingerprint.to_hex();
+        assert_eq!(Fingerprint::from_hex(&hex), Some(fingerprint));
+        assert_eq!(serde_json::to_value(fingerprint).unwrap(), json!(hex));
+        assert_eq!(
+            serde_json::from_value::<Fingerprint>(json!(hex)).unwrap(),
+            fingerprint
+        );
+        for bad in [
+            &hex[..62],
+            &hex.to_uppercase(),
+            &format!("{}g", &hex[..63]),
+            "",
+        ] {
+            assert_eq!(Fingerprint::from_hex(bad), None, "{bad}");
+        }
+        assert!(serde_json::from_value::<Fingerprint>(json!("zz")).is_err());
     }
 }

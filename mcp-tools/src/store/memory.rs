@@ -144,16 +144,20 @@ impl Inner {
     }
 
     /// Takes (creating it if needed) the ledger slot of (principal, operation id) for one request.
-    fn lease(&self, principal: &str, operation_id: &str) -> Lease<'_> {
+    fn lease<'a>(&'a self, principal: &'a str, operation_id: &'a str) -> Lease<'a> {
         let key = ledger_key(principal, operation_id);
-        let mut shard = lock(&self.ledger[self.shard_of(&key)]);
-        let slot = match shard.get(&key) {
+        let shard = self.shard_of(&key);
+        let mut slots = lock(&self.ledger[shard]);
+        let slot = match slots.get(&key) {
             Some(slot) => Arc::clone(slot),
-            None => Arc::clone(shard.entry(key.clone()).or_default()),
+            // The key moves into the map: a new operation id costs one copy of it.
+            None => Arc::clone(slots.entry(key).or_default()),
         };
         Lease {
             inner: self,
-            key,
+            shard,
+            principal,
+            operation_id,
             slot: Some(slot),
         }
     }
@@ -386,7 +390,10 @@ impl boundary::CreateUnits for Inner {
 /// removes it from the ledger map instead of leaving it to the next sweep.
 struct Lease<'a> {
     inner: &'a Inner,
-    key: String,
+    /// The ledger shard of the slot's key.
+    shard: usize,
+    principal: &'a str,
+    operation_id: &'a str,
     /// `Some` until the lease is dropped.
     slot: Option<Slot>,
 }
@@ -409,16 +416,16 @@ impl Drop for Lease<'_> {
             Err(TryLockError::Poisoned(entry)) if entry.get_ref().is_some() => return,
             _ => {}
         }
-        let inner = self.inner;
-        let mut shard = lock(&inner.ledger[inner.shard_of(&self.key)]);
+        let key = ledger_key(self.principal, self.operation_id);
+        let mut shard = lock(&self.inner.ledger[self.shard]);
         // Every lease lets go of its clone under the shard lock, where clones are taken, so the
         // last one to let go sees a count of one (the map's) and nobody can be about to lock it.
         drop(slot);
         let unused = shard
-            .get(&self.key)
+            .get(&key)
             .is_some_and(|kept| Arc::strong_count(kept) == 1 && lock(kept).is_none());
         if unused {
-            shard.remove(&self.key);
+            shard.remove(&key);
         }
     }
 }

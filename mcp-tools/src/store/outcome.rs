@@ -1,5 +1,7 @@
 //! Typed outcomes of the state boundary, serialized as MCP `structuredContent`.
 
+use std::sync::Arc;
+
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -95,7 +97,8 @@ pub struct Applied {
     pub version: u64,
     /// The entity's view of the state at the new version (the whole state unless the entity
     /// declares a view).
-    pub state: Value,
+    // Shared with the store where it can be: the doc comment above is the published schema's.
+    pub state: Arc<Value>,
     /// What the tool returned.
     pub result: Value,
     /// Set when the change was re-applied on a newer version than the caller saw, because no
@@ -124,7 +127,7 @@ pub struct StaleView {
     /// What changed in the entity's view between the expected version and now.
     pub delta: Vec<FieldChange>,
     /// The entity's view of the state now.
-    pub current_state: Value,
+    pub current_state: Arc<Value>,
     /// Where to resume from (the current version).
     pub resumption: Resumption,
     /// For a change that must be reconfirmed: a server-issued confirmation of this very request
@@ -500,20 +503,16 @@ impl StaleView {
 impl MutationOutcome {
     /// The state this outcome carries, taken out (left `null`), and the path of its member in
     /// the serialized outcome.
-    fn take_state(&mut self) -> Option<(&'static str, Option<&'static str>, Value)> {
+    fn take_state(&mut self) -> Option<(&'static str, Option<&'static str>, Arc<Value>)> {
         match self {
-            MutationOutcome::Applied(applied) => {
-                Some(("state", None, std::mem::take(&mut applied.state)))
+            MutationOutcome::Applied(applied) => Some(("state", None, take(&mut applied.state))),
+            MutationOutcome::StaleView(stale) => {
+                Some(("current_state", None, take(&mut stale.current_state)))
             }
-            MutationOutcome::StaleView(stale) => Some((
-                "current_state",
-                None,
-                std::mem::take(&mut stale.current_state),
-            )),
             MutationOutcome::Replayed(Replayed {
                 current: Some(current),
                 ..
-            }) => Some(("current", Some("state"), std::mem::take(&mut current.state))),
+            }) => Some(("current", Some("state"), take(&mut current.state))),
             _ => None,
         }
     }
@@ -617,7 +616,8 @@ pub struct Snapshot {
     /// The current version; pass it as `expected_version` when changing the resource.
     pub version: u64,
     /// The state.
-    pub state: Value,
+    // Shared with the store where it can be: the doc comment above is the published schema's.
+    pub state: Arc<Value>,
     /// Where to resume from.
     pub resumption: Resumption,
     /// What changed since the version the caller asked about, when it asked.
@@ -697,9 +697,7 @@ impl ReadOutcome {
         let is_error = self.is_error();
         let text = self.text();
         let state = match &mut self {
-            ReadOutcome::Current(snapshot) => {
-                Some(("state", None, std::mem::take(&mut snapshot.state)))
-            }
+            ReadOutcome::Current(snapshot) => Some(("state", None, take(&mut snapshot.state))),
             ReadOutcome::Rejected(_) => None,
         };
         to_result(&self, state, text, is_error)
@@ -731,11 +729,17 @@ fn schema_value(schema: schemars::Schema) -> Value {
     schema.to_value()
 }
 
+/// Takes a shared state out, leaving `null`.
+fn take(state: &mut Arc<Value>) -> Arc<Value> {
+    std::mem::replace(state, Arc::new(Value::Null))
+}
+
 /// The tool result of an outcome whose (possibly large) state was taken out of it: the rest is
-/// serialized and the state moved back into its member, so the state is never copied.
+/// serialized and the state moved back into its member, so the state is copied at most once
+/// (when the store still shares it), never serialized twice.
 fn to_result<T: Serialize>(
     outcome: &T,
-    state: Option<(&'static str, Option<&'static str>, Value)>,
+    state: Option<(&'static str, Option<&'static str>, Arc<Value>)>,
     text: String,
     is_error: bool,
 ) -> CallToolResult {
@@ -750,7 +754,7 @@ fn to_result<T: Serialize>(
                 .and_then(|value| value.get_mut(inner)),
         };
         if let Some(slot) = slot {
-            *slot = state;
+            *slot = Arc::unwrap_or_clone(state);
         }
     }
     CallToolResult {
@@ -780,7 +784,7 @@ mod tests {
         Snapshot {
             handle: "bsk_a".into(),
             version: 3,
-            state: json!({"notes": ["a", "b"], "memory_gib": 16}),
+            state: json!({"notes": ["a", "b"], "memory_gib": 16}).into(),
             resumption: resumption(),
             changes: None,
         }
@@ -792,7 +796,7 @@ mod tests {
         let applied = Applied {
             handle: "bsk_a".into(),
             version: 3,
-            state: json!({"memory_gib": 32}),
+            state: json!({"memory_gib": 32}).into(),
             result: json!(32),
             rebased_from: Some(2),
             resumption: resumption(),
@@ -805,7 +809,7 @@ mod tests {
             recovery: Recovery::RefreshAndReplan,
             delta_available: true,
             delta: vec![],
-            current_state: json!({"memory_gib": 64}),
+            current_state: json!({"memory_gib": 64}).into(),
             resumption: resumption(),
             confirmation: None,
         };

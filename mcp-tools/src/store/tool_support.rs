@@ -679,7 +679,7 @@ pub async fn read<R: IsEntity>(
     let mut request = ReadRequest::new(R::kind(), cx.principal().clone(), handle);
     request.since = since;
     match store.read(request).await {
-        Ok(ReadOutcome::Current(mut snapshot)) => match R::deserialize(&snapshot.state) {
+        Ok(ReadOutcome::Current(mut snapshot)) => match R::deserialize(&*snapshot.state) {
             Ok(resource) => {
                 seal_validator(cx, R::KIND, &mut snapshot.resumption);
                 Ok((snapshot, resource))
@@ -709,7 +709,7 @@ pub fn read_result<T: Serialize>(
         })
     }) {
         Ok(state) => {
-            snapshot.state = state;
+            snapshot.state = std::sync::Arc::new(state);
             ReadOutcome::Current(snapshot).into_call_tool_result()
         }
         Err(error) => ReadOutcome::Rejected(Rejected::domain(&error)).into_call_tool_result(),

@@ -572,7 +572,7 @@ impl Txn for SqlTxn<'_> {
             .execute(params![
                 principal,
                 operation_id,
-                entry.fingerprint.as_str(),
+                entry.fingerprint.to_hex(),
                 outcome,
                 claim,
                 entry.handle,
@@ -777,7 +777,11 @@ fn entry_from(row: &rusqlite::Row<'_>, at: usize) -> Result<Option<LedgerEntry>,
         }
     };
     Ok(Some(LedgerEntry {
-        fingerprint: Fingerprint::from_stored(fingerprint),
+        fingerprint: Fingerprint::from_hex(&fingerprint).ok_or_else(|| {
+            StoreError::Corrupt(format!(
+                "a ledger row's fingerprint is not one: {fingerprint:?}"
+            ))
+        })?,
         state,
         handle: row.get(at + 3)?,
         recorded_at: row.get(at + 4)?,
