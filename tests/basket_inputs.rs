@@ -328,10 +328,10 @@ async fn bad_inputs_leave_the_basket_unchanged(store: impl Store) {
         ),
         // The tool's own arguments.
         (
-            "memory_gib past u32, which the schema does not bound",
+            "memory_gib past u32, which the schema bounds",
             "basket_upgrade_memory",
             with(&|a| a["memory_gib"] = json!(5_000_000_000u64)),
-            Expect::Decoding(&["/memory_gib"], "5000000000"),
+            Expect::Schema(&["/memory_gib"], "maximum of 4294967295"),
         ),
         (
             "memory_gib 0, refused by the tool",
@@ -394,7 +394,7 @@ async fn bad_inputs_leave_the_basket_unchanged(store: impl Store) {
     check(
         "probe",
         &agent.call("basket_upgrade_memory", probe).await,
-        &Expect::Decoding(&["/memory_gib"], "u32"),
+        &Expect::Schema(&["/memory_gib"], "maximum of 4294967295"),
     );
     let missed = json!({"basket_id": unknown, "expected_version": 2, "operation_id": "missed-000000000000000", "memory_gib": 64});
     let first = agent.call("basket_upgrade_memory", missed.clone()).await;

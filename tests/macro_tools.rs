@@ -246,7 +246,7 @@ async fn schema_comes_from_parameters_and_docs() {
     let count = definition(&client, "count").await;
     assert_eq!(
         count["inputSchema"]["properties"],
-        json!({"step": {"type": "integer", "format": "uint64", "minimum": 0}})
+        json!({"step": {"type": "integer", "minimum": 0, "maximum": u64::MAX}})
     );
     let tags = definition(&client, "tags").await;
     assert!(tags["inputSchema"]["properties"].get("type").is_some());

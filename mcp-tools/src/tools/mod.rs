@@ -3,6 +3,7 @@
 pub(crate) mod content;
 pub(crate) mod docs;
 pub(crate) mod extract;
+pub(crate) mod formats;
 pub(crate) mod input;
 pub(crate) mod output;
 pub(crate) mod recovery;

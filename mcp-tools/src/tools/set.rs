@@ -61,10 +61,15 @@ impl ToolSet {
     /// Adds a tool.
     pub fn add<T: Tool>(&mut self, tool: T) -> &mut Self {
         let info = tool.info();
-        let input_schema = tool.input_schema(&mut schema_generator());
+        let mut input_schema = tool.input_schema(&mut schema_generator());
+        crate::tools::formats::standardize(&mut input_schema);
         let output_schema = tool
             .output_schema(&mut schema_generator())
-            .map(with_error_branch);
+            .map(with_error_branch)
+            .map(|mut schema| {
+                crate::tools::formats::standardize(&mut schema);
+                schema
+            });
         let scopes = crate::auth::scope::Required::new(info.scopes);
         let mut meta = info.meta;
         if !scopes.is_empty() {
