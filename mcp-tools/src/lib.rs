@@ -40,6 +40,7 @@
 pub mod auth;
 mod completion;
 mod context;
+pub mod contract;
 mod dispatch;
 mod prompts;
 pub mod protocol;

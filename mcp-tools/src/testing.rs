@@ -163,3 +163,63 @@ impl TestClient {
         }
     }
 }
+
+/// The environment variable that makes [`assert_contract`] write the current contract instead
+/// of comparing it: `MCP_TOOLS_UPDATE_CONTRACTS=1 cargo test`.
+pub const UPDATE_CONTRACTS_ENV: &str = "MCP_TOOLS_UPDATE_CONTRACTS";
+
+/// Asserts that `server`'s [contract](McpServer::contract) is the one committed at `path`, and
+/// panics with every difference, classified as breaking, compatible or cosmetic, when it is
+/// not (a missing file is a failure too, so CI never passes on a contract nobody committed).
+///
+/// With [`UPDATE_CONTRACTS_ENV`] set to `1`, the file is (re)written with the current contract
+/// instead, and the assertion passes: review the change in the diff and commit it.
+///
+/// ```no_run
+/// # fn server() -> mcp_tools::McpServer { unimplemented!() }
+/// #[test]
+/// fn the_contract_is_the_committed_one() {
+///     mcp_tools::testing::assert_contract(&server(), "contracts/server.json");
+/// }
+/// ```
+#[track_caller]
+pub fn assert_contract(server: &McpServer, path: impl AsRef<std::path::Path>) {
+    let path = path.as_ref();
+    let current = server.contract();
+    if std::env::var(UPDATE_CONTRACTS_ENV).is_ok_and(|value| value == "1") {
+        if let Some(parent) = path
+            .parent()
+            .filter(|parent| !parent.as_os_str().is_empty())
+        {
+            std::fs::create_dir_all(parent)
+                .unwrap_or_else(|error| panic!("creating {}: {error}", parent.display()));
+        }
+        std::fs::write(path, current.to_json_string())
+            .unwrap_or_else(|error| panic!("writing {}: {error}", path.display()));
+        return;
+    }
+    let text = match std::fs::read_to_string(path) {
+        Ok(text) => text,
+        Err(error) => panic!(
+            "the contract file {} cannot be read ({error}); write it with {UPDATE_CONTRACTS_ENV}=1 and commit it",
+            path.display()
+        ),
+    };
+    let committed = crate::contract::Contract::parse(&text).unwrap_or_else(|error| {
+        panic!(
+            "{} is not a contract file ({error}); rewrite it with {UPDATE_CONTRACTS_ENV}=1",
+            path.display()
+        )
+    });
+    let diff = committed.diff(&current);
+    assert!(
+        diff.changes().is_empty(),
+        "the server's contract differs from {}:\n{diff}\nIf the changes are intended, rerun with {UPDATE_CONTRACTS_ENV}=1 and commit the file.",
+        path.display()
+    );
+    assert!(
+        text == current.to_json_string(),
+        "{} holds the server's contract but not in its canonical form; rewrite it with {UPDATE_CONTRACTS_ENV}=1",
+        path.display()
+    );
+}

@@ -3,6 +3,7 @@
 
 mod builder;
 mod catalog;
+mod contract;
 mod edits;
 pub(crate) mod host;
 pub(crate) mod limits;

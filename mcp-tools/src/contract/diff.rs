@@ -1,0 +1,643 @@
+//! The comparison of two contracts entry by entry: tools, prompts, resources and templates, and
+//! the framework's `_meta` (scopes, the state contract). Schemas are compared in [`super::schema`].
+
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::sync::LazyLock;
+
+use serde_json::{Map, Value};
+
+use super::schema::{self, Direction};
+use super::{Change, Contract, Severity};
+use crate::auth::SCOPES_META_KEY;
+use crate::store::STATE_CONTRACT_META_KEY;
+
+/// Values longer than this (as compact JSON) are left out of messages.
+const SHORT: usize = 60;
+
+/// Collects changes; [`finish`](Sink::finish) puts them in report order.
+#[derive(Default)]
+pub(super) struct Sink {
+    changes: Vec<Change>,
+}
+
+impl Sink {
+    pub(super) fn push(&mut self, severity: Severity, location: String, message: String) {
+        self.changes.push(Change {
+            severity,
+            location,
+            message,
+        });
+    }
+
+    /// A change no rule classifies: breaking, so that nothing unexamined passes the check.
+    pub(super) fn unclassified(
+        &mut self,
+        location: String,
+        what: &str,
+        old: Option<&Value>,
+        new: Option<&Value>,
+    ) {
+        if old != new {
+            self.push(
+                Severity::Breaking,
+                location,
+                format!(
+                    "{}; no rule classifies this change, so it counts as breaking",
+                    changed(what, old, new)
+                ),
+            );
+        }
+    }
+
+    /// A wording change, when there is one.
+    pub(super) fn cosmetic(
+        &mut self,
+        location: String,
+        what: &str,
+        old: Option<&Value>,
+        new: Option<&Value>,
+    ) {
+        if old != new {
+            self.push(Severity::Cosmetic, location, changed(what, old, new));
+        }
+    }
+
+    /// Breaking first; the walk order within a severity; a change reached twice kept once.
+    pub(super) fn finish(self) -> Vec<Change> {
+        let mut seen = HashSet::new();
+        let mut changes: Vec<Change> = self
+            .changes
+            .into_iter()
+            .filter(|change| seen.insert(change.clone()))
+            .collect();
+        changes.sort_by_key(|change| std::cmp::Reverse(change.severity));
+        changes
+    }
+}
+
+/// `what added: v`, `what removed (was v)` or `what changed from a to b`, values shown when short.
+pub(super) fn changed(what: &str, old: Option<&Value>, new: Option<&Value>) -> String {
+    match (old.map(short), new.map(short)) {
+        (None, Some(Some(new))) => format!("{what} added: {new}"),
+        (None, _) => format!("{what} added"),
+        (Some(Some(old)), None) => format!("{what} removed (was {old})"),
+        (_, None) => format!("{what} removed"),
+        (Some(Some(old)), Some(Some(new))) => format!("{what} changed from {old} to {new}"),
+        (Some(_), Some(_)) => format!("{what} changed"),
+    }
+}
+
+/// A value as compact JSON, when it is short enough for a message.
+pub(super) fn short(value: &Value) -> Option<String> {
+    let text = value.to_string();
+    (text.chars().count() <= SHORT).then_some(text)
+}
+
+/// `path.key`, or `path["key"]` when the key is not a plain identifier, so that a location
+/// reads unambiguously whatever the names.
+pub(super) fn child(path: &str, key: &str) -> String {
+    let plain = key
+        .chars()
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_' || c == '$')
+        && key
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '$' | '-'));
+    match (path.is_empty(), plain) {
+        (true, true) => key.to_owned(),
+        (false, true) => format!("{path}.{key}"),
+        (_, false) => format!("{path}[{}]", Value::from(key)),
+    }
+}
+
+/// `path[index]`.
+pub(super) fn index(path: &str, index: usize) -> String {
+    format!("{path}[{index}]")
+}
+
+/// A location: the entry, then the path inside it.
+pub(super) fn at(entity: &str, path: &str) -> String {
+    if path.is_empty() {
+        entity.to_owned()
+    } else {
+        format!("{entity}: {path}")
+    }
+}
+
+pub(super) fn contracts(old: &Contract, new: &Contract) -> Vec<Change> {
+    let mut sink = Sink::default();
+    if old.protocol_version != new.protocol_version {
+        sink.unclassified(
+            "contract: protocolVersion".into(),
+            "the protocol version",
+            Some(&Value::from(old.protocol_version.as_str())),
+            Some(&Value::from(new.protocol_version.as_str())),
+        );
+    }
+    entries(&mut sink, "tool", "name", &old.tools, &new.tools, tool);
+    entries(
+        &mut sink,
+        "prompt",
+        "name",
+        &old.prompts,
+        &new.prompts,
+        prompt,
+    );
+    entries(
+        &mut sink,
+        "resource",
+        "uri",
+        &old.resources,
+        &new.resources,
+        resource,
+    );
+    entries(
+        &mut sink,
+        "resource template",
+        "uriTemplate",
+        &old.resource_templates,
+        &new.resource_templates,
+        resource,
+    );
+    sink.finish()
+}
+
+type CompareEntry = fn(&mut Sink, &str, &Map<String, Value>, &Map<String, Value>);
+
+/// Matches entries by their identifier: one missing from the newer contract is removed (a
+/// rename is a removal and an addition, since callers address entries by it).
+fn entries(
+    sink: &mut Sink,
+    kind: &str,
+    key: &str,
+    old: &[Value],
+    new: &[Value],
+    compare: CompareEntry,
+) {
+    let by_name = |list: &'_ [Value]| -> BTreeMap<String, Value> {
+        list.iter()
+            .map(|entry| (super::name_of(entry, key).to_owned(), entry.clone()))
+            .collect()
+    };
+    let (old, new) = (by_name(old), by_name(new));
+    let names: BTreeSet<&String> = old.keys().chain(new.keys()).collect();
+    for name in names {
+        let entity = format!("{kind} {name}");
+        match (old.get(name), new.get(name)) {
+            (Some(_), None) => sink.push(Severity::Breaking, entity, format!("{kind} removed")),
+            (None, Some(_)) => sink.push(Severity::Compatible, entity, format!("{kind} added")),
+            (Some(old), Some(new)) => match (old.as_object(), new.as_object()) {
+                (Some(old), Some(new)) => compare(sink, &entity, old, new),
+                _ => sink.unclassified(entity, kind, Some(old), Some(new)),
+            },
+            (None, None) => {}
+        }
+    }
+}
+
+/// The keys of two objects, in order.
+fn keys<'m>(old: &'m Map<String, Value>, new: &'m Map<String, Value>) -> BTreeSet<&'m str> {
+    old.keys().chain(new.keys()).map(String::as_str).collect()
+}
+
+static EMPTY: LazyLock<Map<String, Value>> = LazyLock::new(Map::new);
+static EMPTY_LIST: Vec<Value> = Vec::new();
+
+fn tool(sink: &mut Sink, entity: &str, old: &Map<String, Value>, new: &Map<String, Value>) {
+    for key in keys(old, new) {
+        let (o, n) = (old.get(key), new.get(key));
+        if o == n {
+            continue;
+        }
+        let location = at(entity, &child("", key));
+        match key {
+            "title" | "description" | "icons" => sink.cosmetic(location, key, o, n),
+            "inputSchema" => match (o, n) {
+                (Some(o), Some(n)) => schema::compare(sink, entity, key, o, n, Direction::Input),
+                _ => sink.unclassified(location, key, o, n),
+            },
+            "outputSchema" => match (o, n) {
+                (Some(o), Some(n)) => schema::compare(sink, entity, key, o, n, Direction::Output),
+                (Some(_), None) => sink.push(
+                    Severity::Breaking,
+                    location,
+                    "outputSchema removed: structured results are no longer described".into(),
+                ),
+                (None, Some(_)) => {
+                    sink.push(Severity::Compatible, location, "outputSchema added".into())
+                }
+                (None, None) => {}
+            },
+            "annotations" => match (object_or_empty(o), object_or_empty(n)) {
+                (Some(o), Some(n)) => annotations(sink, entity, o, n),
+                _ => sink.unclassified(location, key, o, n),
+            },
+            "_meta" => match (object_or_empty(o), object_or_empty(n)) {
+                (Some(o), Some(n)) => meta(sink, entity, o, n),
+                _ => sink.unclassified(location, key, o, n),
+            },
+            "execution" => sink.push(
+                Severity::Breaking,
+                location,
+                format!("task support changed: {}", changed(key, o, n)),
+            ),
+            _ => sink.unclassified(location, key, o, n),
+        }
+    }
+}
+
+/// An absent member read as an empty object; `None` when it is something else.
+pub(super) fn object_or_empty(value: Option<&Value>) -> Option<&Map<String, Value>> {
+    match value {
+        None => Some(&EMPTY),
+        Some(value) => value.as_object(),
+    }
+}
+
+/// An absent member read as an empty array; `None` when it is something else.
+pub(super) fn array_or_empty(value: Option<&Value>) -> Option<&Vec<Value>> {
+    match value {
+        None => Some(&EMPTY_LIST),
+        Some(value) => value.as_array(),
+    }
+}
+
+/// A hint and the value the schema gives it when absent.
+const HINTS: [(&str, bool); 4] = [
+    ("readOnlyHint", false),
+    ("destructiveHint", true),
+    ("idempotentHint", false),
+    ("openWorldHint", true),
+];
+
+fn annotations(sink: &mut Sink, entity: &str, old: &Map<String, Value>, new: &Map<String, Value>) {
+    for key in keys(old, new) {
+        let (o, n) = (old.get(key), new.get(key));
+        let location = at(entity, &child("annotations", key));
+        if key == "title" {
+            sink.cosmetic(location, "annotations.title", o, n);
+            continue;
+        }
+        let Some(&(_, default)) = HINTS.iter().find(|(hint, _)| *hint == key) else {
+            sink.unclassified(location, &format!("annotations.{key}"), o, n);
+            continue;
+        };
+        let effective = |value: Option<&Value>| match value {
+            None => Some(default),
+            Some(value) => value.as_bool(),
+        };
+        let (Some(was), Some(now)) = (effective(o), effective(n)) else {
+            sink.unclassified(location, key, o, n);
+            continue;
+        };
+        if was == now {
+            continue;
+        }
+        // Turning a hint towards "less safe" breaks the callers that skipped confirmations or
+        // retried on its word; towards "safer" only adds a promise.
+        let severity = match (key, now) {
+            ("readOnlyHint", false) | ("destructiveHint", true) | ("idempotentHint", false) => {
+                Severity::Breaking
+            }
+            ("openWorldHint", _) => Severity::Breaking,
+            _ => Severity::Compatible,
+        };
+        let shown = |value: Option<&Value>, effective: bool| match value {
+            Some(_) => effective.to_string(),
+            None => format!("absent, so {effective}"),
+        };
+        let mut message = format!(
+            "{key} turned {} (was {}, now {})",
+            if now { "on" } else { "off" },
+            shown(o, was),
+            shown(n, now)
+        );
+        if key == "openWorldHint" {
+            message.push_str("; no rule classifies this change, so it counts as breaking");
+        }
+        sink.push(severity, location, message);
+    }
+}
+
+fn meta(sink: &mut Sink, entity: &str, old: &Map<String, Value>, new: &Map<String, Value>) {
+    for key in keys(old, new) {
+        let (o, n) = (old.get(key), new.get(key));
+        if o == n {
+            continue;
+        }
+        let path = child("_meta", key);
+        match key {
+            SCOPES_META_KEY => scopes(sink, &at(entity, &path), o, n),
+            STATE_CONTRACT_META_KEY => {
+                match (o.and_then(Value::as_object), n.and_then(Value::as_object)) {
+                    (Some(o), Some(n)) => state(sink, entity, &path, o, n),
+                    _ => sink.unclassified(at(entity, &path), "the state contract", o, n),
+                }
+            }
+            _ => sink.unclassified(at(entity, &path), &format!("_meta {key:?}"), o, n),
+        }
+    }
+}
+
+/// A list of strings read as a set; an absent list is empty.
+pub(super) fn string_set(value: Option<&Value>) -> Option<BTreeSet<&str>> {
+    match value {
+        None => Some(BTreeSet::new()),
+        Some(Value::Array(items)) => items.iter().map(Value::as_str).collect(),
+        Some(_) => None,
+    }
+}
+
+fn scopes(sink: &mut Sink, location: &str, old: Option<&Value>, new: Option<&Value>) {
+    let (Some(was), Some(now)) = (string_set(old), string_set(new)) else {
+        sink.unclassified(location.to_owned(), "the scopes", old, new);
+        return;
+    };
+    for scope in now.difference(&was) {
+        sink.push(
+            Severity::Breaking,
+            location.to_owned(),
+            format!("scope {scope:?} added: callers without it are now refused"),
+        );
+    }
+    for scope in was.difference(&now) {
+        sink.push(
+            Severity::Compatible,
+            location.to_owned(),
+            format!("scope {scope:?} no longer required"),
+        );
+    }
+}
+
+fn state(
+    sink: &mut Sink,
+    entity: &str,
+    path: &str,
+    old: &Map<String, Value>,
+    new: &Map<String, Value>,
+) {
+    for key in keys(old, new) {
+        let (o, n) = (old.get(key), new.get(key));
+        if o == n {
+            continue;
+        }
+        let location = at(entity, &child(path, key));
+        let named = match key {
+            "codes" => {
+                codes(sink, entity, &child(path, key), o, n);
+                continue;
+            }
+            "tool" => "the state tool kind",
+            "handle" => "the handle argument",
+            "conflict" => "the conflict policy",
+            "idempotency" => "the idempotency key",
+            _ if key.starts_with("task") => {
+                sink.push(
+                    Severity::Breaking,
+                    location,
+                    format!("task support changed: {}", changed(key, o, n)),
+                );
+                continue;
+            }
+            _ => {
+                sink.unclassified(location, &format!("state {key:?}"), o, n);
+                continue;
+            }
+        };
+        sink.push(Severity::Breaking, location, changed(named, o, n));
+    }
+}
+
+/// The codes keyed by `code`, when every entry has a distinct one.
+fn codes_by_name(value: Option<&Value>) -> Option<BTreeMap<&str, &Map<String, Value>>> {
+    let Some(value) = value else {
+        return Some(BTreeMap::new());
+    };
+    let list = value.as_array()?;
+    let mut codes = BTreeMap::new();
+    for entry in list {
+        let entry = entry.as_object()?;
+        let code = entry.get("code")?.as_str()?;
+        if codes.insert(code, entry).is_some() {
+            return None;
+        }
+    }
+    Some(codes)
+}
+
+fn codes(sink: &mut Sink, entity: &str, path: &str, old: Option<&Value>, new: Option<&Value>) {
+    let (Some(was), Some(now)) = (codes_by_name(old), codes_by_name(new)) else {
+        sink.unclassified(at(entity, path), "the codes", old, new);
+        return;
+    };
+    let names: BTreeSet<&str> = was.keys().chain(now.keys()).copied().collect();
+    for code in names {
+        let location = at(entity, &child(path, code));
+        match (was.get(code), now.get(code)) {
+            (Some(_), None) => sink.push(
+                Severity::Breaking,
+                location,
+                format!("outcome code {code:?} removed"),
+            ),
+            (None, Some(_)) => sink.push(
+                Severity::Breaking,
+                location,
+                format!("outcome code {code:?} added"),
+            ),
+            (Some(o), Some(n)) => {
+                for key in keys(o, n) {
+                    let (ov, nv) = (o.get(key), n.get(key));
+                    let location = location.clone();
+                    match key {
+                        "code" => {}
+                        "description" => sink.cosmetic(
+                            location,
+                            &format!("the description of code {code:?}"),
+                            ov,
+                            nv,
+                        ),
+                        "recovery" => {
+                            if ov != nv {
+                                sink.push(
+                                    Severity::Breaking,
+                                    location,
+                                    changed(&format!("the recovery of code {code:?}"), ov, nv),
+                                );
+                            }
+                        }
+                        _ => sink.unclassified(
+                            location,
+                            &format!("{key:?} of code {code:?}"),
+                            ov,
+                            nv,
+                        ),
+                    }
+                }
+            }
+            (None, None) => {}
+        }
+    }
+}
+
+fn prompt(sink: &mut Sink, entity: &str, old: &Map<String, Value>, new: &Map<String, Value>) {
+    for key in keys(old, new) {
+        let (o, n) = (old.get(key), new.get(key));
+        if o == n {
+            continue;
+        }
+        let location = at(entity, &child("", key));
+        match key {
+            "title" | "description" | "icons" => sink.cosmetic(location, key, o, n),
+            "arguments" => prompt_arguments(sink, entity, o, n),
+            _ => sink.unclassified(location, key, o, n),
+        }
+    }
+}
+
+/// The arguments keyed by `name`, when every entry has a distinct one.
+fn arguments_by_name(value: Option<&Value>) -> Option<BTreeMap<&str, &Map<String, Value>>> {
+    let Some(value) = value else {
+        return Some(BTreeMap::new());
+    };
+    let mut arguments = BTreeMap::new();
+    for entry in value.as_array()? {
+        let entry = entry.as_object()?;
+        if arguments
+            .insert(entry.get("name")?.as_str()?, entry)
+            .is_some()
+        {
+            return None;
+        }
+    }
+    Some(arguments)
+}
+
+fn prompt_arguments(sink: &mut Sink, entity: &str, old: Option<&Value>, new: Option<&Value>) {
+    let (Some(was), Some(now)) = (arguments_by_name(old), arguments_by_name(new)) else {
+        sink.unclassified(at(entity, "arguments"), "the arguments", old, new);
+        return;
+    };
+    let required = |argument: &Map<String, Value>| match argument.get("required") {
+        None => Some(false),
+        Some(value) => value.as_bool(),
+    };
+    let names: BTreeSet<&str> = was.keys().chain(now.keys()).copied().collect();
+    for name in names {
+        let location = at(entity, &child("arguments", name));
+        match (was.get(name), now.get(name)) {
+            (Some(_), None) => sink.push(
+                Severity::Breaking,
+                location,
+                format!("prompt argument {name:?} removed"),
+            ),
+            (None, Some(argument)) => {
+                let (severity, kind) = if required(argument) == Some(false) {
+                    (Severity::Compatible, "optional")
+                } else {
+                    (Severity::Breaking, "required")
+                };
+                sink.push(
+                    severity,
+                    location,
+                    format!("{kind} prompt argument {name:?} added"),
+                );
+            }
+            (Some(o), Some(n)) => {
+                for key in keys(o, n) {
+                    let (ov, nv) = (o.get(key), n.get(key));
+                    let location = location.clone();
+                    match key {
+                        "name" => {}
+                        "title" | "description" => sink.cosmetic(
+                            location,
+                            &format!("the {key} of prompt argument {name:?}"),
+                            ov,
+                            nv,
+                        ),
+                        "required" => match (required(o), required(n)) {
+                            (Some(false), Some(true)) => sink.push(
+                                Severity::Breaking,
+                                location,
+                                format!("prompt argument {name:?} made required"),
+                            ),
+                            (Some(true), Some(false)) => sink.push(
+                                Severity::Compatible,
+                                location,
+                                format!("prompt argument {name:?} made optional"),
+                            ),
+                            (Some(_), Some(_)) => {}
+                            _ => sink.unclassified(location, "required", ov, nv),
+                        },
+                        _ => sink.unclassified(
+                            location,
+                            &format!("{key:?} of prompt argument {name:?}"),
+                            ov,
+                            nv,
+                        ),
+                    }
+                }
+            }
+            (None, None) => {}
+        }
+    }
+}
+
+/// A resource or a resource template (the identifying member is equal by construction).
+fn resource(sink: &mut Sink, entity: &str, old: &Map<String, Value>, new: &Map<String, Value>) {
+    for key in keys(old, new) {
+        let (o, n) = (old.get(key), new.get(key));
+        if o == n {
+            continue;
+        }
+        let location = at(entity, &child("", key));
+        match key {
+            "title" | "description" | "icons" => sink.cosmetic(location, key, o, n),
+            // Clients pick a decoder by it.
+            "mimeType" => sink.push(Severity::Breaking, location, changed("mimeType", o, n)),
+            _ => sink.unclassified(location, key, o, n),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn contract_locations_quote_keys_that_are_not_identifiers() {
+        assert_eq!(child("", "inputSchema"), "inputSchema");
+        assert_eq!(child("a", "$defs"), "a.$defs");
+        assert_eq!(
+            child("_meta", "io.github.mcp-tools/state"),
+            "_meta[\"io.github.mcp-tools/state\"]"
+        );
+        assert_eq!(child("p", "a b"), "p[\"a b\"]");
+        assert_eq!(child("p", ""), "p[\"\"]");
+        assert_eq!(index("anyOf", 2), "anyOf[2]");
+    }
+
+    #[test]
+    fn contract_messages_show_only_short_values() {
+        let long = Value::from("x".repeat(SHORT + 1));
+        assert_eq!(
+            changed(
+                "description",
+                Some(&Value::from("a")),
+                Some(&Value::from("b"))
+            ),
+            "description changed from \"a\" to \"b\""
+        );
+        assert_eq!(
+            changed("description", Some(&long), Some(&Value::from("b"))),
+            "description changed"
+        );
+        assert_eq!(
+            changed("title", None, Some(&Value::from("T"))),
+            "title added: \"T\""
+        );
+        assert_eq!(
+            changed("title", Some(&Value::from("T")), None),
+            "title removed (was \"T\")"
+        );
+    }
+}
