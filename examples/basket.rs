@@ -1,9 +1,10 @@
 //! The basket server of the lost-update story: versioned, idempotent stateful tools over MCP.
 //!
-//! `cargo run --example basket` serves on 127.0.0.1:8080 with the SQLite file `basket.db`.
-//! Options: `--db PATH` (another SQLite file), `--memory` (keep state in memory),
-//! `--bind ADDR`. `--print-schemas` prints the tools' JSON document and `--print-docs` their
-//! Markdown page (typed outcomes, codes and recovery hints included), then exit.
+//! `cargo run --example basket` serves on 127.0.0.1:8080 with the SQLite file `basket.db`;
+//! `-- --help` lists the commands of the standard command line (`serve`, `schema`, `docs`,
+//! `list`, `contract check`, `contract diff`, `call`, `probe`). Its own options, taken by `serve`
+//! (and by the bare command) and `call`: `--db PATH` (another SQLite file), `--memory` (keep
+//! state in memory). `schema`, `docs`, `list` and `contract` open no store.
 //!
 //! Without OAuth every caller is the anonymous principal and a basket handle is a bearer
 //! capability: whoever holds it can use it. `--issuer URL --audience URI --jwks-url URL` (all
@@ -15,55 +16,33 @@
 #[path = "support/basket.rs"]
 mod basket;
 
-use mcp_tools::McpServer;
-use mcp_tools::auth::{JwtVerifier, OAuth};
+use std::path::PathBuf;
+use std::process::ExitCode;
 use std::sync::Arc;
 
+use mcp_tools::McpServer;
+use mcp_tools::auth::{JwtVerifier, OAuth};
+use mcp_tools::cli::{self, BuildFailure, Mode};
 use mcp_tools::store::{MemoryStore, SqliteStore, Store, StoreConfig};
 
+/// The basket server's own options.
+#[derive(clap::Args, Debug)]
 struct Options {
-    bind: String,
-    db: Option<String>,
-    print_schemas: bool,
-    print_docs: bool,
+    /// Keep state in the SQLite file PATH.
+    #[arg(long, value_name = "PATH", default_value = "basket.db")]
+    db: PathBuf,
+    /// Keep state in memory (lost when the server stops).
+    #[arg(long, conflicts_with = "db")]
+    memory: bool,
+    /// OAuth: the issuer identifier of the authorization server whose tokens are accepted.
+    #[arg(long, value_name = "URL", requires_all = ["audience", "jwks_url"])]
     issuer: Option<String>,
+    /// OAuth: this server's canonical URI, the audience tokens must be for.
+    #[arg(long, value_name = "URI", requires_all = ["issuer", "jwks_url"])]
     audience: Option<String>,
+    /// OAuth: where the issuer publishes its signing keys (JWKS).
+    #[arg(long, value_name = "URL", requires_all = ["issuer", "audience"])]
     jwks_url: Option<String>,
-}
-
-const USAGE: &str = "use --bind ADDR, --db PATH, --memory, --issuer URL --audience URI --jwks-url URL, --print-schemas or --print-docs";
-
-fn options() -> Result<Options, String> {
-    let mut options = Options {
-        bind: "127.0.0.1:8080".to_owned(),
-        db: Some("basket.db".to_owned()),
-        print_schemas: false,
-        print_docs: false,
-        issuer: None,
-        audience: None,
-        jwks_url: None,
-    };
-    let mut args = std::env::args().skip(1);
-    while let Some(arg) = args.next() {
-        match arg.as_str() {
-            "--bind" => options.bind = args.next().ok_or("--bind needs an address")?,
-            "--db" => options.db = Some(args.next().ok_or("--db needs a path")?),
-            "--memory" => options.db = None,
-            "--print-schemas" => options.print_schemas = true,
-            "--print-docs" => options.print_docs = true,
-            "--issuer" => options.issuer = Some(args.next().ok_or("--issuer needs a URL")?),
-            "--audience" => options.audience = Some(args.next().ok_or("--audience needs a URI")?),
-            "--jwks-url" => options.jwks_url = Some(args.next().ok_or("--jwks-url needs a URL")?),
-            other => return Err(format!("unknown option {other}; {USAGE}")),
-        }
-    }
-    let oauth = [&options.issuer, &options.audience, &options.jwks_url];
-    if oauth.iter().any(|o| o.is_some()) && !oauth.iter().all(|o| o.is_some()) {
-        return Err(
-            "OAuth needs all three of --issuer URL, --audience URI and --jwks-url URL".into(),
-        );
-    }
-    Ok(options)
 }
 
 /// `mcp.example.com` of `https://mcp.example.com:8443/mcp`.
@@ -77,7 +56,7 @@ fn audience_host(audience: &str) -> &str {
 }
 
 /// The OAuth resource server the options ask for, if any.
-fn oauth(options: &Options) -> Result<Option<OAuth>, Box<dyn std::error::Error>> {
+fn oauth(options: &Options) -> Result<Option<OAuth>, BuildFailure> {
     let (Some(issuer), Some(audience), Some(jwks_url)) =
         (&options.issuer, &options.audience, &options.jwks_url)
     else {
@@ -92,42 +71,34 @@ fn oauth(options: &Options) -> Result<Option<OAuth>, Box<dyn std::error::Error>>
     ))
 }
 
-#[tokio::main]
-async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let options = options()?;
-    if options.print_schemas {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&basket::tool_set().schema_document())?
-        );
-        return Ok(());
-    }
-    if options.print_docs {
-        print!("{}", basket::tool_set().markdown());
-        return Ok(());
-    }
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+/// The basket server for what the command needs: only its declarations to describe it, its
+/// store and OAuth settings to serve or call it.
+async fn server(mode: Mode<Options>) -> Result<McpServer, BuildFailure> {
+    let builder = McpServer::builder("basket", env!("CARGO_PKG_VERSION"))
+        .instructions(
+            "Laptop baskets shared by handle. Read a basket before changing it and pass its \
+             version as expected_version; give every change a new operation_id and reuse it \
+             only to retry the same change.",
         )
-        .init();
-    let store = match &options.db {
-        Some(path) => {
-            println!("basket server: state in the SQLite file {path}");
-            Arc::new(SqliteStore::open(path, StoreConfig::default())?) as Arc<dyn Store>
-        }
-        None => {
-            println!("basket server: state in memory (lost when the server stops)");
-            Arc::new(MemoryStore::default())
-        }
+        .tools(basket::tool_set());
+    let Some(options) = mode.args() else {
+        // Only the declarations are read: a memory store, which opens nothing, stands in.
+        return Ok(builder.store(MemoryStore::default()).build()?);
     };
-    println!("basket server: MCP endpoint http://{}/mcp", options.bind);
-    let mut builder = McpServer::builder("basket", env!("CARGO_PKG_VERSION"));
-    if let Some(oauth) = oauth(&options)? {
-        println!(
-            "basket server: OAuth resource server {}, tokens of {}",
-            options.audience.as_deref().unwrap_or_default(),
-            options.issuer.as_deref().unwrap_or_default()
+    // Standard output may be the stdio transport: everything else goes to standard error.
+    let store = if options.memory {
+        tracing::info!("state in memory (lost when the server stops)");
+        Arc::new(MemoryStore::default()) as Arc<dyn Store>
+    } else {
+        tracing::info!(path = %options.db.display(), "state in a SQLite file");
+        Arc::new(SqliteStore::open(&options.db, StoreConfig::default())?)
+    };
+    let mut builder = builder.store(store);
+    if let Some(oauth) = oauth(options)? {
+        tracing::info!(
+            resource = options.audience.as_deref().unwrap_or_default(),
+            issuer = options.issuer.as_deref().unwrap_or_default(),
+            "OAuth resource server"
         );
         // Behind a proxy, requests name the audience's host; loopback stays allowed for probes.
         let host = audience_host(options.audience.as_deref().unwrap_or_default());
@@ -135,16 +106,16 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             .oauth(oauth)
             .allowed_hosts(["localhost", "127.0.0.1", "[::1]", host]);
     }
-    builder
-        .instructions(
-            "Laptop baskets shared by handle. Read a basket before changing it and pass its \
-             version as expected_version; give every change a new operation_id and reuse it \
-             only to retry the same change.",
+    Ok(builder.build()?)
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
         )
-        .tools(basket::tool_set())
-        .store(store)
-        .build()?
-        .serve(options.bind.as_str())
-        .await?;
-    Ok(())
+        .init();
+    cli::run_with(server).await
 }

@@ -1,8 +1,8 @@
 //! A minimal MCP tool server: three plain functions, served statelessly over HTTP.
 //!
-//! Run it with `cargo run --example quickstart` (add `-- --bind 127.0.0.1:9000` to move it).
-//! `--print-schemas` prints the JSON document of its tools and `--print-docs` a Markdown page;
-//! both exit without serving.
+//! Run it with `cargo run --example quickstart` (add `-- --bind 127.0.0.1:9000` to move it, or
+//! `-- --stdio` to serve standard input and output). `-- --help` lists the other commands:
+//! `schema`, `docs`, `list`, `contract check FILE`, `call add '{"a": 1, "b": 2}'`, `probe URL`.
 
 use mcp_tools::{Context, McpServer, ToolError, ToolSet, tool, tools};
 use schemars::JsonSchema;
@@ -56,34 +56,11 @@ pub fn tool_set() -> ToolSet {
     tools![add, echo, whoami]
 }
 
-fn bind_address() -> String {
-    let mut args = std::env::args().skip(1);
-    while let Some(arg) = args.next() {
-        if arg == "--bind" {
-            if let Some(addr) = args.next() {
-                return addr;
-            }
-        } else if let Some(addr) = arg.strip_prefix("--bind=") {
-            return addr.to_owned();
-        }
-    }
-    "127.0.0.1:8080".to_owned()
-}
-
 #[tokio::main]
-async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    if std::env::args().any(|arg| arg == "--print-schemas") {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&tool_set().schema_document())?
-        );
-        return Ok(());
-    }
-    if std::env::args().any(|arg| arg == "--print-docs") {
-        print!("{}", tool_set().markdown());
-        return Ok(());
-    }
+async fn main() -> std::process::ExitCode {
+    // Standard output may be the stdio transport: logs go to standard error.
     tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
         )
@@ -91,7 +68,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let server = McpServer::builder("quickstart", env!("CARGO_PKG_VERSION"))
         .instructions("Small arithmetic and echo tools for trying MCP 2026-07-28.")
         .tools(tool_set())
-        .build()?;
-    server.serve(bind_address()).await?;
-    Ok(())
+        .build()
+        .expect("the quickstart's tools are valid");
+    server.run_cli().await
 }

@@ -3,57 +3,16 @@
 
 mod common;
 
-use std::process::{Child, Command, Stdio};
-use std::time::Duration;
+use std::process::{Command, Stdio};
 
+use common::examples::{self, Process, free_port};
 use common::oauth::Issuer;
 use common::{Call, Reply, assert_conforms, within};
 use serde_json::json;
 
-/// The example binary `cargo test` built next to this test's own. `cargo test --test
-/// basket_oauth_cli` alone does not rebuild examples, so a binary older than the example's
-/// sources fails the test rather than testing code that is no longer there.
-fn basket_binary() -> std::path::PathBuf {
-    let deps = std::env::current_exe().unwrap();
-    let binary = deps
-        .parent()
-        .and_then(|deps| deps.parent())
-        .map(|debug| debug.join("examples").join("basket"))
-        .filter(|path| path.exists())
-        .expect("cargo test builds the basket example next to the tests");
-    let modified = |path: &std::path::Path| std::fs::metadata(path).unwrap().modified().unwrap();
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
-    for source in ["examples/basket.rs", "examples/support/basket.rs"] {
-        assert!(
-            modified(&binary) >= modified(&root.join(source)),
-            "{} is older than {source}: run `cargo build --example basket` or the whole `cargo test`",
-            binary.display()
-        );
-    }
-    binary
-}
-
-/// Kills the server when the test ends, however it ends.
-struct Server(Child);
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-async fn start(issuer: &Issuer, audience: &str, port: u16) -> Server {
-    let server = Server(
-        Command::new(basket_binary())
+async fn start(issuer: &Issuer, audience: &str, port: u16) -> Process {
+    let server = Process(
+        Command::new(examples::binary("basket"))
             .args(["--memory", "--bind", &format!("127.0.0.1:{port}")])
             .args(["--issuer", &issuer.url, "--audience", audience])
             .args(["--jwks-url", &issuer.jwks_url()])
@@ -62,18 +21,7 @@ async fn start(issuer: &Issuer, audience: &str, port: u16) -> Server {
             .spawn()
             .unwrap(),
     );
-    let health = format!("http://127.0.0.1:{port}/healthz");
-    within("the basket server to answer /healthz", async {
-        loop {
-            if let Ok(reply) = common::client().get(&health).send().await
-                && reply.status() == 200
-            {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    })
-    .await;
+    examples::healthy(port).await;
     server
 }
 
@@ -178,14 +126,14 @@ async fn the_basket_flags_make_an_oauth_resource_server_with_read_and_write_scop
 
 #[test]
 fn oauth_needs_all_three_flags() {
-    let output = Command::new(basket_binary())
+    let output = Command::new(examples::binary("basket"))
         .args(["--memory", "--issuer", "https://auth.example.com"])
         .output()
         .unwrap();
-    assert!(!output.status.success());
+    assert_eq!(output.status.code(), Some(2), "a usage error");
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(
-        stderr.contains("--issuer URL, --audience URI and --jwks-url URL"),
+        stderr.contains("--audience <URI>") && stderr.contains("--jwks-url <URL>"),
         "{stderr}"
     );
 }

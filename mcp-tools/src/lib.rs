@@ -38,6 +38,8 @@
 #![warn(missing_docs)]
 
 pub mod auth;
+#[cfg(feature = "cli")]
+pub mod cli;
 mod completion;
 mod context;
 pub mod contract;

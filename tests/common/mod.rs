@@ -13,6 +13,7 @@ use serde_json::{Value, json};
 use tokio::sync::oneshot;
 
 pub mod events;
+pub mod examples;
 pub mod oauth;
 pub mod tools;
 

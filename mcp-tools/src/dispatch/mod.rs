@@ -1,5 +1,5 @@
 //! The transport-independent request path: `_meta`, version and header checks in the order the
-//! protocol pins, then the method handlers. HTTP and the in-process test client both use it.
+//! protocol pins, then the method handlers. HTTP, stdio and the in-process test client use it.
 
 mod completion;
 mod discover;
@@ -31,6 +31,11 @@ use crate::server::{McpServer, Snapshot};
 #[derive(Clone, Copy)]
 pub(crate) enum Transport<'a> {
     Http(&'a HeaderMap),
+    /// Newline-delimited messages from a local process. No headers travel, so none are checked,
+    /// and the era is decided as for an HTTP request that sent none: a request without a `_meta`
+    /// version claim (a legacy client's `initialize`, and what follows it) is legacy.
+    Stdio,
+    /// The in-process test client, whose requests always carry the modern envelope.
     InProcess,
 }
 
@@ -168,8 +173,13 @@ fn prepare(
     transport: Transport<'_>,
     caller: Caller,
 ) -> Result<(Prepared, Option<mpsc::Receiver<Value>>), RpcError> {
+    let no_headers;
     let http_headers = match transport {
         Transport::Http(headers) => Some(headers),
+        Transport::Stdio => {
+            no_headers = HeaderMap::new();
+            Some(&no_headers)
+        }
         Transport::InProcess => None,
     };
     let legacy = crate::protocol::era::is_legacy(params.as_ref(), &method, http_headers);

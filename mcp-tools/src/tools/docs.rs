@@ -1,21 +1,12 @@
-//! Documentation renderings of a tool set: one JSON document and one Markdown page.
+//! The Markdown page of a tool set (its JSON document is the server's contract).
 
 use std::fmt::Write as _;
 
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use crate::ToolSet;
 
 impl ToolSet {
-    /// A JSON document describing every tool: name, title, description, input and output
-    /// schemas and annotations, in `tools/list` order, under `"tools"`.
-    pub fn schema_document(&self) -> Value {
-        json!({
-            "protocolVersion": crate::protocol::PROTOCOL_VERSION,
-            "tools": self.definitions(),
-        })
-    }
-
     /// A Markdown page documenting every tool: description, annotations, parameters and the
     /// input and output schemas.
     pub fn markdown(&self) -> String {
