@@ -9,6 +9,7 @@ mod resources;
 mod rounds;
 mod subscriptions;
 mod tools;
+pub(crate) mod trace;
 
 use std::sync::Arc;
 
@@ -16,6 +17,7 @@ use axum::body::Bytes;
 use http::HeaderMap;
 use serde_json::{Map, Value, json};
 use tokio::sync::mpsc;
+use tracing::Instrument;
 
 use crate::RpcError;
 use crate::context::notify::Notifier;
@@ -56,18 +58,6 @@ pub(crate) enum Outcome {
         notifications: mpsc::Receiver<Value>,
         finish: Finish,
     },
-}
-
-impl Outcome {
-    /// A short label for logs.
-    pub(crate) fn label(&self) -> &'static str {
-        match self {
-            Outcome::Accepted => "accepted",
-            Outcome::Result { .. } => "ok",
-            Outcome::Error(_) => "error",
-            Outcome::Stream { .. } => "stream",
-        }
-    }
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -132,8 +122,54 @@ struct Prepared {
     listen_slot: Option<crate::server::ListenSlot>,
 }
 
-/// Serves one parsed message.
+/// Serves one parsed message, in its request span (see [`trace`]).
 pub(crate) async fn handle(
+    server: &McpServer,
+    envelope: Envelope,
+    transport: Transport<'_>,
+    caller: Caller,
+) -> Outcome {
+    let Some(id) = &envelope.id else {
+        // Notifications carry nothing this server acts on in 2026-07-28; accept and drop.
+        return Outcome::Accepted;
+    };
+    let span = trace::request_span(&envelope.method, id, envelope.params.as_ref());
+    if span.is_disabled() {
+        return serve(server, envelope, transport, caller).await;
+    }
+    let outcome = serve(server, envelope, transport, caller)
+        .instrument(span.clone())
+        .await;
+    match outcome {
+        Outcome::Error(error) => {
+            trace::record_error(&span, &error.code().to_string());
+            Outcome::Error(error)
+        }
+        // The stream's result comes later, and its work runs in the request's span too.
+        Outcome::Stream {
+            id,
+            notifications,
+            finish,
+        } => {
+            let recorded = span.clone();
+            let finish = async move {
+                let result = finish.await;
+                if let Err(error) = &result {
+                    trace::record_error(&recorded, &error.code().to_string());
+                }
+                result
+            };
+            Outcome::Stream {
+                id,
+                notifications,
+                finish: Box::pin(finish.instrument(span)),
+            }
+        }
+        other => other,
+    }
+}
+
+async fn serve(
     server: &McpServer,
     envelope: Envelope,
     transport: Transport<'_>,
@@ -141,7 +177,6 @@ pub(crate) async fn handle(
 ) -> Outcome {
     let Envelope { id, method, params } = envelope;
     let Some(id) = id else {
-        // Notifications carry nothing this server acts on in 2026-07-28; accept and drop.
         return Outcome::Accepted;
     };
     let (prepared, notifications) = match prepare(server, &id, method, params, transport, caller) {
@@ -276,7 +311,6 @@ fn prepare(
         Route::Listen => Some(server.listen_slot(principal)?),
         _ => None,
     };
-    tracing::Span::current().record("id", tracing::field::display(id));
     // Only requests that run user code and opted in get a stream; everything else is one
     // JSON answer.
     let (notifier, notifications) = if route == Route::Listen {

@@ -22,7 +22,6 @@ pub(super) async fn call_tool(
     cx: Context,
     legacy: bool,
 ) -> Result<Bytes, RpcError> {
-    tracing::Span::current().record("tool", &*tool.definition.name);
     let empty = Value::Object(Map::new());
     let arguments = match params.get("arguments") {
         Some(arguments @ Value::Object(_)) => arguments,
@@ -40,6 +39,15 @@ pub(super) async fn call_tool(
         )
         .into_result(),
     };
+    if result.is_error {
+        let code = result
+            .structured_content
+            .as_ref()
+            .and_then(|structured| structured.get("code"))
+            .and_then(Value::as_str)
+            .unwrap_or("tool_error");
+        super::trace::record_error(&tracing::Span::current(), code);
+    }
     Ok(serialize_call_result(server, &result))
 }
 

@@ -28,6 +28,7 @@ const STATE_LIFETIME_SECS: u64 = 15 * 60;
 const CURSOR_DOMAIN: &[u8] = b"mcp-tools/cursor\0";
 const REQUEST_STATE_DOMAIN: &[u8] = b"mcp-tools/request-state\0";
 const VALIDATOR_DOMAIN: &[u8] = b"mcp-tools/validator\0";
+const TRACE_DOMAIN: &[u8] = b"mcp-tools/trace-handle\0";
 const VALIDATOR_BODY_LEN: usize = 8;
 
 /// Why a cursor was refused.
@@ -138,6 +139,14 @@ impl Seal {
             return Err(CursorError::Stale);
         }
         Ok(position)
+    }
+
+    /// A keyed digest of a handle for traces: it tells the calls on one resource apart and
+    /// correlates them across replicas sharing the key, without giving whoever reads the traces
+    /// the handle itself.
+    pub(crate) fn trace_digest(&self, handle: &str) -> String {
+        let tag = self.tag(TRACE_DOMAIN, &[handle.as_bytes()]);
+        tag[..8].iter().map(|byte| format!("{byte:02x}")).collect()
     }
 
     /// The validator of `version` of the resource `handle` of `kind`: an opaque string that

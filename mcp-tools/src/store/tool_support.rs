@@ -515,6 +515,70 @@ fn reconfirm_message(stale: &StaleView, confirmed: bool) -> String {
     )
 }
 
+/// Records which state a stateful call acted on into the request's span (declared in
+/// `dispatch/trace.rs`): the handle, the version the caller expected, the version it ended at
+/// and the outcome. Where callers are anonymous a handle is a bearer capability, so the span
+/// gets a keyed digest of it instead (the same on every replica sharing the cursor key).
+fn record_state(
+    cx: &Context,
+    handle: Option<&str>,
+    expected: Option<u64>,
+    outcome: &MutationOutcome,
+) {
+    let span = tracing::Span::current();
+    if span.is_disabled() {
+        return;
+    }
+    let version = match outcome {
+        MutationOutcome::Applied(applied) => Some(applied.version),
+        MutationOutcome::StaleView(stale) => Some(stale.current_version),
+        MutationOutcome::Replayed(replayed) => replayed.current.as_ref().map(|now| now.version),
+        MutationOutcome::Rejected(_) => None,
+    };
+    let label = match outcome {
+        MutationOutcome::Applied(_) => "applied",
+        MutationOutcome::StaleView(_) => "stale_view",
+        MutationOutcome::Replayed(_) => "replayed",
+        MutationOutcome::Rejected(_) => "rejected",
+    };
+    record_fields(
+        cx,
+        &span,
+        handle.or(outcome.committed_handle()),
+        expected,
+        version,
+        label,
+    );
+}
+
+fn record_fields(
+    cx: &Context,
+    span: &tracing::Span,
+    handle: Option<&str>,
+    expected: Option<u64>,
+    version: Option<u64>,
+    outcome: &str,
+) {
+    if let Some(handle) = handle {
+        match (cx.principal(), cx.seal()) {
+            (Principal::Anonymous, Some(seal)) => {
+                span.record("mcp_tools.state.handle_digest", seal.trace_digest(handle));
+            }
+            (Principal::Anonymous, None) => {}
+            (Principal::Subject(_), _) => {
+                span.record("mcp_tools.state.handle", handle);
+            }
+        }
+    }
+    if let Some(expected) = expected {
+        span.record("mcp_tools.state.expected_version", expected);
+    }
+    if let Some(version) = version {
+        span.record("mcp_tools.state.version", version);
+    }
+    span.record("mcp_tools.state.outcome", outcome);
+}
+
 /// Seals the validator of every resumption record in an outcome.
 fn seal_validators(cx: &Context, kind: &str, outcome: &mut MutationOutcome) {
     let resumption = match outcome {
@@ -642,6 +706,7 @@ pub async fn create<'a, R: IsEntity>(
     }
     match store.create(request).await {
         Ok(mut outcome) => {
+            record_state(cx, None, None, &outcome);
             seal_validators(cx, R::KIND, &mut outcome);
             outcome.into_call_tool_result()
         }
@@ -676,9 +741,20 @@ pub async fn read<R: IsEntity>(
             }
         }
     };
+    let span = tracing::Span::current();
+    let traced = (!span.is_disabled()).then(|| handle.clone());
     let mut request = ReadRequest::new(R::kind(), cx.principal().clone(), handle);
     request.since = since;
-    match store.read(request).await {
+    let read = store.read(request).await;
+    if let Some(handle) = traced {
+        let (version, label) = match &read {
+            Ok(ReadOutcome::Current(snapshot)) => (Some(snapshot.version), "current"),
+            Ok(ReadOutcome::Rejected(_)) => (None, "rejected"),
+            Err(_) => (None, "store_error"),
+        };
+        record_fields(cx, &span, Some(&handle), since, version, label);
+    }
+    match read {
         Ok(ReadOutcome::Current(mut snapshot)) => match R::deserialize(&*snapshot.state) {
             Ok(resource) => {
                 seal_validator(cx, R::KIND, &mut snapshot.resumption);
@@ -770,6 +846,7 @@ pub async fn mutate<R: IsEntity>(
         None
     };
     let tool = spec.tool;
+    let traced = (!tracing::Span::current().is_disabled()).then(|| spec.handle.clone());
     let mut request =
         MutationRequest::new(R::kind(), cx.principal().clone(), spec.handle).policy(spec.policy);
     if let Some((version, _)) = expected {
@@ -791,8 +868,12 @@ pub async fn mutate<R: IsEntity>(
         };
         request = request.operation(operation_id, fingerprint);
     }
+    let expected_version = request.expected_version;
     match store.mutate(request, transition).await {
         Ok(mut outcome) => {
+            if let Some(handle) = &traced {
+                record_state(cx, Some(handle), expected_version, &outcome);
+            }
             seal_validators(cx, R::KIND, &mut outcome);
             if reconfirm
                 && let Some(ask) =

@@ -3,8 +3,6 @@
 pub(crate) mod serve;
 pub(crate) mod sse;
 
-use std::time::Instant;
-
 use axum::Router;
 use axum::body::{Body, Bytes};
 use axum::extract::{Request, State};
@@ -12,7 +10,6 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get};
 use http::header::{ALLOW, CONTENT_LENGTH, CONTENT_TYPE};
 use http::{HeaderMap, HeaderValue, Method, StatusCode};
-use tracing::Instrument;
 
 use crate::RpcError;
 use crate::auth::Target;
@@ -69,7 +66,8 @@ async fn metadata(State(server): State<McpServer>) -> Response {
 }
 
 // The whole request is taken apart rather than extracted piece by piece: axum's `HeaderMap`,
-// `Method` and `Uri` extractors clone what they hand out.
+// `Method` and `Uri` extractors clone what they hand out. The request's span is opened by the
+// request path once the message is parsed, so that it can continue the trace its `_meta` names.
 async fn endpoint(State(server): State<McpServer>, request: Request) -> Response {
     let (parts, body) = request.into_parts();
     let http::request::Parts {
@@ -78,28 +76,7 @@ async fn endpoint(State(server): State<McpServer>, request: Request) -> Response
         headers,
         ..
     } = parts;
-    // A DEBUG span, as tower-http's TraceLayer uses: a subscriber at the usual INFO level then
-    // pays nothing per request, where recording five fields into an enabled span costs more than
-    // the rest of the request path.
-    let span = tracing::debug_span!(
-        "mcp.request",
-        method = tracing::field::Empty,
-        tool = tracing::field::Empty,
-        id = tracing::field::Empty,
-        outcome = tracing::field::Empty,
-        latency_us = tracing::field::Empty,
-    );
-    if span.is_disabled() {
-        return server.serve_http(method, uri, headers, body).await;
-    }
-    let started = Instant::now();
-    let response = server
-        .serve_http(method, uri, headers, body)
-        .instrument(span.clone())
-        .await;
-    span.record("latency_us", started.elapsed().as_micros() as u64);
-    tracing::debug!(parent: &span, status = response.status().as_u16(), "request served");
-    response
+    server.serve_http(method, uri, headers, body).await
 }
 
 impl McpServer {
@@ -146,11 +123,8 @@ impl McpServer {
             Ok(envelope) => envelope,
             Err(error) => return error_response(&error),
         };
-        let span = tracing::Span::current();
-        span.record("method", envelope.method.as_str());
         let outcome =
             crate::dispatch::handle(self, envelope, Transport::Http(&headers), caller).await;
-        span.record("outcome", outcome.label());
         match outcome {
             Outcome::Accepted => StatusCode::ACCEPTED.into_response(),
             Outcome::Result { id, result } => result_response(&id, &result),
@@ -164,10 +138,7 @@ impl McpServer {
                 finish,
                 self.shared.keep_alive,
             ),
-            Outcome::Error(error) => {
-                span.record("outcome", error.code());
-                error_response(&error)
-            }
+            Outcome::Error(error) => error_response(&error),
         }
     }
 
