@@ -1481,3 +1481,51 @@ fn a_contract_without_lists_reads_as_empty() {
     assert!(contract.tools().is_empty() && contract.prompts().is_empty());
     assert!(contract.resources().is_empty() && contract.resource_templates().is_empty());
 }
+
+/// The whole table through the command line, as CI runs it: `contract diff OLD NEW --format
+/// json` on the quickstart binary, its exit status 1 exactly when a row has a breaking change,
+/// and its report counting what the library finds.
+#[test]
+fn the_command_line_classifies_every_row_as_the_library_does() {
+    let binary = common::examples::binary("quickstart");
+    let dir = std::env::temp_dir().join(format!("mcp-tools-contract-diff-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let rows = rows();
+    for (index, row) in rows.iter().enumerate() {
+        let old = dir.join(format!("{index}-old.json"));
+        let new = dir.join(format!("{index}-new.json"));
+        std::fs::write(&old, row.old.to_json_string()).unwrap();
+        std::fs::write(&new, row.new.to_json_string()).unwrap();
+        let output = std::process::Command::new(&binary)
+            .args(["contract", "diff"])
+            .arg(&old)
+            .arg(&new)
+            .args(["--format", "json"])
+            .output()
+            .unwrap();
+        let report: Value = serde_json::from_slice(&output.stdout)
+            .unwrap_or_else(|error| panic!("{}: not JSON ({error}): {output:?}", row.name));
+        let count = |severity: Severity| {
+            row.expected
+                .iter()
+                .filter(|(expected, _)| *expected == severity)
+                .count()
+        };
+        for severity in [Breaking, Compatible, Cosmetic] {
+            assert_eq!(
+                report[severity.as_str()],
+                count(severity),
+                "{}: {report}",
+                row.name
+            );
+        }
+        let breaking = count(Breaking) > 0;
+        assert_eq!(
+            output.status.code(),
+            Some(i32::from(breaking)),
+            "{}: {report}",
+            row.name
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -66,6 +66,14 @@ fn attributes(span: &SpanData) -> HashMap<String, String> {
         .collect()
 }
 
+async fn tools_server() -> TestServer {
+    let server = McpServer::builder("traced", "0.0.0")
+        .tools(common::tools::tool_set(0))
+        .build()
+        .unwrap();
+    TestServer::start(server).await
+}
+
 async fn basket_server(authenticated: bool) -> TestServer {
     let mut builder = McpServer::builder("traced", "0.0.0")
         .tools(basket::tool_set())
@@ -83,13 +91,7 @@ fn traceparent() -> Value {
 #[tokio::test(flavor = "current_thread")]
 async fn a_tool_call_continues_the_trace_its_meta_names() {
     let exported = Exported::install();
-    let server = TestServer::start(
-        McpServer::builder("traced", "0.0.0")
-            .tools(common::tools::tool_set(0))
-            .build()
-            .unwrap(),
-    )
-    .await;
+    let server = tools_server().await;
     let reply = within(
         "a traced call",
         Call::call_tool("echo", json!({"text": "hi"}))
@@ -117,13 +119,7 @@ async fn a_tool_call_continues_the_trace_its_meta_names() {
 #[tokio::test(flavor = "current_thread")]
 async fn without_a_valid_traceparent_a_request_starts_its_own_trace() {
     let exported = Exported::install();
-    let server = TestServer::start(
-        McpServer::builder("traced", "0.0.0")
-            .tools(common::tools::tool_set(0))
-            .build()
-            .unwrap(),
-    )
-    .await;
+    let server = tools_server().await;
     for traceparent in [None, Some(json!("00-not-a-trace-01")), Some(json!(7))] {
         exported.reset();
         let mut call = Call::discover();
@@ -149,13 +145,7 @@ async fn without_a_valid_traceparent_a_request_starts_its_own_trace() {
 #[tokio::test(flavor = "current_thread")]
 async fn errors_mark_the_span_failed_with_their_type() {
     let exported = Exported::install();
-    let server = TestServer::start(
-        McpServer::builder("traced", "0.0.0")
-            .tools(common::tools::tool_set(0))
-            .build()
-            .unwrap(),
-    )
-    .await;
+    let server = tools_server().await;
     let reply = within(
         "an unknown tool",
         Call::call_tool("nope", json!({})).send(&server),

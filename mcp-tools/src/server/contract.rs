@@ -23,24 +23,15 @@ impl McpServer {
             .map(|tool| serde_json::to_value(&tool.definition).expect("definitions serialize"))
             .collect();
         let offer = &snapshot.offer;
-        let prompts = offer
-            .prompts
-            .prompts
-            .iter()
-            .map(|prompt| Value::Object(prompt.descriptor.clone()))
-            .collect();
-        let resources = offer
-            .resources
-            .resources
-            .iter()
-            .map(|resource| Value::Object(resource.descriptor.clone()))
-            .collect();
-        let templates = offer
-            .resources
-            .templates
-            .iter()
-            .map(|template| Value::Object(template.descriptor.clone()))
-            .collect();
+        let descriptors =
+            |descriptors: &mut dyn Iterator<Item = &serde_json::Map<String, Value>>| {
+                descriptors
+                    .map(|descriptor| Value::Object(descriptor.clone()))
+                    .collect()
+            };
+        let prompts = descriptors(&mut offer.prompts.prompts.iter().map(|p| &p.descriptor));
+        let resources = descriptors(&mut offer.resources.resources.iter().map(|r| &r.descriptor));
+        let templates = descriptors(&mut offer.resources.templates.iter().map(|t| &t.descriptor));
         Contract::new(
             crate::protocol::PROTOCOL_VERSION,
             tools,
