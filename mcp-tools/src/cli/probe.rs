@@ -206,6 +206,36 @@ mod tests {
     }
 
     #[test]
+    fn each_class_reads_as_one_line_that_names_it() {
+        let healthy = Probe::Healthy {
+            versions: vec![V.into(), "2025-11-25".into()],
+        };
+        assert_eq!(healthy.summary(), "healthy: serves 2026-07-28, 2025-11-25");
+        assert!(
+            Probe::NotThisRevision
+                .summary()
+                .contains("not a 2026-07-28 server")
+        );
+        let unnamed = Probe::VersionNotServed { supported: vec![] };
+        assert_eq!(
+            unnamed.summary(),
+            "alive, but the protocol version asked for is not served (400, -32022)"
+        );
+        let named = Probe::VersionNotServed {
+            supported: vec![V.into()],
+        };
+        assert!(
+            named.summary().ends_with("; it serves 2026-07-28"),
+            "{}",
+            named.summary()
+        );
+        let down = Probe::Unhealthy {
+            reason: "no answer".into(),
+        };
+        assert_eq!(down.summary(), "unhealthy: no answer");
+    }
+
+    #[test]
     fn every_class_has_its_own_exit_status() {
         let statuses = [
             Probe::Healthy { versions: vec![] }.exit_status(),

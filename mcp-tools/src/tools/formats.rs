@@ -161,4 +161,39 @@ mod tests {
             "values are not schemas"
         );
     }
+
+    /// Each integer format has its own range, and a bound the schema already has is kept when
+    /// it is tighter and replaced when it is looser.
+    #[test]
+    fn every_integer_format_gets_its_range_and_the_tighter_bound_wins() {
+        let cases = [
+            ("int8", json!({}), json!([i8::MIN, i8::MAX])),
+            ("int16", json!({}), json!([i16::MIN, i16::MAX])),
+            ("int", json!({}), json!([i64::MIN, i64::MAX])),
+            ("int64", json!({}), json!([i64::MIN, i64::MAX])),
+            ("uint16", json!({}), json!([0, u16::MAX])),
+            // Tighter than the range: kept.
+            ("uint8", json!({"minimum": 3, "maximum": 9}), json!([3, 9])),
+            // Looser than the range: replaced.
+            (
+                "int8",
+                json!({"minimum": -1000, "maximum": 1000}),
+                json!([i8::MIN, i8::MAX]),
+            ),
+            ("uint32", json!({"maximum": 1e12}), json!([0, u32::MAX])),
+        ];
+        for (format, bounds, expected) in cases {
+            let mut schema = json!({"type": "integer", "format": format});
+            for (keyword, bound) in bounds.as_object().unwrap() {
+                schema[keyword] = bound.clone();
+            }
+            standardize(&mut schema);
+            assert_eq!(
+                json!([schema["minimum"], schema["maximum"]]),
+                expected,
+                "{format} {bounds}"
+            );
+            assert!(schema.get("format").is_none());
+        }
+    }
 }
