@@ -446,3 +446,29 @@ fn tempdir() -> std::path::PathBuf {
     std::fs::create_dir_all(&dir).unwrap();
     dir
 }
+
+#[test]
+fn an_unusable_option_value_is_an_input_error_that_says_what_to_fix() {
+    for timeout in ["0", "-1", "NaN"] {
+        let option = format!("--timeout={timeout}");
+        let output = run("quickstart", &["probe", "http://127.0.0.1:9/mcp", &option]);
+        assert_eq!(output.status.code(), Some(2), "--timeout {timeout}");
+        assert!(
+            stderr(&output).contains("--timeout"),
+            "{timeout}: {}",
+            stderr(&output)
+        );
+    }
+    let dir = tempdir();
+    let nowhere = dir.join("no-such-dir").join("contract.json");
+    let output = run(
+        "quickstart",
+        &["schema", "--out", nowhere.to_str().unwrap()],
+    );
+    assert_eq!(output.status.code(), Some(2));
+    assert!(
+        stderr(&output).contains("no-such-dir"),
+        "names the file it could not write: {}",
+        stderr(&output)
+    );
+}

@@ -211,24 +211,6 @@ async fn an_unknown_method_is_not_found_without_a_removal_reason() {
     assert!(body["error"].get("data").is_none(), "{body}");
 }
 
-/// Asserts `body` is a JSON-RPC result response. Results of revision 2025-11-25 follow its own
-/// schema, which is not vendored, so only the envelope is checked against the official one.
-fn assert_legacy_result(body: &Value) {
-    let envelope = common::compile(&json!({
-        "$schema": "https://json-schema.org/draft/2020-12/schema",
-        "$defs": common::official_schema()["$defs"],
-        "type": "object",
-        "required": ["jsonrpc", "id", "result"],
-        "properties": {
-            "jsonrpc": { "const": "2.0" },
-            "id": { "$ref": "#/$defs/RequestId" },
-            "result": { "type": "object" }
-        },
-        "not": { "required": ["error"] }
-    }));
-    common::check(&envelope, "a JSON-RPC result response", body);
-}
-
 #[tokio::test]
 async fn a_legacy_client_subscribes_to_resources_and_gets_an_empty_result() {
     let server = TestServer::start(resources_and_logging(true)).await;
@@ -243,7 +225,7 @@ async fn a_legacy_client_subscribes_to_resources_and_gets_an_empty_result() {
             .await;
         assert_eq!(reply.status, 200, "{method}: {}", reply.text);
         let answer = reply.json();
-        assert_legacy_result(&answer);
+        common::assert_legacy_result(&answer);
         assert_eq!(answer["id"], 5);
         assert_eq!(answer["result"], json!({}), "{method}");
     }
@@ -297,7 +279,7 @@ async fn a_legacy_client_gets_an_error_result_from_a_tool_that_needs_input() {
         .await;
     assert_eq!(reply.status, 200, "{}", reply.text);
     let body = reply.json();
-    assert_legacy_result(&body);
+    common::assert_legacy_result(&body);
     let result = &body["result"];
     assert_eq!(result["isError"], true, "{body}");
     assert_eq!(

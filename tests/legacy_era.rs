@@ -48,25 +48,6 @@ async fn post(server: &TestServer, headers: &[(&str, &str)], body: Value) -> com
         .await
 }
 
-/// Asserts `body` is a JSON-RPC result response. Legacy results follow the earlier revisions'
-/// schemas (no `resultType` on `initialize` or `ping`), which are not vendored, so only the
-/// envelope is checked against the official definitions.
-fn assert_legacy_result(body: &Value) {
-    let envelope = common::compile(&json!({
-        "$schema": "https://json-schema.org/draft/2020-12/schema",
-        "$defs": common::official_schema()["$defs"],
-        "type": "object",
-        "required": ["jsonrpc", "id", "result"],
-        "properties": {
-            "jsonrpc": { "const": "2.0" },
-            "id": { "$ref": "#/$defs/RequestId" },
-            "result": { "type": "object" }
-        },
-        "not": { "required": ["error"] }
-    }));
-    common::check(&envelope, "a JSON-RPC result response", body);
-}
-
 /// Asserts `reply` is a 400 `-32022` naming `requested` and only the 2026-07-28 revision.
 fn assert_unsupported(label: &str, reply: &common::Reply, requested: &str) {
     assert_eq!(
@@ -98,7 +79,7 @@ async fn an_initialize_handshake_is_served_without_a_session() {
     assert_eq!(reply.status, 200, "{}", reply.text);
     assert!(reply.headers.get("mcp-session-id").is_none());
     let body = reply.json();
-    assert_legacy_result(&body);
+    common::assert_legacy_result(&body);
     assert_eq!(body["id"], 0);
     let result = &body["result"];
     assert_eq!(result["protocolVersion"], "2025-11-25");
@@ -112,7 +93,7 @@ async fn an_initialize_handshake_is_served_without_a_session() {
     // An unknown earlier version is answered with the newest one served.
     let older = post(&server, &[], json!({ "jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
         "protocolVersion": "2024-11-05", "capabilities": {}, "clientInfo": { "name": "old", "version": "1" } } })).await;
-    assert_legacy_result(&older.json());
+    common::assert_legacy_result(&older.json());
     assert_eq!(older.result()["protocolVersion"], "2025-11-25");
 
     let initialized = post(
@@ -136,7 +117,7 @@ async fn an_initialize_handshake_is_served_without_a_session() {
             json!({ "jsonrpc": "2.0", "id": 2, "method": method, "params": params }),
         )
         .await;
-        assert_legacy_result(&reply.json());
+        common::assert_legacy_result(&reply.json());
         // Exactly the empty object: clients of that era refuse any member.
         assert_eq!(reply.result(), json!({}), "{method}");
     }
@@ -147,7 +128,7 @@ async fn an_initialize_handshake_is_served_without_a_session() {
     )
     .await
     .json();
-    assert_legacy_result(&listed);
+    common::assert_legacy_result(&listed);
     assert_eq!(listed["result"]["tools"][0]["name"], "echo");
     let called = post(
         &server,
@@ -157,7 +138,7 @@ async fn an_initialize_handshake_is_served_without_a_session() {
     )
     .await
     .json();
-    assert_legacy_result(&called);
+    common::assert_legacy_result(&called);
     assert_eq!(called["result"]["content"][0]["text"], "still here");
     // server/discover belongs to the new era only.
     let discover = post(
@@ -230,11 +211,11 @@ async fn a_request_with_neither_a_version_header_nor_meta_is_served_as_legacy() 
     .await;
     assert_eq!(listed.status, 200, "{}", listed.text);
     let body = listed.json();
-    assert_legacy_result(&body);
+    common::assert_legacy_result(&body);
     assert_eq!(body["result"]["tools"][0]["name"], "echo");
     // Served in the newest earlier revision, since the request names none.
     let called = post(&server, &[], call(2, "version")).await.json();
-    assert_legacy_result(&called);
+    common::assert_legacy_result(&called);
     assert_eq!(called["result"]["content"][0]["text"], "2025-11-25");
 }
 
@@ -272,7 +253,7 @@ async fn routing_headers_a_legacy_request_carries_must_agree_with_its_body() {
     )
     .await;
     assert_eq!(agreeing.status, 200, "{}", agreeing.text);
-    assert_legacy_result(&agreeing.json());
+    common::assert_legacy_result(&agreeing.json());
     assert_eq!(BUMPS.load(Ordering::SeqCst), before + 1);
 }
 
@@ -283,7 +264,7 @@ async fn a_2025_06_18_client_is_answered_in_its_own_version() {
         "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": { "name": "old", "version": "1" } } }))
     .await
     .json();
-    assert_legacy_result(&initialized);
+    common::assert_legacy_result(&initialized);
     assert_eq!(initialized["result"]["protocolVersion"], "2025-06-18");
     for version in ["2025-06-18", "2025-03-26"] {
         let reply = post(
@@ -294,7 +275,7 @@ async fn a_2025_06_18_client_is_answered_in_its_own_version() {
         .await;
         assert_eq!(reply.status, 200, "{version}: {}", reply.text);
         let body = reply.json();
-        assert_legacy_result(&body);
+        common::assert_legacy_result(&body);
         assert_eq!(body["result"]["content"][0]["text"], version);
     }
 }
@@ -346,7 +327,7 @@ async fn the_era_is_decided_by_the_meta_claim_then_by_the_header() {
     for headers in [vec![], vec![("mcp-protocol-version", "2025-06-18")]] {
         let reply = post(&server, &headers, claim(json!("2025-06-18"))).await;
         assert_eq!(reply.status, 200, "{headers:?}: {}", reply.text);
-        assert_legacy_result(&reply.json());
+        common::assert_legacy_result(&reply.json());
     }
     // A modern claim under a legacy header stays modern, where the two disagree.
     let reply = post(
@@ -378,7 +359,7 @@ async fn the_era_is_decided_by_the_meta_claim_then_by_the_header() {
         "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": { "name": "old", "version": "1" } } })).await;
     assert_eq!(reply.status, 200, "{}", reply.text);
     let body = reply.json();
-    assert_legacy_result(&body);
+    common::assert_legacy_result(&body);
     assert_eq!(body["result"]["protocolVersion"], "2025-06-18");
     // Without a claim, a header naming no served revision is a malformed modern request.
     let reply = post(

@@ -90,7 +90,7 @@ fn parse_line(line: &str) -> Value {
 }
 
 /// Checks a written message against the official definition of its kind: a result, an error
-/// or a server notification. Results of the 2025-11-25 era are checked by [`legacy_result`].
+/// or a server notification. Results of the 2025-11-25 era are checked by `common::assert_legacy_result`.
 fn conforms(message: &Value) {
     assert_eq!(message["jsonrpc"], "2.0", "{message}");
     if message.get("error").is_some() {
@@ -99,30 +99,12 @@ fn conforms(message: &Value) {
         if message["result"].get("resultType").is_some() {
             assert_conforms("JSONRPCResultResponse", message);
         } else {
-            legacy_result(message);
+            common::assert_legacy_result(message);
         }
     } else {
         assert_conforms("JSONRPCNotification", message);
         assert_conforms("ServerNotification", message);
     }
-}
-
-/// The envelope of a result response: results of the earlier revisions (no `resultType` on
-/// `initialize`) follow schemas that are not vendored.
-fn legacy_result(message: &Value) {
-    let envelope = common::compile(&json!({
-        "$schema": "https://json-schema.org/draft/2020-12/schema",
-        "$defs": common::official_schema()["$defs"],
-        "type": "object",
-        "required": ["jsonrpc", "id", "result"],
-        "properties": {
-            "jsonrpc": { "const": "2.0" },
-            "id": { "$ref": "#/$defs/RequestId" },
-            "result": { "type": "object" }
-        },
-        "not": { "required": ["error"] }
-    }));
-    common::check(&envelope, "a JSON-RPC result response", message);
 }
 
 fn request(id: Value, method: &str, mut params: Value) -> Value {
