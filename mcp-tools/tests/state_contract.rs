@@ -1,5 +1,8 @@
 //! One contract suite for every state store: each scenario is a generic function, instantiated for
-//! `MemoryStore` and `SqliteStore` by the `contract!` macro at the bottom.
+//! `MemoryStore`, `SqliteStore` and `PostgresStore` by the `contract!` macro at the bottom.
+
+#[cfg(feature = "postgres")]
+mod pg;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -135,6 +138,20 @@ impl CountResources for MemoryStore {
 impl CountResources for SqliteStore {
     fn resources(&self) -> u64 {
         self.resource_count_for_tests().unwrap()
+    }
+}
+
+#[cfg(feature = "postgres")]
+impl CountResources for mcp_tools::store::PostgresStore {
+    fn resources(&self) -> u64 {
+        tokio::task::block_in_place(|| {
+            tokio::runtime::Handle::current().block_on(async {
+                tokio::time::timeout(STEP, self.resource_count_for_tests())
+                    .await
+                    .expect("counting resources timed out")
+                    .unwrap()
+            })
+        })
     }
 }
 
@@ -1502,16 +1519,30 @@ fn account_request(handle: &str, expected: Option<u64>, operation_id: &str) -> M
     request
 }
 
-/// Per-test storage: a temporary directory, used by the SQLite stores.
+/// Per-test storage: a temporary directory, used by the SQLite stores, and a PostgreSQL schema.
 struct Fixture {
     dir: tempfile::TempDir,
+    #[cfg(feature = "postgres")]
+    schema: Option<pg::Schema>,
 }
 
 impl Fixture {
-    fn new() -> Self {
-        Fixture {
+    /// `None` when the store `open` names cannot run here (no PostgreSQL outside CI).
+    fn new(open: &str) -> Option<Self> {
+        Some(Fixture {
             dir: tempfile::tempdir().unwrap(),
-        }
+            #[cfg(feature = "postgres")]
+            schema: if open == "postgres" {
+                Some(pg::Schema::new()?)
+            } else {
+                None
+            },
+        })
+    }
+
+    #[cfg(feature = "postgres")]
+    fn postgres(&self, config: StoreConfig) -> mcp_tools::store::PostgresStore {
+        self.schema.as_ref().expect("a schema").open(config)
     }
 
     fn memory(&self, config: StoreConfig) -> MemoryStore {
@@ -1537,7 +1568,9 @@ macro_rules! contract {
                 ($name:ident) => {
                     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
                     async fn $name() {
-                        let fixture = Fixture::new();
+                        let Some(fixture) = Fixture::new(stringify!($open)) else {
+                            return;
+                        };
                         super::$name(&|config| fixture.$open(config)).await;
                     }
                 };
@@ -1569,28 +1602,36 @@ macro_rules! contract {
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
             async fn same_operation_id_create_storm_mints_one_resource() {
-                let fixture = Fixture::new();
+                let Some(fixture) = Fixture::new(stringify!($open)) else {
+                    return;
+                };
                 let store = fixture.$open(StoreConfig::default());
                 check_create_storm(&[store], stringify!($module)).await;
             }
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
             async fn negative_control_create_storm_without_operation_id() {
-                let fixture = Fixture::new();
+                let Some(fixture) = Fixture::new(stringify!($open)) else {
+                    return;
+                };
                 let store = fixture.$open(StoreConfig::default());
                 check_create_storm_without_operation_id(&[store], stringify!($module)).await;
             }
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
             async fn concurrent_read_modify_write_loses_nothing() {
-                let fixture = Fixture::new();
+                let Some(fixture) = Fixture::new(stringify!($open)) else {
+                    return;
+                };
                 let store = fixture.$open(StoreConfig::default());
                 no_lost_update(&[store], stringify!($module)).await;
             }
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
             async fn negative_control_detects_lost_updates() {
-                let fixture = Fixture::new();
+                let Some(fixture) = Fixture::new(stringify!($open)) else {
+                    return;
+                };
                 let store = fixture.$open(unchecked());
                 lost_updates_without_the_version_check(&[store], stringify!($module)).await;
             }
@@ -1600,32 +1641,34 @@ macro_rules! contract {
 
 contract!(memory_store, memory);
 contract!(sqlite_store, sqlite);
+#[cfg(feature = "postgres")]
+contract!(postgres_store, postgres);
 
 /// Two stores on one file stand for two server processes sharing it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn sqlite_two_instances_on_one_file_lose_nothing() {
-    let fixture = Fixture::new();
+    let fixture = Fixture::new("sqlite").unwrap();
     let stores = fixture.two_sqlite(StoreConfig::default);
     no_lost_update(&stores, "sqlite, two instances on one file").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn sqlite_two_instances_negative_control() {
-    let fixture = Fixture::new();
+    let fixture = Fixture::new("sqlite").unwrap();
     let stores = fixture.two_sqlite(unchecked);
     lost_updates_without_the_version_check(&stores, "sqlite, two instances on one file").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn sqlite_two_instances_create_storm_mints_one_resource() {
-    let fixture = Fixture::new();
+    let fixture = Fixture::new("sqlite").unwrap();
     let stores = fixture.two_sqlite(StoreConfig::default);
     check_create_storm(&stores, "sqlite, two instances on one file").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn sqlite_state_survives_reopening() {
-    let fixture = Fixture::new();
+    let fixture = Fixture::new("sqlite").unwrap();
     let handle = {
         let store = fixture.sqlite(StoreConfig::default());
         let handle = create(&store, alice(), &laptop()).await;
@@ -1699,13 +1742,13 @@ async fn transition_panic_is_contained<S: Store>(store: S) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sqlite_transition_panic_on_multi_thread_runtime() {
-    let fixture = Fixture::new();
+    let fixture = Fixture::new("sqlite").unwrap();
     transition_panic_is_contained(fixture.sqlite(StoreConfig::default())).await;
 }
 
 #[tokio::test(flavor = "current_thread")]
 async fn sqlite_transition_panic_on_current_thread_runtime() {
-    let fixture = Fixture::new();
+    let fixture = Fixture::new("sqlite").unwrap();
     transition_panic_is_contained(fixture.sqlite(StoreConfig::default())).await;
 }
 
@@ -1763,7 +1806,7 @@ async fn memory_failed_request_leaves_no_ledger_slot() {
 #[test]
 fn sqlite_applies_the_synchronous_option_to_its_writer() {
     use mcp_tools::store::{SqliteOptions, Synchronous};
-    let fixture = Fixture::new();
+    let fixture = Fixture::new("sqlite").unwrap();
     let default = fixture.sqlite(StoreConfig::default());
     assert_eq!(
         default.synchronous_for_tests().unwrap(),
@@ -1784,7 +1827,7 @@ fn sqlite_applies_the_synchronous_option_to_its_writer() {
 /// Files with the layouts of earlier pre-release versions are refused, not misread.
 #[test]
 fn sqlite_refuses_the_old_layouts() {
-    let fixture = Fixture::new();
+    let fixture = Fixture::new("sqlite").unwrap();
     for (name, schema) in [
         (
             "first.db",
@@ -1813,7 +1856,7 @@ fn sqlite_refuses_the_old_layouts() {
 /// SQLite drops undo patches beyond the history limit in batches: the kept rows stay bounded.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sqlite_history_rows_stay_bounded() {
-    let fixture = Fixture::new();
+    let fixture = Fixture::new("sqlite").unwrap();
     let store = fixture.sqlite(StoreConfig {
         history_limit: 3,
         ..StoreConfig::default()
@@ -1992,7 +2035,7 @@ async fn memory_a_held_transition_blocks_no_reader() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sqlite_a_held_transition_blocks_no_reader() {
-    let fixture = Fixture::new();
+    let fixture = Fixture::new("sqlite").unwrap();
     a_held_transition_blocks_no_reader(fixture.sqlite(StoreConfig::default())).await;
 }
 
@@ -2032,7 +2075,7 @@ async fn memory_sweeps_on_its_own_thread() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sqlite_sweeps_on_its_own_thread() {
-    let fixture = Fixture::new();
+    let fixture = Fixture::new("sqlite").unwrap();
     let clock = ManualClock::at_millis(T0);
     let store = fixture.sqlite(StoreConfig {
         ledger_retention: Duration::from_secs(1),
@@ -2070,7 +2113,7 @@ async fn sqlite_sweeps_on_its_own_thread() {
 /// keep one copy of the state, undo patches of a few bytes, and ledger records without state.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sqlite_retains_the_change_not_the_state() {
-    let fixture = Fixture::new();
+    let fixture = Fixture::new("sqlite").unwrap();
     let store = fixture.sqlite(StoreConfig::default());
     let mut big = laptop();
     big.notes = (0..1000).map(|n| format!("{n:0>100}")).collect();

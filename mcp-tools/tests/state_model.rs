@@ -13,6 +13,9 @@
 //!
 //! `MCP_MODEL_CASES` sets how many sequences each store runs (and scales the concurrent rounds).
 
+#[cfg(feature = "postgres")]
+mod pg;
+
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::future::Future;
@@ -1252,7 +1255,11 @@ const MUST_SEE: [&str; 17] = [
     "prune removed resources",
 ];
 
-fn run_model<S: Store>(label: &str, default_cases: u32, open: impl Fn(&ManualClock, &Path) -> S) {
+fn run_model<S: Store, F: Future<Output = S>>(
+    label: &str,
+    default_cases: u32,
+    open: impl Fn(ManualClock, &Path) -> F,
+) {
     let cases = cases(default_cases);
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -1270,7 +1277,7 @@ fn run_model<S: Store>(label: &str, default_cases: u32, open: impl Fn(&ManualClo
     let result = runner.run(&sequence(), |ops| {
         let dir = tempfile::tempdir().unwrap();
         let clock = ManualClock::at_millis(T0);
-        let store = open(&clock, dir.path());
+        let store = runtime.block_on(open(clock.clone(), dir.path()));
         let seen = runtime
             .block_on(run_sequence(&store, clock, &ops))
             .map_err(TestCaseError::fail)?;
@@ -1303,14 +1310,33 @@ fn run_model<S: Store>(label: &str, default_cases: u32, open: impl Fn(&ManualClo
 #[test]
 fn memory_store_answers_every_sequence_as_the_model_does() {
     run_model("MemoryStore", 2000, |clock, _| {
-        MemoryStore::new(model_config(clock))
+        std::future::ready(MemoryStore::new(model_config(&clock)))
     });
 }
 
 #[test]
 fn sqlite_store_answers_every_sequence_as_the_model_does() {
     run_model("SqliteStore", 1000, |clock, dir| {
-        SqliteStore::open(dir.join("model.db"), model_config(clock)).unwrap()
+        std::future::ready(SqliteStore::open(dir.join("model.db"), model_config(&clock)).unwrap())
+    });
+}
+
+/// Each sequence gets tables of its own (a table prefix per sequence in one schema).
+#[cfg(feature = "postgres")]
+#[test]
+fn postgres_store_answers_every_sequence_as_the_model_does() {
+    let Some(schema) = pg::Schema::new() else {
+        return;
+    };
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    run_model("PostgresStore", 300, |clock, _| {
+        let n = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let options = mcp_tools::store::PostgresOptions {
+            table_prefix: format!("m{n}_"),
+            ..schema.options()
+        };
+        let schema = &schema;
+        async move { schema.connect_with(model_config(&clock), options).await }
     });
 }
 
@@ -1390,7 +1416,9 @@ fn after_a_full_share(last: ChangeChoice, then: Option<Op>) -> Vec<Op> {
 /// The boundary judges lifecycle and expiry before the ledger share, so a finished or expired
 /// resource says so (recovery `stop`, `create_new`) instead of "retry later" with `LEDGER_FULL`,
 /// advice that can never succeed.
-fn terminal_and_expired_come_before_ledger_full<S: Store>(open: impl Fn(&ManualClock, &Path) -> S) {
+fn terminal_and_expired_come_before_ledger_full<S: Store, F: Future<Output = S>>(
+    open: impl Fn(ManualClock, &Path) -> F,
+) {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -1404,7 +1432,7 @@ fn terminal_and_expired_come_before_ledger_full<S: Store>(open: impl Fn(&ManualC
     ] {
         let dir = tempfile::tempdir().unwrap();
         let clock = ManualClock::at_millis(T0);
-        let store = open(&clock, dir.path());
+        let store = runtime.block_on(open(clock.clone(), dir.path()));
         if let Err(error) = runtime.block_on(run_sequence(&store, clock, &ops)) {
             panic!("{what} with a full ledger share: {error}");
         }
@@ -1413,13 +1441,33 @@ fn terminal_and_expired_come_before_ledger_full<S: Store>(open: impl Fn(&ManualC
 
 #[test]
 fn memory_store_answers_terminal_and_expired_before_ledger_full() {
-    terminal_and_expired_come_before_ledger_full(|clock, _| MemoryStore::new(model_config(clock)));
+    terminal_and_expired_come_before_ledger_full(|clock, _| {
+        std::future::ready(MemoryStore::new(model_config(&clock)))
+    });
 }
 
 #[test]
 fn sqlite_store_answers_terminal_and_expired_before_ledger_full() {
     terminal_and_expired_come_before_ledger_full(|clock, dir| {
-        SqliteStore::open(dir.join("model.db"), model_config(clock)).unwrap()
+        std::future::ready(SqliteStore::open(dir.join("model.db"), model_config(&clock)).unwrap())
+    });
+}
+
+#[cfg(feature = "postgres")]
+#[test]
+fn postgres_store_answers_terminal_and_expired_before_ledger_full() {
+    let Some(schema) = pg::Schema::new() else {
+        return;
+    };
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    terminal_and_expired_come_before_ledger_full(|clock, _| {
+        let n = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let options = mcp_tools::store::PostgresOptions {
+            table_prefix: format!("f{n}_"),
+            ..schema.options()
+        };
+        let schema = &schema;
+        async move { schema.connect_with(model_config(&clock), options).await }
     });
 }
 
@@ -1870,6 +1918,45 @@ async fn two_sqlite_stores_on_one_file_apply_each_operation_once() {
         vec![first, second]
     })
     .await;
+}
+
+/// Three stores on one database stand for three replicas on three hosts.
+#[cfg(feature = "postgres")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn three_postgres_stores_on_one_database_apply_each_operation_once() {
+    let Some(schema) = pg::Schema::new() else {
+        return;
+    };
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    concurrent("three PostgresStores on one database", || {
+        let n = next.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let options = mcp_tools::store::PostgresOptions {
+            table_prefix: format!("c{n}_"),
+            ..schema.options()
+        };
+        (0..3)
+            .map(|_| {
+                tokio::task::block_in_place(|| {
+                    tokio::runtime::Handle::current()
+                        .block_on(schema.connect_with(StoreConfig::default(), options.clone()))
+                })
+            })
+            .collect()
+    })
+    .await;
+}
+
+#[cfg(feature = "postgres")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_concurrent_checks_fail_on_postgres_stores_without_the_version_check() {
+    let Some(schema) = pg::Schema::new() else {
+        return;
+    };
+    let mut stores = Vec::new();
+    for _ in 0..2 {
+        stores.push(schema.connect(unchecked()).await);
+    }
+    concurrent_without_the_version_check("two PostgresStores", stores).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -88,6 +88,12 @@ impl Fingerprint {
         &self.0
     }
 
+    /// The fingerprint whose digest is `digest`, as a store keeps it.
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+    pub(crate) fn from_bytes(digest: [u8; 32]) -> Self {
+        Fingerprint(digest)
+    }
+
     /// The digest as 64 lowercase hexadecimal digits, as [`Display`](std::fmt::Display) writes
     /// it.
     pub fn to_hex(&self) -> String {

@@ -61,6 +61,8 @@ mod handle;
 mod history;
 mod memory;
 mod outcome;
+#[cfg(feature = "postgres")]
+mod postgres;
 pub(crate) mod published;
 mod registry;
 #[cfg(feature = "sqlite")]
@@ -83,6 +85,8 @@ pub use outcome::{
     Applied, Changes, MutationOutcome, ReadOutcome, RecordedApplied, RecordedOutcome,
     RecordedStaleView, Recovery, Rejected, Replayed, Resumption, Snapshot, StaleView, code,
 };
+#[cfg(feature = "postgres")]
+pub use postgres::{PostgresOptions, PostgresStore, TimeSource};
 pub use published::STATE_CONTRACT_META_KEY;
 #[doc(hidden)]
 pub use registry::SharedStore;

@@ -1,0 +1,847 @@
+//! The PostgreSQL store: one database shared by replicas on many hosts.
+//!
+//! # How a change is made atomic
+//!
+//! Every unit runs in one transaction at PostgreSQL's default isolation, `READ COMMITTED`, made
+//! atomic by locks, not by serialization checks, so no unit ever fails with a serialization
+//! error the model could not act on:
+//!
+//! 1. **First round trip**, pipelined: `BEGIN`; `SELECT … FROM resources WHERE handle = $1 FOR
+//!    UPDATE` (the resource's row lock: every writer of one resource queues here);
+//!    `pg_advisory_xact_lock(key)` on a 64-bit digest of (schema, table prefix, principal,
+//!    operation id) (every unit of one operation id queues here, on every replica, whether or
+//!    not a ledger record exists yet); then one statement that reads the database's clock, the
+//!    ledger record with the resource it names, and the undo patches after `expected_version`.
+//!    That last statement starts after both locks are held, so in `READ COMMITTED` it sees
+//!    everything committed by the units it waited for.
+//! 2. The boundary runs in this process on what was read: version comparison, lifecycle,
+//!    expiry, the ledger's answer, the transition, the undo patch.
+//! 3. **Second round trip**, pipelined: the conditional `UPDATE … WHERE version = $2 - 1`, the
+//!    undo patch, the ledger record, and `COMMIT`. A failing statement aborts the transaction,
+//!    so the `COMMIT` rolls it back: the change, its history and its ledger record commit or
+//!    vanish together.
+//!
+//! So a mutation costs **two round trips**, a read one, a create whose state is known up front
+//! two, and a create whose state the tool makes four (claim, then store). The locks are always
+//! taken in the same order (resource, then operation id), so these units cannot deadlock one
+//! another. A unit is bounded in time: the pool wait, each statement (`statement_timeout`), each
+//! lock wait (`lock_timeout`) and the time a transaction may sit idle holding its locks while
+//! the transition runs (`idle_in_transaction_session_timeout`) are all set from
+//! [`PostgresOptions::timeout`], and the whole unit is abandoned past it. A connection whose unit
+//! did not finish is closed, never reused, so the server rolls its transaction back.
+//!
+//! # Time
+//!
+//! Expiry, ledger retention and creation leases are judged by the database's clock
+//! (`clock_timestamp()`, read after the locks), so replicas whose clocks disagree still agree
+//! on what has expired. [`TimeSource::StoreClock`] uses [`StoreConfig::clock`] instead, for
+//! tests that step time.
+//!
+//! # Failures
+//!
+//! A lost connection, a restarted database, a statement or lock timeout, and a full pool all
+//! answer [`StoreError::Backend`] (the tool result `STORE_UNAVAILABLE`, which tells the model to
+//! retry with the same `operation_id`); the pool opens new connections as the database comes
+//! back. A commit whose acknowledgement was lost either happened, and the retry is answered
+//! from the ledger (`replayed`), or did not, and the retry applies it.
+//!
+//! # Engines speaking PostgreSQL's protocol
+//!
+//! The SQL is plain (text, bigint, bytea, `FOR UPDATE`, CTEs, `ARRAY(subquery)`), except the
+//! advisory locks (`pg_advisory_xact_lock`) and `to_regclass`/`to_regnamespace`, which some such
+//! engines lack or treat as no-ops; only PostgreSQL 15 and later is tested.
+
+use std::future::Future;
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use deadpool_postgres::{
+    ClientWrapper, Manager, ManagerConfig, Object, Pool, RecyclingMethod, Runtime,
+};
+use futures_util::future::join_all;
+use sha2::{Digest, Sha256};
+use tokio_postgres::Client;
+use tokio_postgres::types::ToSql;
+
+mod conninfo;
+mod schema;
+mod txn;
+
+use schema::{Sql, backend, describe};
+use txn::{History, Need, PgTxn, Statement, entry_from, record_from, statements};
+
+use crate::context::Principal;
+use crate::store::boundary;
+use crate::store::clock::duration_millis;
+use crate::store::contract::{
+    CreateRequest, MutationRequest, PruneReport, ReadRequest, Store, StoreConfig, StoreError,
+    StoreFuture, Transition,
+};
+use crate::store::handle::has_prefix;
+use crate::store::outcome::{MutationOutcome, ReadOutcome};
+
+/// Where a [`PostgresStore`] reads the time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum TimeSource {
+    /// The database's clock (the default): one clock for every replica.
+    #[default]
+    Database,
+    /// [`StoreConfig::clock`], for tests that step time with a
+    /// [`ManualClock`](crate::store::ManualClock).
+    StoreClock,
+}
+
+/// Settings of a [`PostgresStore`] besides the connection string.
+#[derive(Debug, Clone)]
+pub struct PostgresOptions {
+    /// The schema that holds the store's tables, created if missing (default `public`).
+    pub schema: String,
+    /// Put before each table's name (default `mcp_`), so several stores can share a schema.
+    pub table_prefix: String,
+    /// Connections the store keeps open at most (default 16).
+    pub pool_size: usize,
+    /// How long one store call may take in all: waiting for a connection, each lock, each
+    /// statement, and the transition between them (default 10 s). Past it the call answers
+    /// `STORE_UNAVAILABLE` and its transaction is rolled back.
+    pub timeout: Duration,
+    /// Where expiry and retention read the time (default: the database's clock).
+    pub time: TimeSource,
+    /// How often a replica sweeps expired records when it is not told to by its writes
+    /// (default 60 s). One replica sweeps at a time.
+    pub sweep_interval: Duration,
+}
+
+impl Default for PostgresOptions {
+    fn default() -> Self {
+        PostgresOptions {
+            schema: "public".into(),
+            table_prefix: "mcp_".into(),
+            pool_size: 16,
+            timeout: Duration::from_secs(10),
+            time: TimeSource::Database,
+            sweep_interval: Duration::from_secs(60),
+        }
+    }
+}
+
+/// A store in a PostgreSQL database (15 or later), shared by any number of replicas on any
+/// number of hosts. See the [module docs](self) for how a change is made atomic, what it costs in
+/// round trips, and how failures are answered.
+///
+/// The tables are created on first use under a schema version recorded in `{prefix}migrations`;
+/// a database whose schema is newer than this code's is refused.
+#[derive(Clone)]
+pub struct PostgresStore {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    pool: Pool,
+    config: StoreConfig,
+    options: PostgresOptions,
+    sql: Sql,
+    sweep: tokio::sync::Notify,
+    writes: std::sync::atomic::AtomicU64,
+}
+
+/// Writes between two sweeps prompted by writes.
+const SWEEP_EVERY: u64 = 1024;
+
+/// Ledger records or resources one prune statement deletes at most.
+const SWEEP_BATCH: i64 = 4096;
+
+/// Retries of a mutation that lost a deadlock to a sweep (PostgreSQL aborts one side).
+const MAX_ATTEMPTS: usize = 3;
+
+impl std::fmt::Debug for PostgresStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PostgresStore")
+            .field("schema", &self.inner.options.schema)
+            .field("table_prefix", &self.inner.options.table_prefix)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PostgresStore {
+    /// Connects with default [`PostgresOptions`]: see [`PostgresStore::connect_with`].
+    pub async fn connect(conninfo: &str, config: StoreConfig) -> Result<Self, StoreError> {
+        PostgresStore::connect_with(conninfo, config, PostgresOptions::default()).await
+    }
+
+    /// Connects to the database `conninfo` names (a `postgres://` URL or libpq `key=value`
+    /// pairs; what it leaves out comes from libpq's `PG*` environment variables, so a password
+    /// can stay out of the command line), with TLS as its `sslmode` and `sslrootcert` ask
+    /// (`prefer` by default, as libpq), creates or checks the tables, and starts the sweep.
+    ///
+    /// Must be called within a Tokio runtime, which the sweep task runs on.
+    pub async fn connect_with(
+        conninfo: &str,
+        config: StoreConfig,
+        options: PostgresOptions,
+    ) -> Result<Self, StoreError> {
+        schema::check_names(&options.schema, &options.table_prefix)?;
+        let mut info = conninfo::parse(conninfo, |name| std::env::var(name).ok())?;
+        let tls = conninfo::tls(&info)?;
+        let millis = duration_millis(options.timeout).max(1);
+        let bounds = format!(
+            "-c statement_timeout={millis} -c lock_timeout={millis} \
+             -c idle_in_transaction_session_timeout={millis}"
+        );
+        let startup = match info.config.get_options() {
+            Some(given) => format!("{given} {bounds}"),
+            None => bounds,
+        };
+        info.config.options(startup);
+        let manager = Manager::from_config(
+            info.config,
+            tls,
+            ManagerConfig {
+                recycling_method: RecyclingMethod::Fast,
+            },
+        );
+        let pool = Pool::builder(manager)
+            .max_size(options.pool_size.max(1))
+            .runtime(Runtime::Tokio1)
+            .wait_timeout(Some(options.timeout))
+            .create_timeout(Some(options.timeout))
+            .recycle_timeout(Some(options.timeout))
+            .build()
+            .map_err(|error| StoreError::Backend(format!("PostgreSQL pool: {error}")))?;
+        let sql = Sql::new(&options.schema, &options.table_prefix);
+        {
+            let mut object = pool.get().await.map_err(pool_error)?;
+            let client: &mut Client = &mut object;
+            let key = lock_key(&["migrate", &options.schema, &options.table_prefix]);
+            schema::migrate(client, &sql, &options.schema, &options.table_prefix, key).await?;
+        }
+        let inner = Arc::new(Inner {
+            pool,
+            config,
+            options,
+            sql,
+            sweep: tokio::sync::Notify::new(),
+            writes: std::sync::atomic::AtomicU64::new(0),
+        });
+        tokio::spawn(sweep_loop(Arc::downgrade(&inner)));
+        Ok(PostgresStore { inner })
+    }
+
+    /// How many resources the tables hold, expired ones included (for tests that count what
+    /// was actually created).
+    #[cfg(feature = "test-hooks")]
+    #[doc(hidden)]
+    pub async fn resource_count_for_tests(&self) -> Result<u64, StoreError> {
+        let session = self.inner.session().await?;
+        let row = session
+            .client()
+            .query_one(&self.inner.sql.resource_count, &[])
+            .await
+            .map_err(backend)?;
+        session.release();
+        Ok(row.get::<_, i64>(0) as u64)
+    }
+}
+
+/// A 64-bit advisory lock key: a digest of `parts`, so keys of different stores, operation ids
+/// or purposes rarely meet (when they do, two units wait for each other needlessly, nothing
+/// worse).
+fn lock_key(parts: &[&str]) -> i64 {
+    let mut hasher = Sha256::new();
+    for part in parts {
+        hasher.update(part.as_bytes());
+        hasher.update([0]);
+    }
+    let digest = hasher.finalize();
+    let mut bytes = [0u8; 8];
+    bytes.copy_from_slice(&digest[..8]);
+    i64::from_le_bytes(bytes)
+}
+
+fn pool_error(error: deadpool_postgres::PoolError) -> StoreError {
+    match error {
+        deadpool_postgres::PoolError::Backend(error) => backend(error),
+        other => StoreError::Backend(format!("PostgreSQL connection pool: {other}")),
+    }
+}
+
+/// A pooled connection, closed instead of returned when its unit did not finish: its
+/// transaction may still be open, and closing the connection is what rolls it back.
+struct Session {
+    object: Option<Object>,
+}
+
+impl Session {
+    fn client(&self) -> &ClientWrapper {
+        self.object
+            .as_ref()
+            .expect("a session holds its connection until released")
+    }
+
+    /// Returns the connection to the pool: its last unit ended.
+    fn release(mut self) {
+        self.object.take();
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        if let Some(object) = self.object.take() {
+            drop(Object::take(object));
+        }
+    }
+}
+
+/// What the first round trip of a unit locks and reads.
+struct Opening<'a> {
+    /// The resource to lock and read.
+    handle: Option<&'a str>,
+    /// The operation id to lock, and whose ledger record to read.
+    operation: Option<(&'a str, &'a str)>,
+    /// The undo patches to read: of `handle`, after this version.
+    since: Option<u64>,
+}
+
+impl Inner {
+    async fn session(&self) -> Result<Session, StoreError> {
+        let object = self.pool.get().await.map_err(pool_error)?;
+        Ok(Session {
+            object: Some(object),
+        })
+    }
+
+    fn now(&self, database: i64) -> i64 {
+        match self.options.time {
+            TimeSource::Database => database,
+            TimeSource::StoreClock => self.config.clock.now_millis(),
+        }
+    }
+
+    fn op_key(&self, principal: &str, operation_id: &str) -> i64 {
+        lock_key(&[
+            "operation",
+            &self.options.schema,
+            &self.options.table_prefix,
+            principal,
+            operation_id,
+        ])
+    }
+
+    /// The first round trip: `BEGIN`, the locks, and what the boundary reads.
+    async fn open(
+        &self,
+        session: &Session,
+        opening: &Opening<'_>,
+    ) -> Result<(PgTxn, i64), StoreError> {
+        let client = session.client();
+        let (lock_resource, lock_operation, fetch) = tokio::try_join!(
+            client.prepare_cached(&self.sql.lock_resource),
+            client.prepare_cached("SELECT pg_advisory_xact_lock($1)"),
+            client.prepare_cached(&self.sql.fetch),
+        )
+        .map_err(backend)?;
+        let op_lock = opening
+            .operation
+            .map(|(principal, operation_id)| self.op_key(principal, operation_id));
+        let (principal, operation_id) = opening.operation.unzip();
+        let since = opening.since.map(txn::version_to_sql).transpose()?;
+        let undo_handle = opening.since.and(opening.handle);
+        let begin = client.batch_execute("BEGIN");
+        let locked = async {
+            match opening.handle {
+                Some(handle) => client.query_opt(&lock_resource, &[&handle]).await.map(Some),
+                None => Ok(None),
+            }
+        };
+        let op_locked = async {
+            match op_lock {
+                Some(key) => client.execute(&lock_operation, &[&key]).await.map(drop),
+                None => Ok(()),
+            }
+        };
+        let fetch_params: [&(dyn ToSql + Sync); 4] =
+            [&principal, &operation_id, &undo_handle, &since];
+        let fetched = client.query_one(&fetch, &fetch_params);
+        // Each request is sent when its future is first polled: `biased` polls them in this
+        // order, which is the order the server runs them in.
+        let (_, locked, _, fetched) =
+            tokio::try_join!(biased; begin, locked, op_locked, fetched).map_err(backend)?;
+        let mut pg = PgTxn::new();
+        if let (Some(handle), Some(locked)) = (opening.handle, locked) {
+            pg.know_resource(
+                handle,
+                locked
+                    .as_ref()
+                    .map(|row| record_from(row, 0))
+                    .transpose()?
+                    .flatten(),
+            );
+        }
+        if let Some((principal, operation_id)) = opening.operation {
+            let entry = entry_from(&fetched, 1)?;
+            if let Some(named) = entry.as_ref().and_then(|entry| entry.handle.as_deref())
+                && Some(named) != opening.handle
+            {
+                pg.know_resource(named, record_from(&fetched, 7)?);
+            }
+            pg.know_ledger(principal, operation_id, entry);
+        }
+        if let (Some(handle), Some(since)) = (undo_handle, opening.since) {
+            pg.know_history(History {
+                handle: handle.to_owned(),
+                since,
+                versions: fetched.try_get(14).map_err(corrupt)?,
+                patches: fetched.try_get(15).map_err(corrupt)?,
+            });
+        }
+        let now = self.now(fetched.try_get(0).map_err(corrupt)?);
+        Ok((pg, now))
+    }
+
+    /// Fetches what the boundary asked for, inside the unit's transaction.
+    async fn fetch(
+        &self,
+        session: &Session,
+        pg: &mut PgTxn,
+        need: Need,
+        now: i64,
+    ) -> Result<(), StoreError> {
+        let client = session.client();
+        match need {
+            Need::Resource(handle) => {
+                let row = self.read_row(client, &handle, None).await?;
+                pg.know_resource(&handle, record_from(&row, 1)?);
+            }
+            Need::Undo(handle, since) => {
+                let row = self.read_row(client, &handle, Some(since)).await?;
+                pg.know_history(History {
+                    handle,
+                    since,
+                    versions: row.try_get(8).map_err(corrupt)?,
+                    patches: row.try_get(9).map_err(corrupt)?,
+                });
+            }
+            Need::Ledger(principal, operation_id) => {
+                let fetch = client
+                    .prepare_cached(&self.sql.fetch)
+                    .await
+                    .map_err(backend)?;
+                let none: Option<&str> = None;
+                let no_version: Option<i64> = None;
+                let row = client
+                    .query_one(&fetch, &[&principal, &operation_id, &none, &no_version])
+                    .await
+                    .map_err(backend)?;
+                let entry = entry_from(&row, 1)?;
+                if let Some(named) = entry.as_ref().and_then(|entry| entry.handle.clone()) {
+                    pg.know_resource(&named, record_from(&row, 7)?);
+                }
+                pg.know_ledger(&principal, &operation_id, entry);
+            }
+            Need::Count(handle) => {
+                // At the limit, expired records may still be counted: take a batch of them off
+                // (bounded: this runs inside a request), then count again.
+                let prune = client
+                    .prepare_cached(&self.sql.prune_ledger)
+                    .await
+                    .map_err(backend)?;
+                client
+                    .query_one(&prune, &[&now, &SWEEP_BATCH])
+                    .await
+                    .map_err(backend)?;
+                let row = self.read_row(client, &handle, None).await?;
+                let live = record_from(&row, 1)?.map_or(0, |(_, live)| live);
+                pg.know_exact_count(&handle, live);
+            }
+        }
+        Ok(())
+    }
+
+    async fn read_row(
+        &self,
+        client: &ClientWrapper,
+        handle: &str,
+        since: Option<u64>,
+    ) -> Result<tokio_postgres::Row, StoreError> {
+        let read = client
+            .prepare_cached(&self.sql.read)
+            .await
+            .map_err(backend)?;
+        let since = since.map(txn::version_to_sql).transpose()?;
+        client
+            .query_one(&read, &[&handle, &since])
+            .await
+            .map_err(backend)
+    }
+
+    /// Runs the boundary step `step` on `pg`, fetching what it asks for until it has all it
+    /// reads.
+    async fn settle<T>(
+        &self,
+        session: &Session,
+        pg: &mut PgTxn,
+        now: i64,
+        mut step: impl FnMut(&mut PgTxn) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        loop {
+            match step(pg) {
+                Err(error) => match pg.need.take() {
+                    Some(need) => {
+                        self.fetch(session, pg, need, now).await?;
+                        pg.restart();
+                    }
+                    None => return Err(error),
+                },
+                Ok(value) => return Ok(value),
+            }
+        }
+    }
+
+    /// The second round trip: the writes and `COMMIT`, pipelined.
+    async fn commit(&self, session: &Session, pg: PgTxn) -> Result<(), StoreError> {
+        let client = session.client();
+        let mut list = Vec::new();
+        for write in pg.writes {
+            statements(write, &mut list)?;
+        }
+        let mut prepared = Vec::with_capacity(list.len());
+        for (statement, _, _) in &list {
+            let sql = match statement {
+                Statement::InsertResource => &self.sql.insert_resource,
+                Statement::UpdateResource => &self.sql.update_resource,
+                Statement::InsertChange => &self.sql.insert_change,
+                Statement::DropChanges => &self.sql.drop_changes,
+                Statement::Count => &self.sql.count,
+                Statement::InsertLedger => &self.sql.insert_ledger,
+                Statement::DeleteLedger => &self.sql.delete_ledger,
+            };
+            prepared.push(client.prepare_cached(sql).await.map_err(backend)?);
+        }
+        let writes = join_all(
+            list.iter()
+                .zip(&prepared)
+                .map(|((_, params, _), statement)| {
+                    client.execute_raw(
+                        statement,
+                        params
+                            .iter()
+                            .map(|param| param.as_ref() as &(dyn ToSql + Sync)),
+                    )
+                }),
+        );
+        let (written, committed) = tokio::join!(biased; writes, client.batch_execute("COMMIT"));
+        for (result, (statement, _, exact)) in written.into_iter().zip(&list) {
+            let rows = result.map_err(backend)?;
+            if *exact && rows != 1 {
+                return Err(StoreError::Corrupt(format!(
+                    "{statement:?} changed {rows} rows, not 1, under the unit's locks"
+                )));
+            }
+        }
+        committed.map_err(backend)?;
+        Ok(())
+    }
+
+    /// Runs one unit: the opening round trip, the boundary step, the commit round trip; the
+    /// connection goes back to the pool only when all of it succeeded.
+    async fn unit<T>(
+        &self,
+        opening: Opening<'_>,
+        step: impl FnMut(&mut PgTxn, i64) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        let mut step = step;
+        let session = self.session().await?;
+        let (mut pg, now) = self.open(&session, &opening).await?;
+        let value = self
+            .settle(&session, &mut pg, now, |pg| step(pg, now))
+            .await?;
+        self.commit(&session, pg).await?;
+        session.release();
+        self.count_write();
+        Ok(value)
+    }
+
+    fn count_write(&self) {
+        let writes = self
+            .writes
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        if (writes + 1).is_multiple_of(SWEEP_EVERY) {
+            self.sweep.notify_one();
+        }
+    }
+
+    async fn bounded<T>(
+        &self,
+        work: impl Future<Output = Result<T, StoreError>>,
+    ) -> Result<T, StoreError> {
+        match tokio::time::timeout(self.options.timeout, work).await {
+            Ok(result) => result,
+            Err(_) => Err(StoreError::Backend(format!(
+                "PostgreSQL did not answer within {:?}",
+                self.options.timeout
+            ))),
+        }
+    }
+
+    async fn read(&self, request: &ReadRequest) -> Result<ReadOutcome, StoreError> {
+        let session = self.session().await?;
+        let row = self
+            .read_row(session.client(), &request.handle, request.since)
+            .await?;
+        let mut pg = PgTxn::new();
+        pg.know_resource(&request.handle, record_from(&row, 1)?);
+        if let Some(since) = request.since {
+            pg.know_history(History {
+                handle: request.handle.clone(),
+                since,
+                versions: row.try_get(8).map_err(corrupt)?,
+                patches: row.try_get(9).map_err(corrupt)?,
+            });
+        }
+        let now = self.now(row.try_get(0).map_err(corrupt)?);
+        session.release();
+        boundary::read(&mut pg, &self.config, request, now)
+    }
+
+    async fn mutate(
+        &self,
+        request: &MutationRequest,
+        transition: &mut Transition,
+    ) -> Result<MutationOutcome, StoreError> {
+        let principal = request.principal.key();
+        let opening = Opening {
+            handle: has_prefix(&request.handle, request.kind.prefix)
+                .then_some(request.handle.as_str()),
+            operation: request
+                .operation
+                .as_ref()
+                .map(|(operation_id, _)| (principal, operation_id.as_str())),
+            since: request.expected_version,
+        };
+        self.unit(opening, |pg, now| {
+            boundary::mutate(pg, &self.config, request, transition, now)
+        })
+        .await
+    }
+
+    /// One prune step in its own transaction, if this replica holds the sweep lock (`wait`:
+    /// until it does); the rows it removed.
+    async fn prune_step(&self, ledger: bool, wait: bool) -> Result<Option<u64>, StoreError> {
+        let session = self.session().await?;
+        let client = session.client();
+        let key = lock_key(&["sweep", &self.options.schema, &self.options.table_prefix]);
+        client.batch_execute("BEGIN").await.map_err(backend)?;
+        let lock = if wait {
+            format!(
+                "SELECT true, {} FROM (SELECT pg_advisory_xact_lock($1)) AS locked",
+                schema::NOW_MS
+            )
+        } else {
+            format!("SELECT pg_try_advisory_xact_lock($1), {}", schema::NOW_MS)
+        };
+        let row = client.query_one(&lock, &[&key]).await.map_err(backend)?;
+        let held: bool = row.try_get(0).map_err(corrupt)?;
+        if !held {
+            client.batch_execute("COMMIT").await.map_err(backend)?;
+            session.release();
+            return Ok(None);
+        }
+        let now = self.now(row.try_get(1).map_err(corrupt)?);
+        let removed: i64 = if ledger {
+            let prune = client
+                .prepare_cached(&self.sql.prune_ledger)
+                .await
+                .map_err(backend)?;
+            client.query_one(&prune, &[&now, &SWEEP_BATCH]).await
+        } else {
+            let cutoff = now.saturating_sub(duration_millis(self.config.ledger_retention));
+            let prune = client
+                .prepare_cached(&self.sql.prune_resources)
+                .await
+                .map_err(backend)?;
+            client.query_one(&prune, &[&cutoff, &SWEEP_BATCH]).await
+        }
+        .map_err(backend)?
+        .try_get(0)
+        .map_err(corrupt)?;
+        client.batch_execute("COMMIT").await.map_err(backend)?;
+        session.release();
+        Ok(Some(removed as u64))
+    }
+
+    /// A prune as short transactions: the ledger a batch at a time, then the resources.
+    async fn prune(&self, wait: bool) -> Result<PruneReport, StoreError> {
+        let mut report = PruneReport::default();
+        loop {
+            let Some(removed) = self.bounded(self.prune_step(true, wait)).await? else {
+                return Ok(report);
+            };
+            report.ledger_records += removed;
+            if removed < SWEEP_BATCH as u64 {
+                break;
+            }
+        }
+        loop {
+            let Some(removed) = self.bounded(self.prune_step(false, wait)).await? else {
+                return Ok(report);
+            };
+            report.resources += removed;
+            if removed < SWEEP_BATCH as u64 {
+                return Ok(report);
+            }
+        }
+    }
+}
+
+/// The automatic sweep: every so many writes or every [`PostgresOptions::sweep_interval`], one
+/// replica at a time (the others find the sweep lock held and skip), never on a request.
+async fn sweep_loop(store: Weak<Inner>) {
+    loop {
+        let Some(interval) = store.upgrade().map(|inner| inner.options.sweep_interval) else {
+            return;
+        };
+        {
+            let Some(inner) = store.upgrade() else {
+                return;
+            };
+            let _ = tokio::time::timeout(interval, inner.sweep.notified()).await;
+        }
+        let Some(inner) = store.upgrade() else {
+            return;
+        };
+        if let Err(error) = inner.prune(false).await {
+            tracing::warn!(%error, "the state store's sweep failed; it will run again");
+        }
+    }
+}
+
+fn corrupt(error: tokio_postgres::Error) -> StoreError {
+    StoreError::Corrupt(describe(&error))
+}
+
+/// Whether `error` is one PostgreSQL resolves by aborting one side (a deadlock or a
+/// serialization failure), so the unit may simply run again.
+fn is_transient(error: &StoreError) -> bool {
+    matches!(error, StoreError::Backend(message)
+        if message.starts_with("PostgreSQL 40P01") || message.starts_with("PostgreSQL 40001"))
+}
+
+impl boundary::CreateUnits for PostgresStore {
+    type Txn<'t> = PgTxn;
+
+    fn unit<T, F>(
+        &self,
+        principal: &Principal,
+        operation_id: Option<&str>,
+        work: F,
+    ) -> impl Future<Output = Result<T, StoreError>> + Send
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut PgTxn, &StoreConfig, i64) -> Result<T, StoreError> + Send + 'static,
+    {
+        let inner = Arc::clone(&self.inner);
+        let principal = principal.key().to_owned();
+        let operation_id = operation_id.map(str::to_owned);
+        async move {
+            let opening = Opening {
+                handle: None,
+                operation: operation_id
+                    .as_deref()
+                    .map(|operation_id| (principal.as_str(), operation_id)),
+                since: None,
+            };
+            // The create's steps read only the ledger record and the resource it names, both
+            // fetched up front, so `work` runs once.
+            let mut work = Some(work);
+            let config = &inner.config;
+            inner
+                .bounded(inner.unit(opening, |pg, now| match work.take() {
+                    Some(work) => work(pg, config, now),
+                    None => Err(StoreError::Backend(
+                        "a create step asked for a read it was not given".into(),
+                    )),
+                }))
+                .await
+        }
+    }
+
+    fn abandon(&self, principal: &Principal, operation_id: &str, token: u64) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let store = self.clone();
+        let (principal, operation_id) = (principal.clone(), operation_id.to_owned());
+        runtime.spawn(async move {
+            let released = boundary::CreateUnits::unit(
+                &store,
+                &principal.clone(),
+                Some(&operation_id.clone()),
+                move |txn, _, _| boundary::abandon(txn, &principal, &operation_id, token),
+            )
+            .await;
+            if let Err(error) = released {
+                tracing::warn!(%error, "could not give up an abandoned create's claim; it lapses on its own");
+            }
+        });
+    }
+}
+
+impl Store for PostgresStore {
+    fn create<'a>(&'a self, request: CreateRequest<'a>) -> StoreFuture<'a, MutationOutcome> {
+        Box::pin(boundary::create(self, request))
+    }
+
+    fn read(&self, request: ReadRequest) -> StoreFuture<'_, ReadOutcome> {
+        Box::pin(async move { self.inner.bounded(self.inner.read(&request)).await })
+    }
+
+    fn mutate(
+        &self,
+        request: MutationRequest,
+        mut transition: Transition,
+    ) -> StoreFuture<'_, MutationOutcome> {
+        Box::pin(async move {
+            let mut attempt = 1;
+            loop {
+                let outcome = self
+                    .inner
+                    .bounded(self.inner.mutate(&request, &mut transition))
+                    .await;
+                match outcome {
+                    Err(error) if attempt < MAX_ATTEMPTS && is_transient(&error) => attempt += 1,
+                    other => return other,
+                }
+            }
+        })
+    }
+
+    fn prune(&self) -> StoreFuture<'_, PruneReport> {
+        Box::pin(self.inner.prune(true))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lock_keys_tell_their_parts_apart() {
+        assert_ne!(lock_key(&["ab", "c"]), lock_key(&["a", "bc"]));
+        assert_eq!(lock_key(&["a", "b"]), lock_key(&["a", "b"]));
+    }
+
+    #[test]
+    fn only_deadlocks_and_serialization_failures_are_retried() {
+        assert!(is_transient(&StoreError::Backend(
+            "PostgreSQL 40P01: deadlock detected".into()
+        )));
+        assert!(is_transient(&StoreError::Backend(
+            "PostgreSQL 40001: could not serialize".into()
+        )));
+        assert!(!is_transient(&StoreError::Backend(
+            "PostgreSQL 57014: canceling statement due to statement timeout".into()
+        )));
+        assert!(!is_transient(&StoreError::Corrupt(
+            "PostgreSQL 40P01: deadlock detected".into()
+        )));
+    }
+}

@@ -1,0 +1,481 @@
+//! The boundary's transaction over PostgreSQL: what the boundary reads is fetched before it runs
+//! (in the round trip that takes the locks), and what it writes is kept and sent in one round
+//! trip with the commit. A read it was not given is named, fetched, and the boundary run again
+//! (before its transition runs: every read comes first).
+
+use std::sync::Arc;
+
+use tokio_postgres::Row;
+use tokio_postgres::types::ToSql;
+
+use crate::store::boundary::{Change, LedgerEntry, LedgerState, Record, Txn};
+use crate::store::contract::StoreError;
+use crate::store::entity::Lifecycle;
+use crate::store::fingerprint::Fingerprint;
+use crate::store::history::Undo;
+
+/// What the boundary asked for and was not given.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Need {
+    /// The resource under this handle.
+    Resource(String),
+    /// The ledger record of (principal, operation id).
+    Ledger(String, String),
+    /// The undo patches of a handle after a version.
+    Undo(String, u64),
+    /// The live ledger records of a resource at its share's limit, counted after the expired
+    /// ones are taken off.
+    Count(String),
+}
+
+/// A fetched undo history: the patches of `handle` after `since`, newest first.
+pub(crate) struct History {
+    pub(crate) handle: String,
+    pub(crate) since: u64,
+    pub(crate) versions: Vec<i64>,
+    pub(crate) patches: Vec<String>,
+}
+
+/// One write the boundary asked for, sent at commit.
+pub(crate) enum Write {
+    Insert {
+        handle: String,
+        record: Record,
+        counted: i64,
+    },
+    Update {
+        handle: String,
+        record: Record,
+        change: Change,
+        counted: i64,
+    },
+    LedgerInsert {
+        principal: String,
+        operation_id: String,
+        entry: LedgerEntry,
+    },
+    LedgerDelete {
+        principal: String,
+        operation_id: String,
+    },
+    Count {
+        handle: String,
+        by: i64,
+    },
+}
+
+/// Versions between two deletions of a resource's patches beyond the history limit.
+pub(crate) const HISTORY_SWEEP_EVERY: u64 = 16;
+
+pub(crate) struct PgTxn {
+    /// Resources read, by handle (`None`: no such handle), with their `ledger_live`.
+    resources: Vec<(String, Option<(Record, i64)>)>,
+    /// Ledger records read, by (principal, operation id).
+    ledger: Vec<((String, String), Option<LedgerEntry>)>,
+    history: Vec<History>,
+    /// Resources whose share was counted exactly (after expired records were taken off).
+    exact: Vec<String>,
+    pub(crate) writes: Vec<Write>,
+    pub(crate) need: Option<Need>,
+}
+
+impl PgTxn {
+    pub(crate) fn new() -> Self {
+        PgTxn {
+            resources: Vec::new(),
+            ledger: Vec::new(),
+            history: Vec::new(),
+            exact: Vec::new(),
+            writes: Vec::new(),
+            need: None,
+        }
+    }
+
+    pub(crate) fn know_resource(&mut self, handle: &str, record: Option<(Record, i64)>) {
+        self.resources.retain(|(known, _)| known != handle);
+        self.resources.push((handle.to_owned(), record));
+    }
+
+    pub(crate) fn know_ledger(
+        &mut self,
+        principal: &str,
+        operation_id: &str,
+        entry: Option<LedgerEntry>,
+    ) {
+        self.ledger
+            .push(((principal.to_owned(), operation_id.to_owned()), entry));
+    }
+
+    pub(crate) fn know_history(&mut self, history: History) {
+        self.history.push(history);
+    }
+
+    /// The share of `handle` as counted now, after expired records were taken off.
+    pub(crate) fn know_exact_count(&mut self, handle: &str, live: i64) {
+        if let Some((_, Some((_, known)))) =
+            self.resources.iter_mut().find(|(known, _)| known == handle)
+        {
+            *known = live;
+        }
+        self.exact.push(handle.to_owned());
+    }
+
+    /// Starts the boundary again with what was fetched since: the writes of the last run are
+    /// forgotten.
+    pub(crate) fn restart(&mut self) {
+        self.writes.clear();
+        self.need = None;
+    }
+
+    fn missing<T>(&mut self, need: Need) -> Result<T, StoreError> {
+        let error = StoreError::Backend(format!("the boundary needs {need:?} first"));
+        self.need = Some(need);
+        Err(error)
+    }
+
+    fn resource(&self, handle: &str) -> Option<&Option<(Record, i64)>> {
+        self.resources
+            .iter()
+            .find(|(known, _)| known == handle)
+            .map(|(_, record)| record)
+    }
+
+    /// Whether a write of `handle` in this transaction already counts the record that follows.
+    fn fold_count(&mut self, handle: &str) -> bool {
+        for write in self.writes.iter_mut().rev() {
+            match write {
+                Write::Insert {
+                    handle: written,
+                    counted,
+                    ..
+                }
+                | Write::Update {
+                    handle: written,
+                    counted,
+                    ..
+                } if written == handle && *counted == 0 => {
+                    *counted = 1;
+                    return true;
+                }
+                _ => {}
+            }
+        }
+        false
+    }
+}
+
+impl Txn for PgTxn {
+    fn ledger_get(
+        &mut self,
+        principal: &str,
+        operation_id: &str,
+    ) -> Result<Option<LedgerEntry>, StoreError> {
+        match self
+            .ledger
+            .iter()
+            .find(|((p, o), _)| p == principal && o == operation_id)
+        {
+            Some((_, entry)) => Ok(entry.clone()),
+            None => self.missing(Need::Ledger(principal.to_owned(), operation_id.to_owned())),
+        }
+    }
+
+    fn ledger_put(
+        &mut self,
+        principal: &str,
+        operation_id: &str,
+        entry: LedgerEntry,
+    ) -> Result<(), StoreError> {
+        if let (Some(handle), LedgerState::Done(_)) = (&entry.handle, &entry.state) {
+            let handle = handle.clone();
+            if !self.fold_count(&handle) {
+                self.writes.push(Write::Count { handle, by: 1 });
+            }
+        }
+        self.writes.push(Write::LedgerInsert {
+            principal: principal.to_owned(),
+            operation_id: operation_id.to_owned(),
+            entry,
+        });
+        Ok(())
+    }
+
+    fn ledger_remove(
+        &mut self,
+        principal: &str,
+        operation_id: &str,
+        entry: &LedgerEntry,
+    ) -> Result<(), StoreError> {
+        // The statement takes the record off its resource's count if it still finds it: a sweep
+        // may have removed (and uncounted) an expired one since it was read.
+        let _ = entry;
+        self.writes.push(Write::LedgerDelete {
+            principal: principal.to_owned(),
+            operation_id: operation_id.to_owned(),
+        });
+        Ok(())
+    }
+
+    fn ledger_full(&mut self, handle: &str, quota: u64, _now: i64) -> Result<bool, StoreError> {
+        let quota = i64::try_from(quota).unwrap_or(i64::MAX);
+        let live = match self.resource(handle) {
+            Some(Some((_, live))) => *live,
+            Some(None) => 0,
+            None => return self.missing(Need::Resource(handle.to_owned())),
+        };
+        if live < quota || self.exact.iter().any(|counted| counted == handle) {
+            return Ok(live >= quota);
+        }
+        // Expired records may still be counted until a sweep takes them off.
+        self.missing(Need::Count(handle.to_owned()))
+    }
+
+    fn load(&mut self, handle: &str) -> Result<Option<Record>, StoreError> {
+        match self.resource(handle) {
+            Some(record) => Ok(record.as_ref().map(|(record, _)| record.clone())),
+            None => self.missing(Need::Resource(handle.to_owned())),
+        }
+    }
+
+    fn undo_since(
+        &mut self,
+        handle: &str,
+        version: u64,
+    ) -> Result<Option<Vec<Vec<Undo>>>, StoreError> {
+        let Some(history) = self
+            .history
+            .iter()
+            .find(|history| history.handle == handle && history.since == version)
+        else {
+            return self.missing(Need::Undo(handle.to_owned(), version));
+        };
+        let oldest = history.versions.last().copied();
+        if oldest != Some(version_to_sql(version)? + 1) {
+            return Ok(None);
+        }
+        history
+            .patches
+            .iter()
+            .map(|patch| json(patch, "stored history"))
+            .collect::<Result<Vec<_>, _>>()
+            .map(Some)
+    }
+
+    fn insert(&mut self, handle: &str, record: Record) -> Result<(), StoreError> {
+        self.writes.push(Write::Insert {
+            handle: handle.to_owned(),
+            record,
+            counted: 0,
+        });
+        Ok(())
+    }
+
+    fn write(&mut self, handle: &str, record: Record, change: Change) -> Result<(), StoreError> {
+        self.writes.push(Write::Update {
+            handle: handle.to_owned(),
+            record,
+            change,
+            counted: 0,
+        });
+        Ok(())
+    }
+}
+
+pub(crate) fn version_to_sql(version: u64) -> Result<i64, StoreError> {
+    i64::try_from(version)
+        .map_err(|_| StoreError::Corrupt(format!("version {version} out of range")))
+}
+
+fn version_from_sql(version: i64) -> Result<u64, StoreError> {
+    u64::try_from(version).map_err(|_| StoreError::Corrupt(format!("negative version {version}")))
+}
+
+fn json<T: serde::de::DeserializeOwned>(text: &str, what: &str) -> Result<T, StoreError> {
+    serde_json::from_str(text).map_err(|error| StoreError::Corrupt(format!("{what}: {error}")))
+}
+
+fn to_json<T: serde::Serialize>(value: &T, what: &str) -> Result<String, StoreError> {
+    serde_json::to_string(value).map_err(|error| StoreError::Corrupt(format!("{what}: {error}")))
+}
+
+fn column<'a, T: tokio_postgres::types::FromSql<'a>>(
+    row: &'a Row,
+    at: usize,
+) -> Result<T, StoreError> {
+    row.try_get(at)
+        .map_err(|error| StoreError::Corrupt(format!("column {at}: {error}")))
+}
+
+/// A resource from the 7 resource columns starting at `at`, with its `ledger_live`; `None` when
+/// they are null (a left join that found nothing).
+pub(crate) fn record_from(row: &Row, at: usize) -> Result<Option<(Record, i64)>, StoreError> {
+    let Some(kind) = column::<Option<&str>>(row, at)? else {
+        return Ok(None);
+    };
+    let lifecycle: &str = column(row, at + 4)?;
+    let state: &str = column(row, at + 3)?;
+    let record = Record {
+        kind: kind.into(),
+        owner: column::<&str>(row, at + 1)?.into(),
+        version: version_from_sql(column(row, at + 2)?)?,
+        state: Arc::new(json(state, "stored state")?),
+        lifecycle: Lifecycle::parse(lifecycle)
+            .ok_or_else(|| StoreError::Corrupt(format!("unknown lifecycle {lifecycle:?}")))?,
+        expires_at: column(row, at + 5)?,
+    };
+    Ok(Some((record, column(row, at + 6)?)))
+}
+
+/// A ledger record from the 6 ledger columns starting at `at`; `None` when they are null.
+pub(crate) fn entry_from(row: &Row, at: usize) -> Result<Option<LedgerEntry>, StoreError> {
+    let Some(fingerprint) = column::<Option<&[u8]>>(row, at)? else {
+        return Ok(None);
+    };
+    let outcome: Option<&str> = column(row, at + 1)?;
+    let claim: Option<i64> = column(row, at + 2)?;
+    let state = match (outcome, claim) {
+        (Some(outcome), _) => LedgerState::Done(json(outcome, "ledger outcome")?),
+        // Stored as its bits: PostgreSQL integers are signed.
+        (None, Some(token)) => LedgerState::Pending {
+            token: token as u64,
+        },
+        (None, None) => {
+            return Err(StoreError::Corrupt(
+                "a ledger row with neither outcome nor claim".into(),
+            ));
+        }
+    };
+    let fingerprint: [u8; 32] = fingerprint.try_into().map_err(|_| {
+        StoreError::Corrupt(format!(
+            "a ledger row's fingerprint has {} bytes, not 32",
+            fingerprint.len()
+        ))
+    })?;
+    Ok(Some(LedgerEntry {
+        fingerprint: Fingerprint::from_bytes(fingerprint),
+        state,
+        handle: column(row, at + 3)?,
+        recorded_at: column(row, at + 4)?,
+        expires_at: column(row, at + 5)?,
+    }))
+}
+
+/// A boxed statement parameter.
+pub(crate) type Param = Box<dyn ToSql + Sync + Send>;
+
+/// Which prepared statement a write runs.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Statement {
+    InsertResource,
+    UpdateResource,
+    InsertChange,
+    DropChanges,
+    Count,
+    InsertLedger,
+    DeleteLedger,
+}
+
+/// The statements a write runs, with their parameters, in order; `true` where exactly one row
+/// must change.
+pub(crate) fn statements(
+    write: Write,
+    out: &mut Vec<(Statement, Vec<Param>, bool)>,
+) -> Result<(), StoreError> {
+    match write {
+        Write::Insert {
+            handle,
+            record,
+            counted,
+        } => out.push((
+            Statement::InsertResource,
+            vec![
+                Box::new(handle),
+                Box::new(record.kind.to_string()),
+                Box::new(record.owner.to_string()),
+                Box::new(version_to_sql(record.version)?),
+                Box::new(record.state.to_string()),
+                Box::new(record.lifecycle.as_str()),
+                Box::new(record.expires_at),
+                Box::new(counted),
+            ],
+            true,
+        )),
+        Write::Update {
+            handle,
+            record,
+            change,
+            counted,
+        } => {
+            let version = version_to_sql(record.version)?;
+            out.push((
+                Statement::UpdateResource,
+                vec![
+                    Box::new(handle.clone()),
+                    Box::new(version),
+                    Box::new(record.state.to_string()),
+                    Box::new(record.lifecycle.as_str()),
+                    Box::new(record.expires_at),
+                    Box::new(counted),
+                ],
+                true,
+            ));
+            out.push((
+                Statement::InsertChange,
+                vec![
+                    Box::new(handle.clone()),
+                    Box::new(version),
+                    Box::new(to_json(&change.undo, "history")?),
+                ],
+                true,
+            ));
+            if change.drop_through > 0 && change.drop_through.is_multiple_of(HISTORY_SWEEP_EVERY) {
+                out.push((
+                    Statement::DropChanges,
+                    vec![
+                        Box::new(handle),
+                        Box::new(version_to_sql(change.drop_through)?),
+                    ],
+                    false,
+                ));
+            }
+        }
+        Write::LedgerInsert {
+            principal,
+            operation_id,
+            entry,
+        } => {
+            let (outcome, claim) = match &entry.state {
+                LedgerState::Done(outcome) => (Some(to_json(outcome, "ledger outcome")?), None),
+                LedgerState::Pending { token } => (None, Some(*token as i64)),
+            };
+            out.push((
+                Statement::InsertLedger,
+                vec![
+                    Box::new(principal),
+                    Box::new(operation_id),
+                    Box::new(entry.fingerprint.as_bytes().to_vec()),
+                    Box::new(outcome),
+                    Box::new(claim),
+                    Box::new(entry.handle),
+                    Box::new(entry.recorded_at),
+                    Box::new(entry.expires_at),
+                ],
+                true,
+            ));
+        }
+        Write::LedgerDelete {
+            principal,
+            operation_id,
+        } => out.push((
+            Statement::DeleteLedger,
+            vec![Box::new(principal), Box::new(operation_id)],
+            false,
+        )),
+        Write::Count { handle, by } => out.push((
+            Statement::Count,
+            vec![Box::new(handle), Box::new(by)],
+            false,
+        )),
+    }
+    Ok(())
+}
