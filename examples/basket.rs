@@ -4,7 +4,10 @@
 //! `-- --help` lists the commands of the standard command line (`serve`, `schema`, `docs`,
 //! `list`, `contract check`, `contract diff`, `call`, `probe`). Its own options, taken by `serve`
 //! (and by the bare command) and `call`: `--db PATH` (another SQLite file), `--memory` (keep
-//! state in memory). `schema`, `docs`, `list` and `contract` open no store.
+//! state in memory), `--postgres URL` (a PostgreSQL database shared by replicas on many hosts;
+//! a URL or libpq `key=value` string, completed from the `PG*` environment variables), and
+//! `--cursor-key-file PATH` (the secret replicas share to sign cursors, request states and
+//! validators). `schema`, `docs`, `list` and `contract` open no store.
 //!
 //! Without OAuth every caller is the anonymous principal and a basket handle is a bearer
 //! capability: whoever holds it can use it. `--issuer URL --audience URI --jwks-url URL` (all
@@ -23,7 +26,7 @@ use std::sync::Arc;
 use mcp_tools::McpServer;
 use mcp_tools::auth::{JwtVerifier, OAuth};
 use mcp_tools::cli::{self, BuildFailure, Mode};
-use mcp_tools::store::{MemoryStore, SqliteStore, Store, StoreConfig};
+use mcp_tools::store::{MemoryStore, PostgresStore, SqliteStore, Store, StoreConfig};
 
 /// The basket server's own options.
 #[derive(clap::Args, Debug)]
@@ -32,8 +35,16 @@ struct Options {
     #[arg(long, value_name = "PATH", default_value = "basket.db")]
     db: PathBuf,
     /// Keep state in memory (lost when the server stops).
-    #[arg(long, conflicts_with = "db")]
+    #[arg(long, conflicts_with_all = ["db", "postgres"])]
     memory: bool,
+    /// Keep state in the PostgreSQL database URL (a `postgres://` URL or libpq `key=value`
+    /// pairs; what it leaves out, a password say, comes from PGHOST, PGUSER, PGPASSWORD, ...).
+    #[arg(long, value_name = "URL", conflicts_with = "db")]
+    postgres: Option<String>,
+    /// Sign cursors, request states and validators with the secret in PATH: replicas behind one
+    /// load balancer share it (without it each process draws a random key).
+    #[arg(long, value_name = "PATH")]
+    cursor_key_file: Option<PathBuf>,
     /// OAuth: the issuer identifier of the authorization server whose tokens are accepted.
     #[arg(long, value_name = "URL", requires_all = ["audience", "jwks_url"])]
     issuer: Option<String>,
@@ -89,11 +100,20 @@ async fn server(mode: Mode<Options>) -> Result<McpServer, BuildFailure> {
     let store = if options.memory {
         tracing::info!("state in memory (lost when the server stops)");
         Arc::new(MemoryStore::default()) as Arc<dyn Store>
+    } else if let Some(url) = &options.postgres {
+        tracing::info!("state in PostgreSQL");
+        Arc::new(PostgresStore::connect(url, StoreConfig::default()).await?)
     } else {
         tracing::info!(path = %options.db.display(), "state in a SQLite file");
         Arc::new(SqliteStore::open(&options.db, StoreConfig::default())?)
     };
     let mut builder = builder.store(store);
+    if let Some(path) = &options.cursor_key_file {
+        let key = std::fs::read(path).map_err(|error| {
+            BuildFailure::from(format!("--cursor-key-file {}: {error}", path.display()))
+        })?;
+        builder = builder.cursor_key(key);
+    }
     if let Some(oauth) = oauth(options)? {
         tracing::info!(
             resource = options.audience.as_deref().unwrap_or_default(),

@@ -8,23 +8,19 @@ mod basket;
 mod basket_client;
 mod common;
 
-use std::io::{BufRead, BufReader, Read, Write};
 use std::path::Path;
-use std::process::{Command, Stdio};
-use std::sync::mpsc;
 
 use serde_json::json;
 
 use mcp_tools::store::{SqliteOptions, SqliteStore, StoreConfig, Synchronous};
 
 use basket_client::{Agent, assert_no_lost_update, remove_db, server, temp_db, workload};
+use common::children::Child;
 
 /// Set in a child's environment: the SQLite file to serve.
 const CHILD_DB: &str = "MCP_TOOLS_TEST_CHILD_DB";
 /// Set in a child's environment: `full` or `normal`.
 const CHILD_SYNCHRONOUS: &str = "MCP_TOOLS_TEST_CHILD_SYNCHRONOUS";
-/// What a child prints, followed by its address, once it accepts connections.
-const READY: &str = "basket child serving on ";
 const CHILD_TEST: &str = "a_child_process_serves_the_basket_from_the_file_it_is_given";
 
 const AGENTS: usize = 24;
@@ -52,122 +48,17 @@ fn a_child_process_serves_the_basket_from_the_file_it_is_given() {
             ..SqliteOptions::default()
         };
         let store = SqliteStore::open_with(&path, StoreConfig::default(), options).unwrap();
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let mut stdout = std::io::stdout();
-        writeln!(stdout, "\n{READY}{}", listener.local_addr().unwrap()).unwrap();
-        stdout.flush().unwrap();
-        // The parent holds the other end of stdin: when it closes it, or dies, the child stops.
-        let parent_gone = async {
-            let _ = tokio::task::spawn_blocking(|| {
-                let _ = std::io::stdin().read_to_end(&mut Vec::new());
-            })
-            .await;
-        };
-        server(store)
-            .serve_listener(listener, parent_gone)
-            .await
-            .unwrap();
+        common::children::serve(server(store)).await;
     });
-}
-
-/// A child server process, killed when dropped (a failing test included).
-struct Child {
-    /// `None` once killed.
-    process: Option<std::process::Child>,
-    url: String,
-}
-
-impl Child {
-    /// SIGKILL: no shutdown, no draining. Returns once the process is gone.
-    fn kill(&mut self) {
-        let mut process = self.process.take().expect("a child is killed once");
-        process.kill().unwrap();
-        let pid = process.id();
-        assert!(
-            reaped(process),
-            "timed out after {:?}: child process {pid} to exit after SIGKILL",
-            common::STEP
-        );
-    }
-}
-
-impl Drop for Child {
-    fn drop(&mut self) {
-        if let Some(mut process) = self.process.take() {
-            let _ = process.kill();
-            let pid = process.id();
-            // A second panic while a failed test unwinds would abort the whole binary.
-            if !reaped(process) && !std::thread::panicking() {
-                panic!(
-                    "timed out after {:?}: child process {pid} to exit after SIGKILL",
-                    common::STEP
-                );
-            }
-        }
-    }
-}
-
-/// Waits for `process` to exit, for at most a test step: `wait` has no timeout of its own, so
-/// it runs on a thread of its own, left behind if the process never exits.
-fn reaped(mut process: std::process::Child) -> bool {
-    let (exited, exit) = mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = exited.send(process.wait());
-    });
-    exit.recv_timeout(common::STEP).is_ok()
 }
 
 /// Starts `count` children serving `path`, all at once, and waits until each one listens.
 fn start_children(path: &Path, synchronous: &str, count: usize) -> Vec<Child> {
-    let mut children = Vec::new();
-    let mut ready = Vec::new();
-    for _ in 0..count {
-        let mut process = Command::new(std::env::current_exe().unwrap())
-            .args([CHILD_TEST, "--exact", "--ignored", "--nocapture"])
-            .args(["--test-threads", "1"])
-            .env(CHILD_DB, path)
-            .env(CHILD_SYNCHRONOUS, synchronous)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap();
-        let stdout = process.stdout.take().unwrap();
-        children.push(Child {
-            process: Some(process),
-            url: String::new(),
-        });
-        let (address, told) = mpsc::channel();
-        std::thread::spawn(move || {
-            let mut lines = BufReader::new(stdout).lines();
-            for line in lines.by_ref() {
-                let Ok(line) = line else { break };
-                // libtest may have started the line with the test's name.
-                if let Some((_, addr)) = line.split_once(READY) {
-                    let _ = address.send(addr.to_owned());
-                    break;
-                }
-            }
-            // Keep reading so the child never blocks on a full pipe.
-            for _ in lines {}
-        });
-        ready.push(told);
-    }
-    for (child, told) in children.iter_mut().zip(ready) {
-        let pid = child.process.as_ref().unwrap().id();
-        let addr = match told.recv_timeout(common::STEP) {
-            Ok(addr) => addr,
-            Err(mpsc::RecvTimeoutError::Timeout) => panic!(
-                "timed out after {:?}: child process {pid} to print the address it serves on",
-                common::STEP
-            ),
-            Err(mpsc::RecvTimeoutError::Disconnected) => {
-                panic!("child process {pid} closed its stdout without serving")
-            }
-        };
-        child.url = format!("http://{addr}/mcp");
-    }
-    children
+    let env = [
+        (CHILD_DB, path.display().to_string()),
+        (CHILD_SYNCHRONOUS, synchronous.to_owned()),
+    ];
+    common::children::start(CHILD_TEST, &env, count)
 }
 
 /// Where the children start from.

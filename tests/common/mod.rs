@@ -12,6 +12,7 @@ use mcp_tools::McpServer;
 use serde_json::{Value, json};
 use tokio::sync::oneshot;
 
+pub mod children;
 pub mod events;
 pub mod examples;
 pub mod oauth;

@@ -1,0 +1,361 @@
+//! The multi-host promise on PostgreSQL: basket server processes on one database, called over
+//! real HTTP. The test binary starts copies of itself as the replicas (each with its own pool
+//! and its own process), so nothing but the database is shared, as across hosts.
+
+#[path = "../examples/support/basket.rs"]
+mod basket;
+mod basket_client;
+mod common;
+#[path = "../mcp-tools/tests/pg/mod.rs"]
+mod pg;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use mcp_tools::store::{PostgresOptions, PostgresStore, StoreConfig};
+use serde_json::{Value, json};
+
+use basket_client::{Agent, operation_id, server};
+use common::children::{self, Child};
+
+/// Set in a child's environment: the database URL and the schema to serve from.
+const CHILD_URL: &str = "MCP_TOOLS_TEST_CHILD_POSTGRES";
+const CHILD_SCHEMA: &str = "MCP_TOOLS_TEST_CHILD_SCHEMA";
+const CHILD_TEST: &str = "a_child_process_serves_the_basket_from_the_database_it_is_given";
+
+/// The body of a child process; does nothing unless a parent test started it.
+#[test]
+#[ignore = "runs only as a child process of the multi-host tests"]
+fn a_child_process_serves_the_basket_from_the_database_it_is_given() {
+    let (Ok(url), Ok(schema)) = (std::env::var(CHILD_URL), std::env::var(CHILD_SCHEMA)) else {
+        return;
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async move {
+        let options = PostgresOptions {
+            schema,
+            ..PostgresOptions::default()
+        };
+        let store = PostgresStore::connect_with(&url, StoreConfig::default(), options)
+            .await
+            .unwrap();
+        children::serve(server(store)).await;
+    });
+}
+
+/// `count` replicas on the schema of this test.
+fn replicas(schema: &pg::Schema, count: usize) -> Vec<Child> {
+    let env = [
+        (CHILD_URL, schema.url.clone()),
+        (CHILD_SCHEMA, schema.name.clone()),
+    ];
+    children::start(CHILD_TEST, &env, count)
+}
+
+async fn connect_all(children: &[Child]) -> Vec<Agent> {
+    let mut agents = Vec::new();
+    for child in children {
+        agents.push(Agent::connect(&child.url, None).await);
+    }
+    agents
+}
+
+/// What a call answered, read without assuming success.
+enum Answer {
+    /// A `CallToolResult`.
+    Result(Value),
+    /// The replica is gone or dropped the connection.
+    Gone,
+}
+
+async fn call(url: &str, tool: &str, arguments: &Value) -> Answer {
+    let sent = common::within(
+        "a tool call",
+        common::Call::call_tool(tool, arguments.clone()).try_send_to(url),
+    )
+    .await;
+    match sent {
+        Ok(reply) => {
+            assert_eq!(reply.status, 200, "{tool}: {}", reply.text);
+            let json = reply.json();
+            common::assert_conforms("CallToolResultResponse", &json);
+            Answer::Result(json["result"].clone())
+        }
+        Err(_) => Answer::Gone,
+    }
+}
+
+/// The tool error code of a result, if it is one.
+fn error_code(result: &Value) -> Option<&str> {
+    if result["isError"] != true {
+        return None;
+    }
+    result["structuredContent"]["code"]
+        .as_str()
+        .or_else(|| result["structuredContent"]["error"]["code"].as_str())
+}
+
+/// 32 agents, 20 increments each, every call sent to the next replica in turn (a client behind a
+/// round-robin balancer): each reads, plans one more GiB from the version it read, and retries
+/// on `stale_view`. Nothing acknowledged is lost; versions are contiguous.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn thirty_two_agents_round_robin_over_three_replicas_lose_nothing() {
+    const AGENTS: usize = 32;
+    const INCREMENTS: u64 = 20;
+    let Some(schema) = pg::Schema::new() else {
+        return;
+    };
+    let children = replicas(&schema, 3);
+    let agents = Arc::new(connect_all(&children).await);
+    let handle = agents[0].create().await;
+    let stale = Arc::new(AtomicU64::new(0));
+    let tasks: Vec<_> = (0..AGENTS)
+        .map(|index| {
+            let (agents, handle, stale) = (Arc::clone(&agents), handle.clone(), Arc::clone(&stale));
+            tokio::spawn(async move {
+                let mut turn = index;
+                let mut next = || {
+                    turn += 1;
+                    agents[turn % agents.len()].clone()
+                };
+                let mut versions = Vec::new();
+                let mut attempts = 0;
+                while (versions.len() as u64) < INCREMENTS {
+                    attempts += 1;
+                    assert!(attempts < 20_000, "agent {index} starved");
+                    let (version, state) = next().get(&handle).await;
+                    let memory = state["memory_gib"].as_u64().unwrap();
+                    let change = json!({
+                        "basket_id": handle,
+                        "expected_version": version,
+                        "operation_id": operation_id(&format!("rr{index}")),
+                        "memory_gib": memory + 1,
+                        "storage_gib": state["storage_gib"],
+                    });
+                    let result = next().call("basket_replace_configuration", change).await;
+                    match basket_client::outcome(&result) {
+                        "applied" => {
+                            versions.push(result["structuredContent"]["version"].as_u64().unwrap())
+                        }
+                        "stale_view" => {
+                            stale.fetch_add(1, Ordering::Relaxed);
+                        }
+                        other => panic!("unexpected outcome {other}: {result}"),
+                    }
+                }
+                versions
+            })
+        })
+        .collect();
+    let mut versions = Vec::new();
+    for task in tasks {
+        let applied = common::within_for(
+            std::time::Duration::from_secs(300),
+            "a round-robin agent",
+            task,
+        )
+        .await
+        .unwrap();
+        versions.extend(applied);
+    }
+    let applied = versions.len() as u64;
+    println!(
+        "three replicas, round robin: {AGENTS} agents, {applied} applied, {} stale_view retries",
+        stale.load(Ordering::Relaxed)
+    );
+    assert_eq!(applied, AGENTS as u64 * INCREMENTS);
+    versions.sort_unstable();
+    assert_eq!(versions, (2..=1 + applied).collect::<Vec<_>>());
+    for agent in agents.iter() {
+        let (version, state) = agent.get(&handle).await;
+        assert_eq!(version, 1 + applied, "{}", agent.url);
+        assert_eq!(
+            state["memory_gib"].as_u64(),
+            Some(16 + applied),
+            "{}",
+            agent.url
+        );
+    }
+}
+
+/// 500 calls at once with one operation id, spread over three replicas: one application, and
+/// every other call answers `replayed` (a `STORE_UNAVAILABLE` under pool pressure is allowed
+/// only if its retry then answers `replayed`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn five_hundred_calls_with_one_operation_id_over_three_replicas_apply_once() {
+    const CALLS: usize = 500;
+    let Some(schema) = pg::Schema::new() else {
+        return;
+    };
+    let children = replicas(&schema, 3);
+    let agents = connect_all(&children).await;
+    let handle = agents[0].create().await;
+    let arguments = json!({
+        "basket_id": handle,
+        "operation_id": operation_id("storm"),
+        "text": "exactly once",
+    });
+    let urls: Vec<String> = children.iter().map(|child| child.url.clone()).collect();
+    let barrier = Arc::new(tokio::sync::Barrier::new(CALLS));
+    let tasks: Vec<_> = (0..CALLS)
+        .map(|index| {
+            let (url, arguments, barrier) = (
+                urls[index % urls.len()].clone(),
+                arguments.clone(),
+                Arc::clone(&barrier),
+            );
+            tokio::spawn(async move {
+                barrier.wait().await;
+                let mut unavailable = 0;
+                loop {
+                    let Answer::Result(result) = call(&url, "basket_add_note", &arguments).await
+                    else {
+                        panic!("a replica went away");
+                    };
+                    if error_code(&result) == Some("STORE_UNAVAILABLE") {
+                        unavailable += 1;
+                        assert!(unavailable < 50, "never available: {result}");
+                        continue;
+                    }
+                    return (
+                        basket_client::outcome(&result).to_owned(),
+                        unavailable,
+                        result,
+                    );
+                }
+            })
+        })
+        .collect();
+    let (mut applied, mut replayed, mut unavailable) = (0, 0, 0);
+    for task in tasks {
+        let (outcome, retries, result) = common::within("a storm call", task).await.unwrap();
+        unavailable += retries;
+        match outcome.as_str() {
+            "applied" => applied += 1,
+            "replayed" => {
+                assert_eq!(
+                    result["structuredContent"]["original"]["outcome"],
+                    "applied"
+                );
+                replayed += 1;
+            }
+            other => panic!("unexpected outcome {other}: {result}"),
+        }
+    }
+    println!(
+        "one operation id, {CALLS} calls over three replicas: {applied} applied, {replayed} replayed, {unavailable} STORE_UNAVAILABLE answers retried"
+    );
+    assert_eq!((applied, replayed), (1, CALLS - 1));
+    let (version, state) = agents[1].get(&handle).await;
+    assert_eq!(version, 2);
+    assert_eq!(state["notes"], json!(["exactly once"]));
+}
+
+/// One replica killed with SIGKILL in the middle of a workload; each call that failed is sent
+/// again, with the same arguments, to another replica. Nothing acknowledged is lost, nothing is
+/// applied twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_replica_killed_mid_workload_loses_nothing_and_applies_nothing_twice() {
+    const AGENTS: usize = 8;
+    const EACH: usize = 5;
+    const KILL_AFTER: u64 = 12;
+    let Some(schema) = pg::Schema::new() else {
+        return;
+    };
+    let mut children = replicas(&schema, 3);
+    let urls: Vec<String> = children.iter().map(|child| child.url.clone()).collect();
+    let handle = Agent::connect(&urls[1], None).await.create().await;
+    let acknowledged = Arc::new(AtomicU64::new(0));
+    let failovers = Arc::new(AtomicU64::new(0));
+    let replays = Arc::new(AtomicU64::new(0));
+    let halfway = Arc::new(tokio::sync::Notify::new());
+    let agents: Vec<_> = (0..AGENTS)
+        .map(|index| {
+            let (urls, handle) = (urls.clone(), handle.clone());
+            let (acknowledged, halfway) = (Arc::clone(&acknowledged), Arc::clone(&halfway));
+            let (failovers, replays) = (Arc::clone(&failovers), Arc::clone(&replays));
+            tokio::spawn(async move {
+                // Round robin over the replicas, skipping one that went away.
+                let mut turn = index;
+                let mut gone = [false; 3];
+                let mut send = async |tool: &str, arguments: &Value| loop {
+                    turn += 1;
+                    let replica = turn % urls.len();
+                    if gone[replica] {
+                        continue;
+                    }
+                    match call(&urls[replica], tool, arguments).await {
+                        Answer::Result(result) => return result,
+                        Answer::Gone => {
+                            gone[replica] = true;
+                            failovers.fetch_add(1, Ordering::SeqCst);
+                        }
+                    }
+                };
+                let mut versions = Vec::new();
+                let mut attempts = 0;
+                while versions.len() < EACH {
+                    attempts += 1;
+                    assert!(attempts < 10_000, "agent {index} starved");
+                    let read = send("basket_get", &json!({ "basket_id": handle })).await;
+                    let basket = &read["structuredContent"];
+                    let version = basket["version"].as_u64().unwrap();
+                    let memory = basket["state"]["memory_gib"].as_u64().unwrap();
+                    let change = json!({
+                        "basket_id": handle,
+                        "expected_version": version,
+                        "operation_id": operation_id(&format!("killed{index}")),
+                        "memory_gib": memory + 1,
+                        "storage_gib": basket["state"]["storage_gib"],
+                    });
+                    let result = send("basket_replace_configuration", &change).await;
+                    let mut outcome = &result["structuredContent"];
+                    // The dead replica committed the change but its answer was lost: the retry
+                    // is answered from the ledger.
+                    if outcome["outcome"] == "replayed" {
+                        replays.fetch_add(1, Ordering::SeqCst);
+                        outcome = &outcome["original"];
+                    }
+                    match outcome["outcome"].as_str() {
+                        Some("applied") => {
+                            versions.push(outcome["version"].as_u64().unwrap());
+                            if acknowledged.fetch_add(1, Ordering::SeqCst) + 1 == KILL_AFTER {
+                                halfway.notify_one();
+                            }
+                        }
+                        Some("stale_view") => {}
+                        _ => panic!("unexpected answer: {result}"),
+                    }
+                }
+                versions
+            })
+        })
+        .collect();
+    common::within("the workload to get halfway", halfway.notified()).await;
+    children[0].kill();
+    let mut versions = Vec::new();
+    for agent in agents {
+        versions.extend(common::within("an agent", agent).await.unwrap());
+    }
+    let applied = versions.len() as u64;
+    println!(
+        "kill -9 of one of three replicas: {applied} applied, {} calls failed over, {} answered replayed",
+        failovers.load(Ordering::SeqCst),
+        replays.load(Ordering::SeqCst)
+    );
+    assert_eq!(applied, (AGENTS * EACH) as u64);
+    versions.sort_unstable();
+    assert_eq!(versions, (2..=1 + applied).collect::<Vec<_>>());
+    let survivor = Agent::connect(&urls[2], None).await;
+    let (version, state) = survivor.get(&handle).await;
+    assert_eq!(version, 1 + applied);
+    assert_eq!(
+        state["memory_gib"].as_u64(),
+        Some(16 + applied),
+        "an acknowledged change was lost or applied twice"
+    );
+}
