@@ -1,0 +1,215 @@
+//! The database restarted under load: while it is down every call answers the typed, retryable
+//! `STORE_UNAVAILABLE` (never an HTTP 500, never a JSON-RPC error, never a hang), the replicas
+//! reconnect on their own, and the workload then completes with nothing lost or applied twice.
+//!
+//! A test binary of its own: restarting the database would break any other test running beside
+//! it.
+
+#[path = "../examples/support/basket.rs"]
+mod basket;
+mod basket_client;
+mod common;
+#[path = "../mcp-tools/tests/pg/mod.rs"]
+mod pg;
+
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use mcp_tools::store::{PostgresOptions, PostgresStore, StoreConfig};
+use serde_json::{Value, json};
+
+use basket_client::{operation_id, server};
+use common::children;
+
+const CHILD_URL: &str = "MCP_TOOLS_TEST_CHILD_POSTGRES";
+const CHILD_SCHEMA: &str = "MCP_TOOLS_TEST_CHILD_SCHEMA";
+const CHILD_TEST: &str = "a_child_process_serves_the_basket_through_restarts";
+
+/// The body of a child process; does nothing unless a parent test started it.
+#[test]
+#[ignore = "runs only as a child process of the restart test"]
+fn a_child_process_serves_the_basket_through_restarts() {
+    let (Ok(url), Ok(schema)) = (std::env::var(CHILD_URL), std::env::var(CHILD_SCHEMA)) else {
+        return;
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async move {
+        let options = PostgresOptions {
+            schema,
+            timeout: Duration::from_secs(3),
+            ..PostgresOptions::default()
+        };
+        let store = PostgresStore::connect_with(&url, StoreConfig::default(), options)
+            .await
+            .unwrap();
+        children::serve(server(store)).await;
+    });
+}
+
+/// Restarts the test cluster (`.ci/postgres` exports where it is) as its owner.
+fn restart_database() {
+    let (Ok(bin), Ok(data)) = (
+        std::env::var("MCP_TOOLS_POSTGRES_BIN"),
+        std::env::var("MCP_TOOLS_POSTGRES_DATA"),
+    ) else {
+        panic!(
+            "restarting needs MCP_TOOLS_POSTGRES_BIN and MCP_TOOLS_POSTGRES_DATA (.ci/postgres)"
+        );
+    };
+    let log = format!("{data}/../restart.log");
+    let status = Command::new("runuser")
+        .args(["-u", "postgres", "--"])
+        .arg(format!("{bin}/pg_ctl"))
+        .args([
+            "-D", &data, "-l", &log, "-m", "fast", "-w", "-t", "60", "restart",
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .expect("pg_ctl runs");
+    assert!(status.success(), "pg_ctl restart failed: {status}");
+}
+
+/// Sends a call until it gets an answer other than `STORE_UNAVAILABLE`, checking every answer is
+/// a well-formed tool result; returns the answer and how many `STORE_UNAVAILABLE` came first.
+async fn until_available(url: &str, tool: &str, arguments: &Value) -> (Value, u64) {
+    let mut unavailable = 0;
+    loop {
+        let reply = common::within(
+            "a tool call while the database restarts",
+            common::Call::call_tool(tool, arguments.clone()).send_to(url),
+        )
+        .await;
+        assert_eq!(reply.status, 200, "{tool}: {}", reply.text);
+        let json = reply.json();
+        assert!(json.get("error").is_none(), "a JSON-RPC error: {json}");
+        let result = json["result"].clone();
+        if result["isError"] == true && result["structuredContent"]["code"] == "STORE_UNAVAILABLE" {
+            unavailable += 1;
+            assert!(unavailable < 2_000, "the store never came back");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            continue;
+        }
+        return (result, unavailable);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_database_restart_mid_workload_answers_store_unavailable_and_loses_nothing() {
+    const AGENTS: usize = 8;
+    const EACH: usize = 8;
+    const RESTART_AFTER: u64 = 16;
+    let Some(schema) = pg::Schema::new() else {
+        return;
+    };
+    let env = [
+        (CHILD_URL, schema.url.clone()),
+        (CHILD_SCHEMA, schema.name.clone()),
+    ];
+    let replicas = children::start(CHILD_TEST, &env, 2);
+    let urls: Vec<String> = replicas.iter().map(|child| child.url.clone()).collect();
+    let (created, _) = until_available(
+        &urls[0],
+        "basket_create",
+        &json!({ "operation_id": operation_id("create") }),
+    )
+    .await;
+    let handle = created["structuredContent"]["handle"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let acknowledged = Arc::new(AtomicU64::new(0));
+    let unavailable = Arc::new(AtomicU64::new(0));
+    let replays = Arc::new(AtomicU64::new(0));
+    let halfway = Arc::new(tokio::sync::Notify::new());
+    let agents: Vec<_> = (0..AGENTS)
+        .map(|index| {
+            let (urls, handle, halfway) = (urls.clone(), handle.clone(), Arc::clone(&halfway));
+            let (acknowledged, unavailable, replays) = (
+                Arc::clone(&acknowledged),
+                Arc::clone(&unavailable),
+                Arc::clone(&replays),
+            );
+            tokio::spawn(async move {
+                let mut versions = Vec::new();
+                let mut turn = index;
+                while versions.len() < EACH {
+                    turn += 1;
+                    let url = &urls[turn % urls.len()];
+                    let (read, waited) =
+                        until_available(url, "basket_get", &json!({ "basket_id": handle })).await;
+                    unavailable.fetch_add(waited, Ordering::Relaxed);
+                    let basket = &read["structuredContent"];
+                    let change = json!({
+                        "basket_id": handle,
+                        "expected_version": basket["version"],
+                        "operation_id": operation_id(&format!("restart{index}")),
+                        "memory_gib": basket["state"]["memory_gib"].as_u64().unwrap() + 1,
+                        "storage_gib": basket["state"]["storage_gib"],
+                    });
+                    // The same request, same operation id, until the store answers.
+                    let (result, waited) =
+                        until_available(url, "basket_replace_configuration", &change).await;
+                    unavailable.fetch_add(waited, Ordering::Relaxed);
+                    let mut outcome = &result["structuredContent"];
+                    if outcome["outcome"] == "replayed" {
+                        replays.fetch_add(1, Ordering::Relaxed);
+                        outcome = &outcome["original"];
+                    }
+                    match outcome["outcome"].as_str() {
+                        Some("applied") => {
+                            versions.push(outcome["version"].as_u64().unwrap());
+                            if acknowledged.fetch_add(1, Ordering::SeqCst) + 1 == RESTART_AFTER {
+                                halfway.notify_one();
+                            }
+                        }
+                        Some("stale_view") => {}
+                        _ => panic!("unexpected answer: {result}"),
+                    }
+                }
+                versions
+            })
+        })
+        .collect();
+    common::within("the workload to get halfway", halfway.notified()).await;
+    common::within(
+        "the database to restart",
+        tokio::task::spawn_blocking(restart_database),
+    )
+    .await
+    .unwrap();
+    let mut versions = Vec::new();
+    for agent in agents {
+        versions.extend(
+            common::within_for(Duration::from_secs(120), "an agent", agent)
+                .await
+                .unwrap(),
+        );
+    }
+    let applied = versions.len() as u64;
+    println!(
+        "database restarted mid-workload: {applied} applied, {} STORE_UNAVAILABLE answers retried, {} answered replayed",
+        unavailable.load(Ordering::Relaxed),
+        replays.load(Ordering::Relaxed)
+    );
+    assert!(
+        unavailable.load(Ordering::Relaxed) > 0,
+        "no call met the restart: the test proved nothing"
+    );
+    assert_eq!(applied, (AGENTS * EACH) as u64);
+    versions.sort_unstable();
+    assert_eq!(versions, (2..=1 + applied).collect::<Vec<_>>());
+    for url in &urls {
+        let (read, _) = until_available(url, "basket_get", &json!({ "basket_id": handle })).await;
+        let basket = &read["structuredContent"];
+        assert_eq!(basket["version"].as_u64(), Some(1 + applied));
+        assert_eq!(basket["state"]["memory_gib"].as_u64(), Some(16 + applied));
+    }
+}
