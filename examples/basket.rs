@@ -102,7 +102,7 @@ async fn server(mode: Mode<Options>) -> Result<McpServer, BuildFailure> {
         Arc::new(MemoryStore::default()) as Arc<dyn Store>
     } else if let Some(url) = &options.postgres {
         tracing::info!("state in PostgreSQL");
-        Arc::new(PostgresStore::connect(url, StoreConfig::default()).await?)
+        Arc::new(PostgresStore::connect(url, StoreConfig::default()).await?) as Arc<dyn Store>
     } else {
         tracing::info!(path = %options.db.display(), "state in a SQLite file");
         Arc::new(SqliteStore::open(&options.db, StoreConfig::default())?)
