@@ -40,7 +40,13 @@ fn a_child_process_serves_the_basket_from_the_database_it_is_given() {
             schema,
             ..PostgresOptions::default()
         };
-        let store = PostgresStore::connect_with(&url, StoreConfig::default(), options)
+        // 32 agents racing on one basket record every `stale_view` they get: more than the
+        // default share of 10,000 records one basket may hold.
+        let config = StoreConfig {
+            ledger_quota: 1_000_000,
+            ..StoreConfig::default()
+        };
+        let store = PostgresStore::connect_with(&url, config, options)
             .await
             .unwrap();
         children::serve(server(store)).await;

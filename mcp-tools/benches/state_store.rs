@@ -8,7 +8,10 @@
 //! ```
 //!
 //! (`STATE_BENCH_ONLY` is a prefix of the case names: `memory`, `sqlite`,
-//! `sqlite synchronous=NORMAL`, `sqlite synchronous=FULL`.)
+//! `sqlite synchronous=NORMAL`, `sqlite synchronous=FULL`, `postgres`.) The `postgres` case runs
+//! with the `postgres` feature when `MCP_TOOLS_POSTGRES_URL` names a database (`.ci/postgres`
+//! starts one), in a schema of its own that it drops at the end, and prints the server's `fsync`
+//! and `synchronous_commit` settings next to its figures.
 //!
 //! Every case changes the same JSON state (`{"name", "count", "tags"}`: `count += 1`) on one
 //! resource, one writer, each change based on the version the previous one produced.
@@ -27,6 +30,10 @@
 //!   `synchronous`), one `BEGIN IMMEDIATE` transaction: `SELECT body, version` by handle, parse,
 //!   apply the change, serialize, `UPDATE ... SET body = ?, version = version + 1 WHERE handle = ?
 //!   AND version = ?`, `COMMIT`; cached prepared statements; on the calling thread.
+//! - **raw PostgreSQL**: what a careful user hand-writes with tokio-postgres: `SELECT state,
+//!   version` by id, parse, apply the change, serialize, `UPDATE ... SET state = $1, version =
+//!   version + 1 WHERE id = $2 AND version = $3` (each statement its own transaction), prepared
+//!   statements, one connection.
 //!
 //! The ratio pass alternates raw and versioned windows in the same process and prints the median
 //! time per operation of each and `versioned/raw`, the cost of a versioned mutation in raw writes
@@ -69,7 +76,7 @@ fn config(clock: &ManualClock) -> StoreConfig {
 }
 
 /// One versioned mutation after another on one resource, each with a fresh operation id.
-struct Versioned<S> {
+pub(crate) struct Versioned<S> {
     store: S,
     clock: ManualClock,
     handle: String,
@@ -333,6 +340,177 @@ fn ratio_pass(runtime: &Runtime, dir: &std::path::Path) {
         let mut raw = RawSqlite::new(&sub.join("raw.db"), synchronous);
         let mut versioned = sqlite_store(runtime, &sub, synchronous);
         compare(name, || raw.step(), || versioned.step(runtime));
+    }
+    #[cfg(feature = "postgres")]
+    if "postgres".starts_with(&only) {
+        match postgres::Database::open(runtime) {
+            Some(database) => {
+                let label = format!("postgres ({})", database.settings(runtime));
+                let mut raw = database.raw(runtime);
+                let mut versioned = database.store(runtime);
+                compare(&label, || raw.step(runtime), || versioned.step(runtime));
+                drop(versioned);
+                database.drop_schema(runtime);
+            }
+            None => println!("postgres: skipped (set MCP_TOOLS_POSTGRES_URL)"),
+        }
+    }
+}
+
+#[cfg(feature = "postgres")]
+mod postgres {
+    use super::*;
+    use mcp_tools::store::{PostgresOptions, PostgresStore, TimeSource};
+
+    pub(super) struct Database {
+        pub(super) url: String,
+        pub(super) schema: String,
+        pub(super) client: tokio_postgres::Client,
+    }
+
+    impl Database {
+        pub(super) fn open(runtime: &Runtime) -> Option<Self> {
+            let url = std::env::var("MCP_TOOLS_POSTGRES_URL").ok()?;
+            let schema = format!("bench_{}", std::process::id());
+            let client = runtime.block_on(async {
+                let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+                    .await
+                    .unwrap();
+                tokio::spawn(connection);
+                client
+                    .batch_execute(&format!(
+                        "CREATE SCHEMA {schema};
+                         CREATE TABLE {schema}.raw (
+                             id text PRIMARY KEY, version bigint NOT NULL, state text NOT NULL)"
+                    ))
+                    .await
+                    .unwrap();
+                client
+            });
+            Some(Database {
+                url,
+                schema,
+                client,
+            })
+        }
+
+        pub(super) fn settings(&self, runtime: &Runtime) -> String {
+            runtime.block_on(async {
+                let row = self
+                    .client
+                    .query_one(
+                        "SELECT current_setting('fsync'), current_setting('synchronous_commit')",
+                        &[],
+                    )
+                    .await
+                    .unwrap();
+                format!(
+                    "fsync={}, synchronous_commit={}",
+                    row.get::<_, String>(0),
+                    row.get::<_, String>(1)
+                )
+            })
+        }
+
+        pub(super) fn drop_schema(&self, runtime: &Runtime) {
+            runtime
+                .block_on(
+                    self.client
+                        .batch_execute(&format!("DROP SCHEMA {} CASCADE", self.schema)),
+                )
+                .unwrap();
+        }
+
+        pub(super) fn store(&self, runtime: &Runtime) -> Versioned<PostgresStore> {
+            let clock = ManualClock::at_millis(0);
+            let options = PostgresOptions {
+                schema: self.schema.clone(),
+                time: TimeSource::StoreClock,
+                pool_size: 1,
+                ..PostgresOptions::default()
+            };
+            let store = runtime
+                .block_on(PostgresStore::connect_with(
+                    &self.url,
+                    config(&clock),
+                    options,
+                ))
+                .unwrap();
+            Versioned::new(runtime, store, clock)
+        }
+
+        pub(super) fn raw(&self, runtime: &Runtime) -> RawPostgres<'_> {
+            let id = "ctr_0123456789abcdefghijklmnopq".to_owned();
+            let (select, update) = runtime.block_on(async {
+                self.client
+                    .execute(
+                        &format!(
+                            "INSERT INTO {}.raw (id, version, state) VALUES ($1, 1, $2)",
+                            self.schema
+                        ),
+                        &[&id, &initial().to_string()],
+                    )
+                    .await
+                    .unwrap();
+                let select = self
+                    .client
+                    .prepare(&format!(
+                        "SELECT state, version FROM {}.raw WHERE id = $1",
+                        self.schema
+                    ))
+                    .await
+                    .unwrap();
+                let update = self
+                    .client
+                    .prepare(&format!(
+                        "UPDATE {}.raw SET state = $1, version = version + 1
+                         WHERE id = $2 AND version = $3",
+                        self.schema
+                    ))
+                    .await
+                    .unwrap();
+                (select, update)
+            });
+            RawPostgres {
+                client: &self.client,
+                select,
+                update,
+                id,
+                version: 1,
+            }
+        }
+    }
+
+    /// Read the row, then the conditional update, each its own transaction.
+    pub(super) struct RawPostgres<'a> {
+        client: &'a tokio_postgres::Client,
+        select: tokio_postgres::Statement,
+        update: tokio_postgres::Statement,
+        id: String,
+        version: i64,
+    }
+
+    impl RawPostgres<'_> {
+        pub(super) fn step(&mut self, runtime: &Runtime) {
+            runtime.block_on(async {
+                let row = self
+                    .client
+                    .query_one(&self.select, &[&self.id])
+                    .await
+                    .unwrap();
+                let (body, version): (String, i64) = (row.get(0), row.get(1));
+                assert_eq!(version, self.version, "conflict");
+                let mut state: Value = serde_json::from_str(&body).unwrap();
+                increment(&mut state);
+                let updated = self
+                    .client
+                    .execute(&self.update, &[&state.to_string(), &self.id, &self.version])
+                    .await
+                    .unwrap();
+                assert_eq!(updated, 1, "conflict");
+            });
+            self.version = black_box(self.version + 1);
+        }
     }
 }
 

@@ -6,28 +6,36 @@
 //! atomic by locks, not by serialization checks, so no unit ever fails with a serialization
 //! error the model could not act on:
 //!
-//! 1. **First round trip**, pipelined: `BEGIN`; `SELECT … FROM resources WHERE handle = $1 FOR
-//!    UPDATE` (the resource's row lock: every writer of one resource queues here);
-//!    `pg_advisory_xact_lock(key)` on a 64-bit digest of (schema, table prefix, principal,
-//!    operation id) (every unit of one operation id queues here, on every replica, whether or
-//!    not a ledger record exists yet); then one statement that reads the database's clock, the
-//!    ledger record with the resource it names, and the undo patches after `expected_version`.
-//!    That last statement starts after both locks are held, so in `READ COMMITTED` it sees
-//!    everything committed by the units it waited for.
+//! 1. **First round trip**, pipelined: `BEGIN`; two transaction-scoped advisory locks,
+//!    `pg_advisory_xact_lock`, on 64-bit digests of (schema, table prefix, handle) and of
+//!    (schema, table prefix, principal, operation id): every unit that writes one resource
+//!    queues on the first, every unit of one operation id on the second, on every replica,
+//!    whether or not the row or the ledger record exists yet; then one statement that reads the
+//!    database's clock, the resource, its undo patches after `expected_version`, and the ledger
+//!    record with the resource it names. That statement starts after both locks are held, so in
+//!    `READ COMMITTED` its snapshot holds everything committed by the units it waited for.
+//!    Advisory locks write nothing (a `SELECT … FOR UPDATE` would write the row's lock into the
+//!    table and its log).
 //! 2. The boundary runs in this process on what was read: version comparison, lifecycle,
-//!    expiry, the ledger's answer, the transition, the undo patch.
-//! 3. **Second round trip**, pipelined: the conditional `UPDATE … WHERE version = $2 - 1`, the
-//!    undo patch, the ledger record, and `COMMIT`. A failing statement aborts the transaction,
-//!    so the `COMMIT` rolls it back: the change, its history and its ledger record commit or
-//!    vanish together.
+//!    expiry, the ledger's answer, the transition, the undo patch. If it needs a row it was not
+//!    given (a replay naming another resource, an older history), that row is read in the same
+//!    transaction and the boundary starts over, before its transition runs.
+//! 3. **Second round trip**, pipelined: the writes and `COMMIT`. The usual mutation is one
+//!    statement: the conditional `UPDATE … WHERE version = $2 - 1` with the undo patch and the
+//!    ledger record inserted from its `RETURNING`, so neither is written unless the update was.
+//!    A failing statement aborts the transaction, and the `COMMIT` then rolls it back: the
+//!    change, its history and its ledger record commit or vanish together.
 //!
 //! So a mutation costs **two round trips**, a read one, a create whose state is known up front
-//! two, and a create whose state the tool makes four (claim, then store). The locks are always
-//! taken in the same order (resource, then operation id), so these units cannot deadlock one
-//! another. A unit is bounded in time: the pool wait, each statement (`statement_timeout`), each
-//! lock wait (`lock_timeout`) and the time a transaction may sit idle holding its locks while
-//! the transition runs (`idle_in_transaction_session_timeout`) are all set from
-//! [`PostgresOptions::timeout`], and the whole unit is abandoned past it. A connection whose unit
+//! two, and a create whose state the tool makes four (claim, then store). A mutation runs five
+//! statements (`BEGIN`, the locks, the read, the write, `COMMIT`), where a hand-written
+//! read-then-conditional-update runs two. The locks are always taken in the same order
+//! (resource, then operation id), so these units cannot deadlock one another; the sweep, which
+//! takes no advisory lock, can meet a unit in a deadlock PostgreSQL breaks, and a mutation that
+//! loses one is run again. A unit is bounded in time: the pool wait, each statement
+//! (`statement_timeout`), each lock wait (`lock_timeout`) and the time a transaction may sit
+//! idle holding its locks while the transition runs (`idle_in_transaction_session_timeout`) are
+//! all set from [`PostgresOptions::timeout`], and the whole unit is abandoned past it. A connection whose unit
 //! did not finish is closed, never reused, so the server rolls its transaction back.
 //!
 //! # Time
@@ -143,6 +151,11 @@ struct Inner {
     sweep: tokio::sync::Notify,
     writes: std::sync::atomic::AtomicU64,
 }
+
+/// The unit's locks, in one order for every unit: the resource's, then the operation id's (a
+/// null key takes no lock). Transaction-scoped advisory locks: held until commit or rollback,
+/// written nowhere.
+const LOCKS: &str = "SELECT pg_advisory_xact_lock($1::int8), pg_advisory_xact_lock($2::int8)";
 
 /// Writes between two sweeps prompted by writes.
 const SWEEP_EVERY: u64 = 1024;
@@ -316,6 +329,15 @@ impl Inner {
         }
     }
 
+    fn resource_key(&self, handle: &str) -> i64 {
+        lock_key(&[
+            "resource",
+            &self.options.schema,
+            &self.options.table_prefix,
+            handle,
+        ])
+    }
+
     fn op_key(&self, principal: &str, operation_id: &str) -> i64 {
         lock_key(&[
             "operation",
@@ -333,48 +355,33 @@ impl Inner {
         opening: &Opening<'_>,
     ) -> Result<(PgTxn, i64), StoreError> {
         let client = session.client();
-        let (lock_resource, lock_operation, fetch) = tokio::try_join!(
-            client.prepare_cached(&self.sql.lock_resource),
-            client.prepare_cached("SELECT pg_advisory_xact_lock($1)"),
+        let (locks, fetch) = tokio::try_join!(
+            client.prepare_cached(LOCKS),
             client.prepare_cached(&self.sql.fetch),
         )
         .map_err(backend)?;
-        let op_lock = opening
+        let resource_lock = opening.handle.map(|handle| self.resource_key(handle));
+        let operation_lock = opening
             .operation
             .map(|(principal, operation_id)| self.op_key(principal, operation_id));
         let (principal, operation_id) = opening.operation.unzip();
         let since = opening.since.map(txn::version_to_sql).transpose()?;
-        let undo_handle = opening.since.and(opening.handle);
-        let begin = client.batch_execute("BEGIN");
-        let locked = async {
-            match opening.handle {
-                Some(handle) => client.query_opt(&lock_resource, &[&handle]).await.map(Some),
-                None => Ok(None),
-            }
-        };
-        let op_locked = async {
-            match op_lock {
-                Some(key) => client.execute(&lock_operation, &[&key]).await.map(drop),
-                None => Ok(()),
-            }
-        };
+        let lock_params: [&(dyn ToSql + Sync); 2] = [&resource_lock, &operation_lock];
         let fetch_params: [&(dyn ToSql + Sync); 4] =
-            [&principal, &operation_id, &undo_handle, &since];
-        let fetched = client.query_one(&fetch, &fetch_params);
+            [&principal, &operation_id, &opening.handle, &since];
         // Each request is sent when its future is first polled: `biased` polls them in this
-        // order, which is the order the server runs them in.
-        let (_, locked, _, fetched) =
-            tokio::try_join!(biased; begin, locked, op_locked, fetched).map_err(backend)?;
+        // order, which is the order the server runs them in. The fetch starts after the locks
+        // are held, so it sees all that the units it waited for committed.
+        let (_, _, fetched) = tokio::try_join!(
+            biased;
+            client.batch_execute("BEGIN"),
+            client.execute(&locks, &lock_params),
+            client.query_one(&fetch, &fetch_params),
+        )
+        .map_err(backend)?;
         let mut pg = PgTxn::new();
-        if let (Some(handle), Some(locked)) = (opening.handle, locked) {
-            pg.know_resource(
-                handle,
-                locked
-                    .as_ref()
-                    .map(|row| record_from(row, 0))
-                    .transpose()?
-                    .flatten(),
-            );
+        if let Some(handle) = opening.handle {
+            pg.know_resource(handle, record_from(&fetched, 14)?);
         }
         if let Some((principal, operation_id)) = opening.operation {
             let entry = entry_from(&fetched, 1)?;
@@ -385,12 +392,12 @@ impl Inner {
             }
             pg.know_ledger(principal, operation_id, entry);
         }
-        if let (Some(handle), Some(since)) = (undo_handle, opening.since) {
+        if let (Some(handle), Some(since)) = (opening.handle, opening.since) {
             pg.know_history(History {
                 handle: handle.to_owned(),
                 since,
-                versions: fetched.try_get(14).map_err(corrupt)?,
-                patches: fetched.try_get(15).map_err(corrupt)?,
+                versions: fetched.try_get(21).map_err(corrupt)?,
+                patches: fetched.try_get(22).map_err(corrupt)?,
             });
         }
         let now = self.now(fetched.try_get(0).map_err(corrupt)?);
@@ -500,14 +507,13 @@ impl Inner {
     async fn commit(&self, session: &Session, pg: PgTxn) -> Result<(), StoreError> {
         let client = session.client();
         let mut list = Vec::new();
-        for write in pg.writes {
-            statements(write, &mut list)?;
-        }
+        statements(pg.writes, &mut list)?;
         let mut prepared = Vec::with_capacity(list.len());
         for (statement, _, _) in &list {
             let sql = match statement {
                 Statement::InsertResource => &self.sql.insert_resource,
                 Statement::UpdateResource => &self.sql.update_resource,
+                Statement::UpdateRecorded => &self.sql.update_recorded,
                 Statement::InsertChange => &self.sql.insert_change,
                 Statement::DropChanges => &self.sql.drop_changes,
                 Statement::Count => &self.sql.count,

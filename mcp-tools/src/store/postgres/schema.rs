@@ -77,11 +77,11 @@ pub(crate) struct Sql {
     pub(crate) ledger: String,
     /// What names a table of the store without the schema (for `to_regclass`).
     unqualified: Vec<String>,
-    pub(crate) lock_resource: String,
     pub(crate) fetch: String,
     pub(crate) read: String,
     pub(crate) insert_resource: String,
     pub(crate) update_resource: String,
+    pub(crate) update_recorded: String,
     pub(crate) insert_change: String,
     pub(crate) drop_changes: String,
     pub(crate) count: String,
@@ -89,6 +89,7 @@ pub(crate) struct Sql {
     pub(crate) delete_ledger: String,
     pub(crate) prune_ledger: String,
     pub(crate) prune_resources: String,
+    #[cfg_attr(not(feature = "test-hooks"), allow(dead_code))]
     pub(crate) resource_count: String,
 }
 
@@ -103,11 +104,14 @@ impl Sql {
     pub(crate) fn new(schema: &str, prefix: &str) -> Self {
         let table = |name: &str| format!("{}.{}", quote(schema), quote(&format!("{prefix}{name}")));
         let (resources, changes, ledger) = (table("resources"), table("changes"), table("ledger"));
-        let r_columns = RESOURCE_COLUMNS
-            .split(", ")
-            .map(|column| format!("r.{column}"))
-            .collect::<Vec<_>>()
-            .join(", ");
+        let columns = |alias: &str| {
+            RESOURCE_COLUMNS
+                .split(", ")
+                .map(|column| format!("{alias}.{column}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let (r_columns, lr_columns) = (columns("r"), columns("lr"));
         Sql {
             schema: quote(schema),
             migrations: table("migrations"),
@@ -115,14 +119,12 @@ impl Sql {
                 .iter()
                 .map(|name| format!("{prefix}{name}"))
                 .collect(),
-            lock_resource: format!(
-                "SELECT {RESOURCE_COLUMNS} FROM {resources} WHERE handle = $1 FOR UPDATE"
-            ),
             // After the locks: the clock, the ledger record of (principal, operation id) with
-            // the resource it names (a replay shows it), and the undo patches after a version.
+            // the resource it names (a replay shows it), the resource the request names, and
+            // its undo patches after a version; one statement, so one snapshot.
             fetch: format!(
                 "SELECT {NOW_MS}, l.fingerprint, l.outcome, l.claim, l.handle, l.recorded_at,
-                        l.expires_at, {r_columns},
+                        l.expires_at, {lr_columns}, {r_columns},
                         ARRAY(SELECT c.version FROM {changes} AS c
                               WHERE c.handle = $3::text AND c.version > $4::int8
                               ORDER BY c.version DESC),
@@ -131,7 +133,8 @@ impl Sql {
                               ORDER BY c.version DESC)
                  FROM (SELECT 1) AS one
                  LEFT JOIN {ledger} AS l ON l.principal = $1::text AND l.operation_id = $2::text
-                 LEFT JOIN {resources} AS r ON r.handle = l.handle"
+                 LEFT JOIN {resources} AS lr ON lr.handle = l.handle
+                 LEFT JOIN {resources} AS r ON r.handle = $3::text"
             ),
             // One statement, so one snapshot: the state and its history agree.
             read: format!(
@@ -156,6 +159,22 @@ impl Sql {
                 "UPDATE {resources} SET version = $2::int8, state = $3, lifecycle = $4,
                      expires_at = $5::int8, ledger_live = ledger_live + $6::int8
                  WHERE handle = $1 AND version = $2::int8 - 1"
+            ),
+            // A change and the ledger record about it, in one statement: the common mutation.
+            // Both inserts read `u`, so they happen only if the conditional update did.
+            update_recorded: format!(
+                "WITH u AS (
+                     UPDATE {resources} SET version = $2::int8, state = $3, lifecycle = $4,
+                         expires_at = $5::int8, ledger_live = ledger_live + 1
+                     WHERE handle = $1 AND version = $2::int8 - 1
+                     RETURNING handle),
+                 c AS (INSERT INTO {changes} (handle, version, undo)
+                       SELECT handle, $2::int8, $6 FROM u),
+                 l AS (INSERT INTO {ledger}
+                       (principal, operation_id, fingerprint, outcome, claim, handle,
+                        recorded_at, expires_at)
+                       SELECT $7, $8, $9, $10, NULL, handle, $11::int8, $12::int8 FROM u)
+                 SELECT 1 FROM u"
             ),
             insert_change: format!(
                 "INSERT INTO {changes} (handle, version, undo) VALUES ($1, $2, $3)"

@@ -368,6 +368,8 @@ pub(crate) type Param = Box<dyn ToSql + Sync + Send>;
 pub(crate) enum Statement {
     InsertResource,
     UpdateResource,
+    /// An update, its undo patch and the ledger record about it.
+    UpdateRecorded,
     InsertChange,
     DropChanges,
     Count,
@@ -375,12 +377,56 @@ pub(crate) enum Statement {
     DeleteLedger,
 }
 
-/// The statements a write runs, with their parameters, in order; `true` where exactly one row
-/// must change.
+/// The statements the writes run, with their parameters, in order; `true` where exactly one row
+/// must change. A change followed by its ledger record (the common mutation) is one statement.
 pub(crate) fn statements(
-    write: Write,
+    writes: Vec<Write>,
     out: &mut Vec<(Statement, Vec<Param>, bool)>,
 ) -> Result<(), StoreError> {
+    let mut writes = writes.into_iter().peekable();
+    while let Some(write) = writes.next() {
+        if let Write::Update {
+            handle,
+            record,
+            change,
+            counted: 1,
+        } = &write
+            && change.drop_through % HISTORY_SWEEP_EVERY != 0
+            && let Some(Write::LedgerInsert {
+                principal,
+                operation_id,
+                entry,
+            }) = writes.peek()
+            && entry.handle.as_ref() == Some(handle)
+            && let LedgerState::Done(outcome) = &entry.state
+        {
+            out.push((
+                Statement::UpdateRecorded,
+                vec![
+                    Box::new(handle.clone()),
+                    Box::new(version_to_sql(record.version)?),
+                    Box::new(record.state.to_string()),
+                    Box::new(record.lifecycle.as_str()),
+                    Box::new(record.expires_at),
+                    Box::new(to_json(&change.undo, "history")?),
+                    Box::new(principal.clone()),
+                    Box::new(operation_id.clone()),
+                    Box::new(entry.fingerprint.as_bytes().to_vec()),
+                    Box::new(to_json(outcome, "ledger outcome")?),
+                    Box::new(entry.recorded_at),
+                    Box::new(entry.expires_at),
+                ],
+                true,
+            ));
+            writes.next();
+            continue;
+        }
+        statement(write, out)?;
+    }
+    Ok(())
+}
+
+fn statement(write: Write, out: &mut Vec<(Statement, Vec<Param>, bool)>) -> Result<(), StoreError> {
     match write {
         Write::Insert {
             handle,
