@@ -18,24 +18,16 @@ use serde_json::{Value, json};
 use basket_client::{Agent, operation_id, server};
 use common::children::{self, Child};
 
-/// Set in a child's environment: the database URL and the schema to serve from.
-const CHILD_URL: &str = "MCP_TOOLS_TEST_CHILD_POSTGRES";
-const CHILD_SCHEMA: &str = "MCP_TOOLS_TEST_CHILD_SCHEMA";
 const CHILD_TEST: &str = "a_child_process_serves_the_basket_from_the_database_it_is_given";
 
 /// The body of a child process; does nothing unless a parent test started it.
 #[test]
 #[ignore = "runs only as a child process of the multi-host tests"]
 fn a_child_process_serves_the_basket_from_the_database_it_is_given() {
-    let (Ok(url), Ok(schema)) = (std::env::var(CHILD_URL), std::env::var(CHILD_SCHEMA)) else {
+    let Some((url, schema)) = children::postgres_target() else {
         return;
     };
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    runtime.block_on(async move {
+    children::run(async move {
         let options = PostgresOptions {
             schema,
             ..PostgresOptions::default()
@@ -55,11 +47,11 @@ fn a_child_process_serves_the_basket_from_the_database_it_is_given() {
 
 /// `count` replicas on the schema of this test.
 fn replicas(schema: &pg::Schema, count: usize) -> Vec<Child> {
-    let env = [
-        (CHILD_URL, schema.url.clone()),
-        (CHILD_SCHEMA, schema.name.clone()),
-    ];
-    children::start(CHILD_TEST, &env, count)
+    children::start(
+        CHILD_TEST,
+        &children::postgres_env(&schema.url, &schema.name),
+        count,
+    )
 }
 
 async fn connect_all(children: &[Child]) -> Vec<Agent> {
@@ -364,4 +356,17 @@ async fn a_replica_killed_mid_workload_loses_nothing_and_applies_nothing_twice()
         Some(16 + applied),
         "an acknowledged change was lost or applied twice"
     );
+}
+
+/// A change applied on one replica whose answer never reached the caller (the replica was then
+/// killed), retried with the same operation id on another replica: the ledger answers
+/// `replayed` with the recorded outcome, and nothing is applied twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_on_another_replica_after_the_first_was_killed_replays_its_commit() {
+    let Some(schema) = pg::Schema::new() else {
+        return;
+    };
+    let mut children = replicas(&schema, 2);
+    let urls: Vec<String> = children.iter().map(|child| child.url.clone()).collect();
+    basket_client::a_retry_elsewhere_replays(&urls[0], &urls[1], || children[0].kill()).await;
 }

@@ -23,23 +23,16 @@ use serde_json::{Value, json};
 use basket_client::{operation_id, server};
 use common::children;
 
-const CHILD_URL: &str = "MCP_TOOLS_TEST_CHILD_POSTGRES";
-const CHILD_SCHEMA: &str = "MCP_TOOLS_TEST_CHILD_SCHEMA";
 const CHILD_TEST: &str = "a_child_process_serves_the_basket_through_restarts";
 
 /// The body of a child process; does nothing unless a parent test started it.
 #[test]
 #[ignore = "runs only as a child process of the restart test"]
 fn a_child_process_serves_the_basket_through_restarts() {
-    let (Ok(url), Ok(schema)) = (std::env::var(CHILD_URL), std::env::var(CHILD_SCHEMA)) else {
+    let Some((url, schema)) = children::postgres_target() else {
         return;
     };
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    runtime.block_on(async move {
+    children::run(async move {
         let options = PostgresOptions {
             schema,
             timeout: Duration::from_secs(3),
@@ -109,10 +102,7 @@ async fn a_database_restart_mid_workload_answers_store_unavailable_and_loses_not
     let Some(schema) = pg::Schema::new() else {
         return;
     };
-    let env = [
-        (CHILD_URL, schema.url.clone()),
-        (CHILD_SCHEMA, schema.name.clone()),
-    ];
+    let env = children::postgres_env(&schema.url, &schema.name);
     let replicas = children::start(CHILD_TEST, &env, 2);
     let urls: Vec<String> = replicas.iter().map(|child| child.url.clone()).collect();
     let (created, _) = until_available(

@@ -37,12 +37,7 @@ fn a_child_process_serves_the_basket_from_the_file_it_is_given() {
         Ok("full") => Synchronous::Full,
         _ => Synchronous::Normal,
     };
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    runtime.block_on(async move {
+    common::children::run(async move {
         let options = SqliteOptions {
             synchronous,
             ..SqliteOptions::default()
@@ -257,32 +252,7 @@ async fn a_retry_on_another_process_after_the_first_was_killed_replays_its_commi
     drop(SqliteStore::open(&path, StoreConfig::default()).unwrap());
     let mut children = start_children(&path, "normal", 2);
     let urls: Vec<String> = children.iter().map(|child| child.url.clone()).collect();
-    let first = Agent::connect(&urls[0], None).await;
-    let handle = first.create().await;
-    let change = json!({
-        "basket_id": handle,
-        "expected_version": 1,
-        "operation_id": basket_client::operation_id("before-the-kill"),
-        "memory_gib": 24,
-        "storage_gib": 256,
-    });
-    // The answer is treated as lost: the caller only knows it sent the request.
-    let applied = first
-        .call("basket_replace_configuration", change.clone())
-        .await;
-    assert_eq!(applied["structuredContent"]["outcome"], "applied");
-    children[0].kill();
-
-    let second = Agent::connect(&urls[1], None).await;
-    let retried = second.call("basket_replace_configuration", change).await;
-    let outcome = &retried["structuredContent"];
-    assert_eq!(outcome["outcome"], "replayed", "{retried}");
-    assert_eq!(
-        outcome["original"],
-        common::recorded_applied(&applied["structuredContent"])
-    );
-    let (version, state) = second.get(&handle).await;
-    assert_eq!((version, state["memory_gib"].as_u64()), (2, Some(24)));
+    basket_client::a_retry_elsewhere_replays(&urls[0], &urls[1], || children[0].kill()).await;
     drop(children);
     remove_db(&path);
 }

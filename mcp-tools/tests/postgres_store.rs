@@ -163,8 +163,8 @@ async fn tls_modes_are_honoured() {
     }
 }
 
-/// A database whose schema is newer than this code's, or a table no migration made, is refused
-/// and left as it was.
+/// A newer schema this code is compatible with is used as it is; one it is not, or a table no
+/// migration made, is refused and left as it was.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn newer_or_unknown_schemas_are_refused() {
     let Some(schema) = pg::Schema::new() else {
@@ -172,9 +172,23 @@ async fn newer_or_unknown_schemas_are_refused() {
     };
     drop(schema.connect(StoreConfig::default()).await);
     let client = schema.client().await;
+    // A newer, additive schema that this code may still use: a rolling deploy's next release.
     client
         .batch_execute(&format!(
-            "INSERT INTO \"{}\".mcp_migrations (version, description) VALUES (99, 'from the future')",
+            "INSERT INTO \"{}\".mcp_migrations (version, compatible_from, description)
+             VALUES (2, 1, 'an additive change')",
+            schema.name
+        ))
+        .await
+        .unwrap();
+    let store = schema.connect(StoreConfig::default()).await;
+    let handle = create(&store).await;
+    assert_eq!(read_count(&store, &handle).await, 0);
+    // A newer schema this code may not use.
+    client
+        .batch_execute(&format!(
+            "INSERT INTO \"{}\".mcp_migrations (version, compatible_from, description)
+             VALUES (99, 99, 'from the future')",
             schema.name
         ))
         .await

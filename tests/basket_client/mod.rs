@@ -343,3 +343,35 @@ macro_rules! on_every_store {
         }
     };
 }
+
+/// A change applied by the server at `first` whose answer the caller never saw (`kill` then
+/// ends that server), sent again with the same operation id to the server at `second`: it must
+/// answer `replayed` with the recorded outcome, and the basket must hold the change once.
+pub async fn a_retry_elsewhere_replays(first: &str, second: &str, kill: impl FnOnce()) {
+    let first = Agent::connect(first, None).await;
+    let handle = first.create().await;
+    let change = json!({
+        "basket_id": handle,
+        "expected_version": 1,
+        "operation_id": operation_id("before-the-kill"),
+        "memory_gib": 24,
+        "storage_gib": 256,
+    });
+    // The answer is treated as lost: the caller only knows it sent the request.
+    let applied = first
+        .call("basket_replace_configuration", change.clone())
+        .await;
+    assert_eq!(applied["structuredContent"]["outcome"], "applied");
+    kill();
+
+    let second = Agent::connect(second, None).await;
+    let retried = second.call("basket_replace_configuration", change).await;
+    let outcome = &retried["structuredContent"];
+    assert_eq!(outcome["outcome"], "replayed", "{retried}");
+    assert_eq!(
+        outcome["original"],
+        crate::common::recorded_applied(&applied["structuredContent"])
+    );
+    let (version, state) = second.get(&handle).await;
+    assert_eq!((version, state["memory_gib"].as_u64()), (2, Some(24)));
+}

@@ -123,3 +123,33 @@ pub async fn serve(server: mcp_tools::McpServer) {
     };
     server.serve_listener(listener, parent_gone).await.unwrap();
 }
+
+/// Runs a child's body on a runtime of its own, as a server process would.
+pub fn run(body: impl std::future::Future<Output = ()>) {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(body);
+}
+
+/// Set in a PostgreSQL child's environment: the database URL and the schema to serve from.
+const POSTGRES_URL: &str = "MCP_TOOLS_TEST_CHILD_POSTGRES";
+const POSTGRES_SCHEMA: &str = "MCP_TOOLS_TEST_CHILD_SCHEMA";
+
+/// The environment that tells a child which database and schema to serve from.
+pub fn postgres_env(url: &str, schema: &str) -> [(&'static str, String); 2] {
+    [
+        (POSTGRES_URL, url.to_owned()),
+        (POSTGRES_SCHEMA, schema.to_owned()),
+    ]
+}
+
+/// In a child: the database URL and schema its parent gave it; `None` when no parent did.
+pub fn postgres_target() -> Option<(String, String)> {
+    Some((
+        std::env::var(POSTGRES_URL).ok()?,
+        std::env::var(POSTGRES_SCHEMA).ok()?,
+    ))
+}

@@ -53,6 +53,8 @@
 
 mod boundary;
 mod clock;
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+mod columns;
 mod contract;
 mod delta;
 mod entity;

@@ -106,15 +106,19 @@ pub(crate) fn parse(
         config.application_name(env("PGAPPNAME").unwrap_or_else(|| "mcp-tools".into()));
     }
     if config.get_connect_timeout().is_none() {
-        let seconds = match env("PGCONNECT_TIMEOUT") {
-            Some(seconds) => seconds.parse().map_err(|_| {
+        // As libpq: zero or less waits as long as the connection takes (the store's own
+        // timeout still bounds every call).
+        let seconds: i64 = match env("PGCONNECT_TIMEOUT") {
+            Some(seconds) => seconds.trim().parse().map_err(|_| {
                 StoreError::Backend(format!(
                     "PGCONNECT_TIMEOUT {seconds:?} is not a number of seconds"
                 ))
             })?,
             None => 10,
         };
-        config.connect_timeout(std::time::Duration::from_secs(seconds));
+        if seconds > 0 {
+            config.connect_timeout(std::time::Duration::from_secs(seconds.unsigned_abs()));
+        }
     }
     if config.get_options().is_none()
         && let Some(options) = env("PGOPTIONS")
@@ -152,21 +156,22 @@ fn take_tls_options(
         let Some((base, query)) = conninfo.split_once('?') else {
             return Ok((conninfo.to_owned(), None, None));
         };
-        let mut kept = form_urlencoded::Serializer::new(String::new());
-        for (key, value) in form_urlencoded::parse(query.as_bytes()) {
-            match &*key {
-                "sslmode" => ssl_mode = Some(SslMode::parse(&value)?),
-                "sslrootcert" => root_cert = Some(PathBuf::from(&*value)),
-                _ => {
-                    kept.append_pair(&key, &value);
+        // The other pairs stay exactly as written: tokio-postgres decodes them itself.
+        let mut kept = Vec::new();
+        for pair in query.split('&').filter(|pair| !pair.is_empty()) {
+            let decoded = form_urlencoded::parse(pair.as_bytes()).next();
+            match decoded {
+                Some((key, value)) if key == "sslmode" => ssl_mode = Some(SslMode::parse(&value)?),
+                Some((key, value)) if key == "sslrootcert" => {
+                    root_cert = Some(PathBuf::from(&*value));
                 }
+                _ => kept.push(pair),
             }
         }
-        let kept = kept.finish();
         if kept.is_empty() {
             base.to_owned()
         } else {
-            format!("{base}?{kept}")
+            format!("{base}?{}", kept.join("&"))
         }
     } else {
         let mut kept = Vec::new();
@@ -260,17 +265,30 @@ pub(crate) fn tls(info: &ConnInfo) -> Result<MakeRustlsConnect, StoreError> {
     let builder = rustls::ClientConfig::builder_with_provider(Arc::clone(&provider))
         .with_safe_default_protocol_versions()
         .map_err(|error| StoreError::Backend(format!("TLS setup failed: {error}")))?;
+    // `sslrootcert=system` (as libpq 16) asks for the system's roots.
+    let root_cert = info
+        .root_cert
+        .as_ref()
+        .filter(|path| path.as_os_str() != "system");
     let verify = match info.ssl_mode {
         SslMode::Disable | SslMode::Prefer => None,
         // As libpq: `require` verifies the chain when a root certificate is given.
         SslMode::Require => info.root_cert.as_ref().map(|_| false),
+        // Any public CA would do for a chain without a name: the roots must be the caller's.
+        SslMode::VerifyCa if root_cert.is_none() => {
+            return Err(StoreError::Backend(
+                "sslmode verify-ca needs sslrootcert naming the CA that signs the server's \
+                 certificate (with the system's roots, use verify-full, which checks the name)"
+                    .into(),
+            ));
+        }
         SslMode::VerifyCa => Some(false),
         SslMode::VerifyFull => Some(true),
     };
     let verifier: Arc<dyn ServerCertVerifier> = match verify {
         None => Arc::new(Unverified(provider)),
         Some(check_name) => {
-            let roots = Arc::new(roots(info.root_cert.as_ref())?);
+            let roots = Arc::new(roots(root_cert)?);
             let webpki = WebPkiServerVerifier::builder_with_provider(roots, provider)
                 .build()
                 .map_err(|error| StoreError::Backend(format!("TLS setup failed: {error}")))?;
@@ -443,6 +461,44 @@ mod tests {
         assert_eq!(info.config.get_ports(), &[5433]);
         assert_eq!(info.config.get_application_name(), Some("x"));
         assert_eq!(info.config.get_ssl_mode(), WireSslMode::Require);
+    }
+
+    #[test]
+    fn other_url_parameters_are_kept_as_written() {
+        let info = parse(
+            "postgres://u@h/db?options=-c%20search_path%3Dapp&sslmode=require",
+            no_env,
+        )
+        .unwrap();
+        assert_eq!(info.config.get_options(), Some("-c search_path=app"));
+        assert_eq!(info.ssl_mode, SslMode::Require);
+    }
+
+    #[test]
+    fn verify_ca_needs_its_own_root() {
+        let info = parse("postgres://u@h/db?sslmode=verify-ca", no_env).unwrap();
+        let message = tls(&info).err().unwrap().to_string();
+        assert!(message.contains("sslrootcert"), "{message}");
+        let info = parse(
+            "postgres://u@h/db?sslmode=verify-ca&sslrootcert=system",
+            no_env,
+        )
+        .unwrap();
+        assert!(tls(&info).is_err());
+    }
+
+    #[test]
+    fn a_zero_connect_timeout_waits() {
+        let info = parse("", |name| {
+            (name == "PGCONNECT_TIMEOUT").then(|| "0".to_owned())
+        })
+        .unwrap();
+        assert_eq!(info.config.get_connect_timeout(), None);
+        let info = parse("", no_env).unwrap();
+        assert_eq!(
+            info.config.get_connect_timeout(),
+            Some(&std::time::Duration::from_secs(10))
+        );
     }
 
     #[test]

@@ -31,12 +31,17 @@
 //! statements (`BEGIN`, the locks, the read, the write, `COMMIT`), where a hand-written
 //! read-then-conditional-update runs two. The locks are always taken in the same order
 //! (resource, then operation id), so these units cannot deadlock one another; the sweep, which
-//! takes no advisory lock, can meet a unit in a deadlock PostgreSQL breaks, and a mutation that
-//! loses one is run again. A unit is bounded in time: the pool wait, each statement
+//! takes no advisory lock, deletes a ledger record before it touches a resource row, as units do,
+//! so it cannot deadlock with them either. (A unit that replaces an expired record naming another
+//! resource can still meet another such unit in a deadlock PostgreSQL breaks: the loser answers
+//! `STORE_UNAVAILABLE`, and its retry is safe. A mutation is never run again by the store: its
+//! transition runs once per attempt.) A unit is bounded in time: the pool wait, each statement
 //! (`statement_timeout`), each lock wait (`lock_timeout`) and the time a transaction may sit
 //! idle holding its locks while the transition runs (`idle_in_transaction_session_timeout`) are
-//! all set from [`PostgresOptions::timeout`], and the whole unit is abandoned past it. A connection whose unit
-//! did not finish is closed, never reused, so the server rolls its transaction back.
+//! all set from [`PostgresOptions::timeout`], and the whole unit is abandoned past it. A
+//! connection whose unit did not finish is closed, never reused: the server rolls its
+//! transaction back and lets its locks go once it notices, within the statement and lock
+//! timeouts at worst.
 //!
 //! # Time
 //!
@@ -55,7 +60,7 @@
 //!
 //! # Engines speaking PostgreSQL's protocol
 //!
-//! The SQL is plain (text, bigint, bytea, `FOR UPDATE`, CTEs, `ARRAY(subquery)`), except the
+//! The SQL is plain (text, bigint, bytea, CTEs, `ARRAY(subquery)`), except the
 //! advisory locks (`pg_advisory_xact_lock`) and `to_regclass`/`to_regnamespace`, which some such
 //! engines lack or treat as no-ops; only PostgreSQL 15 and later is tested.
 
@@ -148,7 +153,7 @@ struct Inner {
     config: StoreConfig,
     options: PostgresOptions,
     sql: Sql,
-    sweep: tokio::sync::Notify,
+    sweep: Arc<tokio::sync::Notify>,
     writes: std::sync::atomic::AtomicU64,
 }
 
@@ -162,9 +167,6 @@ const SWEEP_EVERY: u64 = 1024;
 
 /// Ledger records or resources one prune statement deletes at most.
 const SWEEP_BATCH: i64 = 4096;
-
-/// Retries of a mutation that lost a deadlock to a sweep (PostgreSQL aborts one side).
-const MAX_ATTEMPTS: usize = 3;
 
 impl std::fmt::Debug for PostgresStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -221,21 +223,35 @@ impl PostgresStore {
             .build()
             .map_err(|error| StoreError::Backend(format!("PostgreSQL pool: {error}")))?;
         let sql = Sql::new(&options.schema, &options.table_prefix);
-        {
+        let migrated = tokio::time::timeout(options.timeout, async {
             let mut object = pool.get().await.map_err(pool_error)?;
             let client: &mut Client = &mut object;
             let key = lock_key(&["migrate", &options.schema, &options.table_prefix]);
-            schema::migrate(client, &sql, &options.schema, &options.table_prefix, key).await?;
+            schema::migrate(client, &sql, &options.schema, &options.table_prefix, key).await
+        })
+        .await;
+        match migrated {
+            Ok(result) => result?,
+            Err(_) => {
+                return Err(StoreError::Backend(format!(
+                    "PostgreSQL did not finish checking the store's tables within {:?}",
+                    options.timeout
+                )));
+            }
         }
         let inner = Arc::new(Inner {
             pool,
             config,
             options,
             sql,
-            sweep: tokio::sync::Notify::new(),
+            sweep: Arc::new(tokio::sync::Notify::new()),
             writes: std::sync::atomic::AtomicU64::new(0),
         });
-        tokio::spawn(sweep_loop(Arc::downgrade(&inner)));
+        tokio::spawn(sweep_loop(
+            Arc::downgrade(&inner),
+            Arc::clone(&inner.sweep),
+            inner.options.sweep_interval,
+        ));
         Ok(PostgresStore { inner })
     }
 
@@ -699,18 +715,13 @@ impl Inner {
 }
 
 /// The automatic sweep: every so many writes or every [`PostgresOptions::sweep_interval`], one
-/// replica at a time (the others find the sweep lock held and skip), never on a request.
-async fn sweep_loop(store: Weak<Inner>) {
+/// replica at a time (the others find the sweep lock held and skip). The one sweep on a request
+/// is the one SQLite also makes: a resource whose ledger share is full has a batch of expired
+/// records taken off before its share is judged.
+async fn sweep_loop(store: Weak<Inner>, wake: Arc<tokio::sync::Notify>, interval: Duration) {
     loop {
-        let Some(interval) = store.upgrade().map(|inner| inner.options.sweep_interval) else {
-            return;
-        };
-        {
-            let Some(inner) = store.upgrade() else {
-                return;
-            };
-            let _ = tokio::time::timeout(interval, inner.sweep.notified()).await;
-        }
+        // Waits holding no reference to the store, so dropping the store ends the loop.
+        let _ = tokio::time::timeout(interval, wake.notified()).await;
         let Some(inner) = store.upgrade() else {
             return;
         };
@@ -722,13 +733,6 @@ async fn sweep_loop(store: Weak<Inner>) {
 
 fn corrupt(error: tokio_postgres::Error) -> StoreError {
     StoreError::Corrupt(describe(&error))
-}
-
-/// Whether `error` is one PostgreSQL resolves by aborting one side (a deadlock or a
-/// serialization failure), so the unit may simply run again.
-fn is_transient(error: &StoreError) -> bool {
-    matches!(error, StoreError::Backend(message)
-        if message.starts_with("PostgreSQL 40P01") || message.starts_with("PostgreSQL 40001"))
 }
 
 impl boundary::CreateUnits for PostgresStore {
@@ -785,7 +789,10 @@ impl boundary::CreateUnits for PostgresStore {
             )
             .await;
             if let Err(error) = released {
-                tracing::warn!(%error, "could not give up an abandoned create's claim; it lapses on its own");
+                tracing::warn!(
+                    %error,
+                    "could not give up an abandoned create's claim; it lapses on its own"
+                );
             }
         });
     }
@@ -805,18 +812,12 @@ impl Store for PostgresStore {
         request: MutationRequest,
         mut transition: Transition,
     ) -> StoreFuture<'_, MutationOutcome> {
+        // Never run again here once it failed: the transition may have run, and it runs once
+        // per attempt. A retry with the same operation id is the caller's, and it is safe.
         Box::pin(async move {
-            let mut attempt = 1;
-            loop {
-                let outcome = self
-                    .inner
-                    .bounded(self.inner.mutate(&request, &mut transition))
-                    .await;
-                match outcome {
-                    Err(error) if attempt < MAX_ATTEMPTS && is_transient(&error) => attempt += 1,
-                    other => return other,
-                }
-            }
+            self.inner
+                .bounded(self.inner.mutate(&request, &mut transition))
+                .await
         })
     }
 
@@ -833,21 +834,5 @@ mod tests {
     fn lock_keys_tell_their_parts_apart() {
         assert_ne!(lock_key(&["ab", "c"]), lock_key(&["a", "bc"]));
         assert_eq!(lock_key(&["a", "b"]), lock_key(&["a", "b"]));
-    }
-
-    #[test]
-    fn only_deadlocks_and_serialization_failures_are_retried() {
-        assert!(is_transient(&StoreError::Backend(
-            "PostgreSQL 40P01: deadlock detected".into()
-        )));
-        assert!(is_transient(&StoreError::Backend(
-            "PostgreSQL 40001: could not serialize".into()
-        )));
-        assert!(!is_transient(&StoreError::Backend(
-            "PostgreSQL 57014: canceling statement due to statement timeout".into()
-        )));
-        assert!(!is_transient(&StoreError::Corrupt(
-            "PostgreSQL 40P01: deadlock detected".into()
-        )));
     }
 }

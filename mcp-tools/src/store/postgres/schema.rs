@@ -3,13 +3,19 @@
 
 use crate::store::contract::StoreError;
 
-/// The newest schema version this code writes and reads. Migrations are additive (new tables,
-/// new nullable columns, new indexes), so replicas of the version before and this one can run
-/// side by side during a rolling deploy; a database whose schema is newer is refused.
+/// The newest schema version this code writes and reads.
+///
+/// Migrations are additive (new tables, new nullable columns, new indexes), so replicas of the
+/// release before and of this one run side by side during a rolling deploy. Each migration
+/// records `compatible_from`: the oldest schema version whose code may still use a database
+/// that has it. Code finding a newer schema it is compatible with uses it as it is; one finding
+/// a schema it is not compatible with, or tables no migration made, refuses to start.
 pub(crate) const LATEST: i32 = 1;
 
-/// The migrations, in order: version, what it does, its statements.
-const MIGRATIONS: &[(i32, &str, &str)] = &[(
+/// The migrations, in order: version, the oldest version whose code may use the result, what
+/// it does, its statements.
+const MIGRATIONS: &[(i32, i32, &str, &str)] = &[(
+    1,
     1,
     "resources, their undo history and the operation-id ledger",
     "
@@ -56,6 +62,12 @@ pub(crate) fn check_names(schema: &str, prefix: &str) -> Result<(), StoreError> 
     if schema.is_empty() || schema.len() > 63 || schema.contains('\0') {
         return Err(StoreError::Backend(format!(
             "the PostgreSQL schema name {schema:?} must be 1 to 63 bytes with no NUL"
+        )));
+    }
+    if schema.contains(['{', '}']) || prefix.contains(['{', '}']) {
+        return Err(StoreError::Backend(format!(
+            "the PostgreSQL schema name {schema:?} and table prefix {prefix:?} may not contain \
+             braces"
         )));
     }
     if prefix.len() > 40 || prefix.contains('\0') {
@@ -153,15 +165,21 @@ impl Sql {
                  (handle, kind, owner, version, state, lifecycle, expires_at, ledger_live)
                  VALUES ($1, $2, $3, $4, $5, $6, $7, $8)"
             ),
-            // The row is locked by this transaction; the version condition makes a second writer
-            // of one version fail loudly all the same.
+            // The handle's advisory lock is held; should the row still have moved (or gone),
+            // the division by zero aborts the transaction, so the `COMMIT` sent with it rolls
+            // everything back.
             update_resource: format!(
-                "UPDATE {resources} SET version = $2::int8, state = $3, lifecycle = $4,
-                     expires_at = $5::int8, ledger_live = ledger_live + $6::int8
-                 WHERE handle = $1 AND version = $2::int8 - 1"
+                "WITH u AS (
+                     UPDATE {resources} SET version = $2::int8, state = $3, lifecycle = $4,
+                         expires_at = $5::int8, ledger_live = ledger_live + $6::int8
+                     WHERE handle = $1 AND version = $2::int8 - 1
+                     RETURNING handle)
+                 SELECT 1 / count(*)::int FROM u"
             ),
-            // A change and the ledger record about it, in one statement: the common mutation.
-            // Both inserts read `u`, so they happen only if the conditional update did.
+            // A change, its undo patch, the history beyond the limit ($13: versions up to it, 0
+            // for none) and the ledger record about it, in one statement: the usual mutation.
+            // The inserts read `u`, and the division by zero aborts the transaction if the
+            // conditional update changed nothing.
             update_recorded: format!(
                 "WITH u AS (
                      UPDATE {resources} SET version = $2::int8, state = $3, lifecycle = $4,
@@ -170,11 +188,14 @@ impl Sql {
                      RETURNING handle),
                  c AS (INSERT INTO {changes} (handle, version, undo)
                        SELECT handle, $2::int8, $6 FROM u),
+                 d AS (DELETE FROM {changes}
+                       WHERE handle = $1 AND version <= $13::int8
+                         AND EXISTS (SELECT 1 FROM u)),
                  l AS (INSERT INTO {ledger}
                        (principal, operation_id, fingerprint, outcome, claim, handle,
                         recorded_at, expires_at)
                        SELECT $7, $8, $9, $10, NULL, handle, $11::int8, $12::int8 FROM u)
-                 SELECT 1 FROM u"
+                 SELECT 1 / count(*)::int FROM u"
             ),
             insert_change: format!(
                 "INSERT INTO {changes} (handle, version, undo) VALUES ($1, $2, $3)"
@@ -216,7 +237,8 @@ impl Sql {
                      SELECT handle, count(*) AS n FROM gone
                      WHERE handle IS NOT NULL AND counted GROUP BY handle),
                  uncounted AS (
-                     UPDATE {resources} AS r SET ledger_live = greatest(r.ledger_live - counted.n, 0)
+                     UPDATE {resources} AS r
+                     SET ledger_live = greatest(r.ledger_live - counted.n, 0)
                      FROM counted WHERE r.handle = counted.handle)
                  SELECT count(*) FROM gone"
             ),
@@ -264,46 +286,58 @@ pub(crate) async fn migrate(
     txn.execute("SELECT pg_advisory_xact_lock($1)", &[&lock_key])
         .await
         .map_err(backend)?;
-    let exists: bool = txn
-        .query_one("SELECT to_regnamespace($1) IS NOT NULL", &[&quote(schema)])
-        .await
-        .map_err(backend)?
-        .get(0);
+    let flag = |row: tokio_postgres::Row| row.try_get::<_, bool>(0).map_err(backend);
+    let exists = flag(
+        txn.query_one("SELECT to_regnamespace($1) IS NOT NULL", &[&quote(schema)])
+            .await
+            .map_err(backend)?,
+    )?;
     if !exists {
         txn.batch_execute(&format!("CREATE SCHEMA {}", sql.schema))
             .await
             .map_err(backend)?;
     }
-    let has_migrations: bool = txn
-        .query_one(
-            "SELECT to_regclass($1) IS NOT NULL",
-            &[&format!(
-                "{}.{}",
-                quote(schema),
-                quote(&format!("{prefix}migrations"))
-            )],
-        )
-        .await
-        .map_err(backend)?
-        .get(0);
-    let current = if has_migrations {
-        let version: Option<i32> = txn
-            .query_one(&format!("SELECT max(version) FROM {}", sql.migrations), &[])
+    let table_exists = async |table: &str| {
+        flag(
+            txn.query_one(
+                "SELECT to_regclass($1) IS NOT NULL",
+                &[&format!("{}.{}", quote(schema), quote(table))],
+            )
             .await
-            .map_err(backend)?
-            .get(0);
-        version.unwrap_or(0)
+            .map_err(backend)?,
+        )
+    };
+    let (current, compatible_from) = if table_exists(&format!("{prefix}migrations")).await? {
+        let row = txn
+            .query_one(
+                &format!(
+                    "SELECT max(version), max(compatible_from) FROM {}",
+                    sql.migrations
+                ),
+                &[],
+            )
+            .await
+            .map_err(|error| {
+                StoreError::Backend(format!(
+                    "{}: not the migrations table of an mcp-tools store ({})",
+                    sql.migrations,
+                    describe(&error)
+                ))
+            })?;
+        let read = |at: usize| {
+            row.try_get::<_, Option<i32>>(at)
+                .map(Option::unwrap_or_default)
+                .map_err(|error| {
+                    StoreError::Backend(format!(
+                        "{}: not the migrations table of an mcp-tools store ({error})",
+                        sql.migrations
+                    ))
+                })
+        };
+        (read(0)?, read(1)?)
     } else {
         for table in &sql.unqualified {
-            let found: bool = txn
-                .query_one(
-                    "SELECT to_regclass($1) IS NOT NULL",
-                    &[&format!("{}.{}", quote(schema), quote(table))],
-                )
-                .await
-                .map_err(backend)?
-                .get(0);
-            if found {
+            if table_exists(table).await? {
                 return Err(StoreError::Backend(format!(
                     "schema {schema:?} already has a table {table:?} that no mcp-tools migration \
                      created: refusing to use or change it (choose another schema or table prefix)"
@@ -312,22 +346,32 @@ pub(crate) async fn migrate(
         }
         txn.batch_execute(&format!(
             "CREATE TABLE {} (
-                 version     integer PRIMARY KEY,
-                 description text NOT NULL,
-                 applied_at  timestamptz NOT NULL DEFAULT now())",
+                 version         integer PRIMARY KEY,
+                 compatible_from integer NOT NULL,
+                 description     text NOT NULL,
+                 applied_at      timestamptz NOT NULL DEFAULT now())",
             sql.migrations
         ))
         .await
         .map_err(backend)?;
-        0
+        (0, 0)
     };
-    if current > LATEST {
+    if compatible_from > LATEST {
         return Err(StoreError::Backend(format!(
-            "the state store in schema {schema:?} is at schema version {current}, newer than the \
-             {LATEST} this version of mcp-tools knows: run a newer mcp-tools against it"
+            "the state store in schema {schema:?} is at schema version {current}, which code of \
+             schema version {compatible_from} or later must run: this version of mcp-tools knows \
+             {LATEST}; run a newer mcp-tools against it"
         )));
     }
-    for (version, description, statements) in MIGRATIONS {
+    if current > LATEST {
+        tracing::info!(
+            schema,
+            current,
+            "the state store's schema is newer than this code's and compatible with it: \
+             using it as it is"
+        );
+    }
+    for (version, compatible_from, description, statements) in MIGRATIONS {
         if *version <= current {
             continue;
         }
@@ -336,10 +380,10 @@ pub(crate) async fn migrate(
             .map_err(backend)?;
         txn.execute(
             &format!(
-                "INSERT INTO {} (version, description) VALUES ($1, $2)",
+                "INSERT INTO {} (version, compatible_from, description) VALUES ($1, $2, $3)",
                 sql.migrations
             ),
-            &[version, description],
+            &[version, compatible_from, description],
         )
         .await
         .map_err(backend)?;
@@ -371,7 +415,7 @@ mod tests {
         assert_eq!(quote("my\"schema"), "\"my\"\"schema\"");
         let sql = Sql::new("tenant \"a\"", "x_");
         assert_eq!(sql.resources, "\"tenant \"\"a\"\"\".\"x_resources\"");
-        let ddl = sql.migration(MIGRATIONS[0].2, "x_");
+        let ddl = sql.migration(MIGRATIONS[0].3, "x_");
         assert!(ddl.contains("CREATE INDEX \"x_resources_expiry\""), "{ddl}");
         assert!(!ddl.contains('{'), "{ddl}");
     }
@@ -382,5 +426,7 @@ mod tests {
         assert!(check_names("", "mcp_").is_err());
         assert!(check_names(&"s".repeat(64), "mcp_").is_err());
         assert!(check_names("public", &"p".repeat(41)).is_err());
+        assert!(check_names("public", "{ledger}").is_err());
+        assert!(check_names("{resources}", "mcp_").is_err());
     }
 }

@@ -9,6 +9,10 @@ use tokio_postgres::Row;
 use tokio_postgres::types::ToSql;
 
 use crate::store::boundary::{Change, LedgerEntry, LedgerState, Record, Txn};
+pub(crate) use crate::store::columns::version_to_sql;
+use crate::store::columns::{
+    json, ledger_state_from_sql, ledger_state_to_sql, to_json, version_from_sql,
+};
 use crate::store::contract::StoreError;
 use crate::store::entity::Lifecycle;
 use crate::store::fingerprint::Fingerprint;
@@ -281,23 +285,6 @@ impl Txn for PgTxn {
     }
 }
 
-pub(crate) fn version_to_sql(version: u64) -> Result<i64, StoreError> {
-    i64::try_from(version)
-        .map_err(|_| StoreError::Corrupt(format!("version {version} out of range")))
-}
-
-fn version_from_sql(version: i64) -> Result<u64, StoreError> {
-    u64::try_from(version).map_err(|_| StoreError::Corrupt(format!("negative version {version}")))
-}
-
-fn json<T: serde::de::DeserializeOwned>(text: &str, what: &str) -> Result<T, StoreError> {
-    serde_json::from_str(text).map_err(|error| StoreError::Corrupt(format!("{what}: {error}")))
-}
-
-fn to_json<T: serde::Serialize>(value: &T, what: &str) -> Result<String, StoreError> {
-    serde_json::to_string(value).map_err(|error| StoreError::Corrupt(format!("{what}: {error}")))
-}
-
 fn column<'a, T: tokio_postgres::types::FromSql<'a>>(
     row: &'a Row,
     at: usize,
@@ -331,20 +318,7 @@ pub(crate) fn entry_from(row: &Row, at: usize) -> Result<Option<LedgerEntry>, St
     let Some(fingerprint) = column::<Option<&[u8]>>(row, at)? else {
         return Ok(None);
     };
-    let outcome: Option<&str> = column(row, at + 1)?;
-    let claim: Option<i64> = column(row, at + 2)?;
-    let state = match (outcome, claim) {
-        (Some(outcome), _) => LedgerState::Done(json(outcome, "ledger outcome")?),
-        // Stored as its bits: PostgreSQL integers are signed.
-        (None, Some(token)) => LedgerState::Pending {
-            token: token as u64,
-        },
-        (None, None) => {
-            return Err(StoreError::Corrupt(
-                "a ledger row with neither outcome nor claim".into(),
-            ));
-        }
-    };
+    let state = ledger_state_from_sql(column(row, at + 1)?, column(row, at + 2)?)?;
     let fingerprint: [u8; 32] = fingerprint.try_into().map_err(|_| {
         StoreError::Corrupt(format!(
             "a ledger row's fingerprint has {} bytes, not 32",
@@ -383,7 +357,15 @@ pub(crate) fn statements(
     writes: Vec<Write>,
     out: &mut Vec<(Statement, Vec<Param>, bool)>,
 ) -> Result<(), StoreError> {
-    let mut writes = writes.into_iter().peekable();
+    // Deletions of ledger records first: a record being replaced is then let go before the
+    // resource row is written, the order the sweep takes them in, so the two cannot deadlock.
+    let (deletes, rest): (Vec<Write>, Vec<Write>) = writes
+        .into_iter()
+        .partition(|write| matches!(write, Write::LedgerDelete { .. }));
+    for write in deletes {
+        statement(write, out)?;
+    }
+    let mut writes = rest.into_iter().peekable();
     while let Some(write) = writes.next() {
         if let Write::Update {
             handle,
@@ -391,7 +373,6 @@ pub(crate) fn statements(
             change,
             counted: 1,
         } = &write
-            && change.drop_through % HISTORY_SWEEP_EVERY != 0
             && let Some(Write::LedgerInsert {
                 principal,
                 operation_id,
@@ -415,6 +396,7 @@ pub(crate) fn statements(
                     Box::new(to_json(outcome, "ledger outcome")?),
                     Box::new(entry.recorded_at),
                     Box::new(entry.expires_at),
+                    Box::new(version_to_sql(history_to_drop(change))?),
                 ],
                 true,
             ));
@@ -424,6 +406,16 @@ pub(crate) fn statements(
         statement(write, out)?;
     }
     Ok(())
+}
+
+/// The versions whose patches this change drops now (0 for none): the patches beyond the
+/// history limit are deleted every [`HISTORY_SWEEP_EVERY`] versions, not on every write.
+fn history_to_drop(change: &Change) -> u64 {
+    if change.drop_through > 0 && change.drop_through.is_multiple_of(HISTORY_SWEEP_EVERY) {
+        change.drop_through
+    } else {
+        0
+    }
 }
 
 fn statement(write: Write, out: &mut Vec<(Statement, Vec<Param>, bool)>) -> Result<(), StoreError> {
@@ -490,10 +482,7 @@ fn statement(write: Write, out: &mut Vec<(Statement, Vec<Param>, bool)>) -> Resu
             operation_id,
             entry,
         } => {
-            let (outcome, claim) = match &entry.state {
-                LedgerState::Done(outcome) => (Some(to_json(outcome, "ledger outcome")?), None),
-                LedgerState::Pending { token } => (None, Some(*token as i64)),
-            };
+            let (outcome, claim) = ledger_state_to_sql(&entry.state)?;
             out.push((
                 Statement::InsertLedger,
                 vec![

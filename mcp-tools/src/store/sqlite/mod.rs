@@ -14,6 +14,9 @@ use writer::Writer;
 use crate::context::Principal;
 use crate::store::boundary::{self, Change, LedgerEntry, LedgerState, Record, Txn};
 use crate::store::clock::duration_millis;
+use crate::store::columns::{
+    json, ledger_state_from_sql, ledger_state_to_sql, to_json, version_from_sql, version_to_sql,
+};
 use crate::store::contract::{
     CreateRequest, MutationRequest, PruneReport, ReadRequest, Store, StoreConfig, StoreError,
     StoreFuture, Transition,
@@ -485,23 +488,6 @@ impl<'c> SqlTxn<'c> {
     }
 }
 
-fn version_to_sql(version: u64) -> Result<i64, StoreError> {
-    i64::try_from(version)
-        .map_err(|_| StoreError::Corrupt(format!("version {version} out of range")))
-}
-
-fn version_from_sql(version: i64) -> Result<u64, StoreError> {
-    u64::try_from(version).map_err(|_| StoreError::Corrupt(format!("negative version {version}")))
-}
-
-fn json<T: serde::de::DeserializeOwned>(text: &str, what: &str) -> Result<T, StoreError> {
-    serde_json::from_str(text).map_err(|error| StoreError::Corrupt(format!("{what}: {error}")))
-}
-
-fn to_json<T: serde::Serialize>(value: &T, what: &str) -> Result<String, StoreError> {
-    serde_json::to_string(value).map_err(|error| StoreError::Corrupt(format!("{what}: {error}")))
-}
-
 impl Txn for SqlTxn<'_> {
     fn prefetch(
         &mut self,
@@ -558,11 +544,7 @@ impl Txn for SqlTxn<'_> {
         operation_id: &str,
         entry: LedgerEntry,
     ) -> Result<(), StoreError> {
-        let (outcome, claim) = match &entry.state {
-            LedgerState::Done(outcome) => (Some(to_json(outcome, "ledger outcome")?), None),
-            // Stored as its bits: SQLite integers are signed.
-            LedgerState::Pending { token } => (None, Some(*token as i64)),
-        };
+        let (outcome, claim) = ledger_state_to_sql(&entry.state)?;
         self.connection
             .prepare_cached(
                 "INSERT INTO mcp_ledger
@@ -763,19 +745,7 @@ fn entry_from(row: &rusqlite::Row<'_>, at: usize) -> Result<Option<LedgerEntry>,
         return Ok(None);
     };
     let outcome: Option<String> = row.get(at + 1)?;
-    let claim: Option<i64> = row.get(at + 2)?;
-    let state = match (outcome, claim) {
-        (Some(outcome), _) => LedgerState::Done(json(&outcome, "ledger outcome")?),
-        // Stored as its bits: SQLite integers are signed.
-        (None, Some(token)) => LedgerState::Pending {
-            token: token as u64,
-        },
-        (None, None) => {
-            return Err(StoreError::Corrupt(
-                "a ledger row with neither outcome nor claim".into(),
-            ));
-        }
-    };
+    let state = ledger_state_from_sql(outcome.as_deref(), row.get(at + 2)?)?;
     Ok(Some(LedgerEntry {
         fingerprint: Fingerprint::from_hex(&fingerprint).ok_or_else(|| {
             StoreError::Corrupt(format!(
