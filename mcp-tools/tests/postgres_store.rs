@@ -273,8 +273,9 @@ async fn replicas_starting_together_migrate_once_under_quoted_names() {
 }
 
 /// A row lock held elsewhere past the timeout, and a pool with no free connection, answer
-/// `StoreError::Backend` (the tool result `STORE_UNAVAILABLE`) within the timeout, never a hang;
-/// the store serves again once the obstacle is gone.
+/// `StoreError::Backend` (the tool result `STORE_UNAVAILABLE`) soon after the timeout (the bound
+/// is loose, ten times the timeout, so a loaded machine does not fail it; a hang would), and the
+/// store serves again once the obstacle is gone.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn locks_and_a_full_pool_are_bounded_in_time() {
     let Some(schema) = pg::Schema::new() else {
@@ -317,7 +318,7 @@ async fn locks_and_a_full_pool_are_bounded_in_time() {
         matches!(blocked, Err(StoreError::Backend(_))),
         "{blocked:?}"
     );
-    assert!(started.elapsed() < timeout * 4, "{:?}", started.elapsed());
+    assert!(started.elapsed() < timeout * 10, "{:?}", started.elapsed());
     holder.rollback().await.unwrap();
 
     // A transition that outlives the timeout holds the only connection.
@@ -344,7 +345,7 @@ async fn locks_and_a_full_pool_are_bounded_in_time() {
     )
     .await;
     assert!(matches!(queued, Err(StoreError::Backend(_))), "{queued:?}");
-    assert!(started.elapsed() < timeout * 4, "{:?}", started.elapsed());
+    assert!(started.elapsed() < timeout * 10, "{:?}", started.elapsed());
     let slow = within("the slow transition", held).await.unwrap();
     assert!(matches!(slow, Err(StoreError::Backend(_))), "{slow:?}");
 
