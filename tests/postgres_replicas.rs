@@ -102,82 +102,86 @@ fn error_code(result: &Value) -> Option<&str> {
 /// on `stale_view`. Nothing acknowledged is lost; versions are contiguous.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn thirty_two_agents_round_robin_over_three_replicas_lose_nothing() {
-    const AGENTS: usize = 32;
-    const INCREMENTS: u64 = 20;
-    let Some(schema) = pg::Schema::new() else {
-        return;
-    };
-    let children = replicas(&schema, 3);
-    let agents = Arc::new(connect_all(&children).await);
-    let handle = agents[0].create().await;
-    let stale = Arc::new(AtomicU64::new(0));
-    let tasks: Vec<_> = (0..AGENTS)
-        .map(|index| {
-            let (agents, handle, stale) = (Arc::clone(&agents), handle.clone(), Arc::clone(&stale));
-            tokio::spawn(async move {
-                let mut turn = index;
-                let mut next = || {
-                    turn += 1;
-                    agents[turn % agents.len()].clone()
-                };
-                let mut versions = Vec::new();
-                let mut attempts = 0;
-                while (versions.len() as u64) < INCREMENTS {
-                    attempts += 1;
-                    assert!(attempts < 20_000, "agent {index} starved");
-                    let (version, state) = next().get(&handle).await;
-                    let memory = state["memory_gib"].as_u64().unwrap();
-                    let change = json!({
-                        "basket_id": handle,
-                        "expected_version": version,
-                        "operation_id": operation_id(&format!("rr{index}")),
-                        "memory_gib": memory + 1,
-                        "storage_gib": state["storage_gib"],
-                    });
-                    let result = next().call("basket_replace_configuration", change).await;
-                    match basket_client::outcome(&result) {
-                        "applied" => {
-                            versions.push(result["structuredContent"]["version"].as_u64().unwrap())
+    // Every await below is under this bound, besides each step's own.
+    common::within_for(std::time::Duration::from_secs(600), "the whole test", async {
+        const AGENTS: usize = 32;
+        const INCREMENTS: u64 = 20;
+        let Some(schema) = pg::Schema::new() else {
+            return;
+        };
+        let children = replicas(&schema, 3);
+        let agents = Arc::new(connect_all(&children).await);
+        let handle = agents[0].create().await;
+        let stale = Arc::new(AtomicU64::new(0));
+        let tasks: Vec<_> = (0..AGENTS)
+            .map(|index| {
+                let (agents, handle, stale) = (Arc::clone(&agents), handle.clone(), Arc::clone(&stale));
+                tokio::spawn(async move {
+                    let mut turn = index;
+                    let mut next = || {
+                        turn += 1;
+                        agents[turn % agents.len()].clone()
+                    };
+                    let mut versions = Vec::new();
+                    let mut attempts = 0;
+                    while (versions.len() as u64) < INCREMENTS {
+                        attempts += 1;
+                        assert!(attempts < 20_000, "agent {index} starved");
+                        let (version, state) = next().get(&handle).await;
+                        let memory = state["memory_gib"].as_u64().unwrap();
+                        let change = json!({
+                            "basket_id": handle,
+                            "expected_version": version,
+                            "operation_id": operation_id(&format!("rr{index}")),
+                            "memory_gib": memory + 1,
+                            "storage_gib": state["storage_gib"],
+                        });
+                        let result = next().call("basket_replace_configuration", change).await;
+                        match basket_client::outcome(&result) {
+                            "applied" => {
+                                versions.push(result["structuredContent"]["version"].as_u64().unwrap())
+                            }
+                            "stale_view" => {
+                                stale.fetch_add(1, Ordering::Relaxed);
+                            }
+                            other => panic!("unexpected outcome {other}: {result}"),
                         }
-                        "stale_view" => {
-                            stale.fetch_add(1, Ordering::Relaxed);
-                        }
-                        other => panic!("unexpected outcome {other}: {result}"),
                     }
-                }
-                versions
+                    versions
+                })
             })
-        })
-        .collect();
-    let mut versions = Vec::new();
-    for task in tasks {
-        let applied = common::within_for(
-            std::time::Duration::from_secs(300),
-            "a round-robin agent",
-            task,
-        )
-        .await
-        .unwrap();
-        versions.extend(applied);
-    }
-    let applied = versions.len() as u64;
-    println!(
-        "three replicas, round robin: {AGENTS} agents, {applied} applied, {} stale_view retries",
-        stale.load(Ordering::Relaxed)
-    );
-    assert_eq!(applied, AGENTS as u64 * INCREMENTS);
-    versions.sort_unstable();
-    assert_eq!(versions, (2..=1 + applied).collect::<Vec<_>>());
-    for agent in agents.iter() {
-        let (version, state) = agent.get(&handle).await;
-        assert_eq!(version, 1 + applied, "{}", agent.url);
-        assert_eq!(
-            state["memory_gib"].as_u64(),
-            Some(16 + applied),
-            "{}",
-            agent.url
+            .collect();
+        let mut versions = Vec::new();
+        for task in tasks {
+            let applied = common::within_for(
+                std::time::Duration::from_secs(300),
+                "a round-robin agent",
+                task,
+            )
+            .await
+            .unwrap();
+            versions.extend(applied);
+        }
+        let applied = versions.len() as u64;
+        println!(
+            "three replicas, round robin: {AGENTS} agents, {applied} applied, {} stale_view retries",
+            stale.load(Ordering::Relaxed)
         );
-    }
+        assert_eq!(applied, AGENTS as u64 * INCREMENTS);
+        versions.sort_unstable();
+        assert_eq!(versions, (2..=1 + applied).collect::<Vec<_>>());
+        for agent in agents.iter() {
+            let (version, state) = agent.get(&handle).await;
+            assert_eq!(version, 1 + applied, "{}", agent.url);
+            assert_eq!(
+                state["memory_gib"].as_u64(),
+                Some(16 + applied),
+                "{}",
+                agent.url
+            );
+        }
+    })
+    .await;
 }
 
 /// 500 calls at once with one operation id, spread over three replicas: one application, and
@@ -185,72 +189,76 @@ async fn thirty_two_agents_round_robin_over_three_replicas_lose_nothing() {
 /// only if its retry then answers `replayed`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn five_hundred_calls_with_one_operation_id_over_three_replicas_apply_once() {
-    const CALLS: usize = 500;
-    let Some(schema) = pg::Schema::new() else {
-        return;
-    };
-    let children = replicas(&schema, 3);
-    let agents = connect_all(&children).await;
-    let handle = agents[0].create().await;
-    let arguments = json!({
-        "basket_id": handle,
-        "operation_id": operation_id("storm"),
-        "text": "exactly once",
-    });
-    let urls: Vec<String> = children.iter().map(|child| child.url.clone()).collect();
-    let barrier = Arc::new(tokio::sync::Barrier::new(CALLS));
-    let tasks: Vec<_> = (0..CALLS)
-        .map(|index| {
-            let (url, arguments, barrier) = (
-                urls[index % urls.len()].clone(),
-                arguments.clone(),
-                Arc::clone(&barrier),
-            );
-            tokio::spawn(async move {
-                barrier.wait().await;
-                let mut unavailable = 0;
-                loop {
-                    let Answer::Result(result) = call(&url, "basket_add_note", &arguments).await
-                    else {
-                        panic!("a replica went away");
-                    };
-                    if error_code(&result) == Some("STORE_UNAVAILABLE") {
-                        unavailable += 1;
-                        assert!(unavailable < 50, "never available: {result}");
-                        continue;
-                    }
-                    return (
-                        basket_client::outcome(&result).to_owned(),
-                        unavailable,
-                        result,
-                    );
-                }
-            })
-        })
-        .collect();
-    let (mut applied, mut replayed, mut unavailable) = (0, 0, 0);
-    for task in tasks {
-        let (outcome, retries, result) = common::within("a storm call", task).await.unwrap();
-        unavailable += retries;
-        match outcome.as_str() {
-            "applied" => applied += 1,
-            "replayed" => {
-                assert_eq!(
-                    result["structuredContent"]["original"]["outcome"],
-                    "applied"
+    // Every await below is under this bound, besides each step's own.
+    common::within_for(std::time::Duration::from_secs(600), "the whole test", async {
+        const CALLS: usize = 500;
+        let Some(schema) = pg::Schema::new() else {
+            return;
+        };
+        let children = replicas(&schema, 3);
+        let agents = connect_all(&children).await;
+        let handle = agents[0].create().await;
+        let arguments = json!({
+            "basket_id": handle,
+            "operation_id": operation_id("storm"),
+            "text": "exactly once",
+        });
+        let urls: Vec<String> = children.iter().map(|child| child.url.clone()).collect();
+        let barrier = Arc::new(tokio::sync::Barrier::new(CALLS));
+        let tasks: Vec<_> = (0..CALLS)
+            .map(|index| {
+                let (url, arguments, barrier) = (
+                    urls[index % urls.len()].clone(),
+                    arguments.clone(),
+                    Arc::clone(&barrier),
                 );
-                replayed += 1;
+                tokio::spawn(async move {
+                    barrier.wait().await;
+                    let mut unavailable = 0;
+                    loop {
+                        let Answer::Result(result) = call(&url, "basket_add_note", &arguments).await
+                        else {
+                            panic!("a replica went away");
+                        };
+                        if error_code(&result) == Some("STORE_UNAVAILABLE") {
+                            unavailable += 1;
+                            assert!(unavailable < 50, "never available: {result}");
+                            continue;
+                        }
+                        return (
+                            basket_client::outcome(&result).to_owned(),
+                            unavailable,
+                            result,
+                        );
+                    }
+                })
+            })
+            .collect();
+        let (mut applied, mut replayed, mut unavailable) = (0, 0, 0);
+        for task in tasks {
+            let (outcome, retries, result) = common::within("a storm call", task).await.unwrap();
+            unavailable += retries;
+            match outcome.as_str() {
+                "applied" => applied += 1,
+                "replayed" => {
+                    assert_eq!(
+                        result["structuredContent"]["original"]["outcome"],
+                        "applied"
+                    );
+                    replayed += 1;
+                }
+                other => panic!("unexpected outcome {other}: {result}"),
             }
-            other => panic!("unexpected outcome {other}: {result}"),
         }
-    }
-    println!(
-        "one operation id, {CALLS} calls over three replicas: {applied} applied, {replayed} replayed, {unavailable} STORE_UNAVAILABLE answers retried"
-    );
-    assert_eq!((applied, replayed), (1, CALLS - 1));
-    let (version, state) = agents[1].get(&handle).await;
-    assert_eq!(version, 2);
-    assert_eq!(state["notes"], json!(["exactly once"]));
+        println!(
+            "one operation id, {CALLS} calls over three replicas: {applied} applied, {replayed} replayed, {unavailable} STORE_UNAVAILABLE answers retried"
+        );
+        assert_eq!((applied, replayed), (1, CALLS - 1));
+        let (version, state) = agents[1].get(&handle).await;
+        assert_eq!(version, 2);
+        assert_eq!(state["notes"], json!(["exactly once"]));
+    })
+    .await;
 }
 
 /// One replica killed with SIGKILL in the middle of a workload; each call that failed is sent
@@ -258,104 +266,108 @@ async fn five_hundred_calls_with_one_operation_id_over_three_replicas_apply_once
 /// applied twice.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_replica_killed_mid_workload_loses_nothing_and_applies_nothing_twice() {
-    const AGENTS: usize = 8;
-    const EACH: usize = 5;
-    const KILL_AFTER: u64 = 12;
-    let Some(schema) = pg::Schema::new() else {
-        return;
-    };
-    let mut children = replicas(&schema, 3);
-    let urls: Vec<String> = children.iter().map(|child| child.url.clone()).collect();
-    let handle = Agent::connect(&urls[1], None).await.create().await;
-    let acknowledged = Arc::new(AtomicU64::new(0));
-    let failovers = Arc::new(AtomicU64::new(0));
-    let replays = Arc::new(AtomicU64::new(0));
-    let halfway = Arc::new(tokio::sync::Notify::new());
-    let agents: Vec<_> = (0..AGENTS)
-        .map(|index| {
-            let (urls, handle) = (urls.clone(), handle.clone());
-            let (acknowledged, halfway) = (Arc::clone(&acknowledged), Arc::clone(&halfway));
-            let (failovers, replays) = (Arc::clone(&failovers), Arc::clone(&replays));
-            tokio::spawn(async move {
-                // Round robin over the replicas, skipping one that went away.
-                let mut turn = index;
-                let mut gone = [false; 3];
-                let mut send = async |tool: &str, arguments: &Value| loop {
-                    turn += 1;
-                    let replica = turn % urls.len();
-                    if gone[replica] {
-                        continue;
-                    }
-                    match call(&urls[replica], tool, arguments).await {
-                        Answer::Result(result) => return result,
-                        Answer::Gone => {
-                            gone[replica] = true;
-                            failovers.fetch_add(1, Ordering::SeqCst);
+    // Every await below is under this bound, besides each step's own.
+    common::within_for(std::time::Duration::from_secs(600), "the whole test", async {
+        const AGENTS: usize = 8;
+        const EACH: usize = 5;
+        const KILL_AFTER: u64 = 12;
+        let Some(schema) = pg::Schema::new() else {
+            return;
+        };
+        let mut children = replicas(&schema, 3);
+        let urls: Vec<String> = children.iter().map(|child| child.url.clone()).collect();
+        let handle = Agent::connect(&urls[1], None).await.create().await;
+        let acknowledged = Arc::new(AtomicU64::new(0));
+        let failovers = Arc::new(AtomicU64::new(0));
+        let replays = Arc::new(AtomicU64::new(0));
+        let halfway = Arc::new(tokio::sync::Notify::new());
+        let agents: Vec<_> = (0..AGENTS)
+            .map(|index| {
+                let (urls, handle) = (urls.clone(), handle.clone());
+                let (acknowledged, halfway) = (Arc::clone(&acknowledged), Arc::clone(&halfway));
+                let (failovers, replays) = (Arc::clone(&failovers), Arc::clone(&replays));
+                tokio::spawn(async move {
+                    // Round robin over the replicas, skipping one that went away.
+                    let mut turn = index;
+                    let mut gone = [false; 3];
+                    let mut send = async |tool: &str, arguments: &Value| loop {
+                        turn += 1;
+                        let replica = turn % urls.len();
+                        if gone[replica] {
+                            continue;
                         }
-                    }
-                };
-                let mut versions = Vec::new();
-                let mut attempts = 0;
-                while versions.len() < EACH {
-                    attempts += 1;
-                    assert!(attempts < 10_000, "agent {index} starved");
-                    let read = send("basket_get", &json!({ "basket_id": handle })).await;
-                    let basket = &read["structuredContent"];
-                    let version = basket["version"].as_u64().unwrap();
-                    let memory = basket["state"]["memory_gib"].as_u64().unwrap();
-                    let change = json!({
-                        "basket_id": handle,
-                        "expected_version": version,
-                        "operation_id": operation_id(&format!("killed{index}")),
-                        "memory_gib": memory + 1,
-                        "storage_gib": basket["state"]["storage_gib"],
-                    });
-                    let result = send("basket_replace_configuration", &change).await;
-                    let mut outcome = &result["structuredContent"];
-                    // The dead replica committed the change but its answer was lost: the retry
-                    // is answered from the ledger.
-                    if outcome["outcome"] == "replayed" {
-                        replays.fetch_add(1, Ordering::SeqCst);
-                        outcome = &outcome["original"];
-                    }
-                    match outcome["outcome"].as_str() {
-                        Some("applied") => {
-                            versions.push(outcome["version"].as_u64().unwrap());
-                            if acknowledged.fetch_add(1, Ordering::SeqCst) + 1 == KILL_AFTER {
-                                halfway.notify_one();
+                        match call(&urls[replica], tool, arguments).await {
+                            Answer::Result(result) => return result,
+                            Answer::Gone => {
+                                gone[replica] = true;
+                                failovers.fetch_add(1, Ordering::SeqCst);
                             }
                         }
-                        Some("stale_view") => {}
-                        _ => panic!("unexpected answer: {result}"),
+                    };
+                    let mut versions = Vec::new();
+                    let mut attempts = 0;
+                    while versions.len() < EACH {
+                        attempts += 1;
+                        assert!(attempts < 10_000, "agent {index} starved");
+                        let read = send("basket_get", &json!({ "basket_id": handle })).await;
+                        let basket = &read["structuredContent"];
+                        let version = basket["version"].as_u64().unwrap();
+                        let memory = basket["state"]["memory_gib"].as_u64().unwrap();
+                        let change = json!({
+                            "basket_id": handle,
+                            "expected_version": version,
+                            "operation_id": operation_id(&format!("killed{index}")),
+                            "memory_gib": memory + 1,
+                            "storage_gib": basket["state"]["storage_gib"],
+                        });
+                        let result = send("basket_replace_configuration", &change).await;
+                        let mut outcome = &result["structuredContent"];
+                        // The dead replica committed the change but its answer was lost: the retry
+                        // is answered from the ledger.
+                        if outcome["outcome"] == "replayed" {
+                            replays.fetch_add(1, Ordering::SeqCst);
+                            outcome = &outcome["original"];
+                        }
+                        match outcome["outcome"].as_str() {
+                            Some("applied") => {
+                                versions.push(outcome["version"].as_u64().unwrap());
+                                if acknowledged.fetch_add(1, Ordering::SeqCst) + 1 == KILL_AFTER {
+                                    halfway.notify_one();
+                                }
+                            }
+                            Some("stale_view") => {}
+                            _ => panic!("unexpected answer: {result}"),
+                        }
                     }
-                }
-                versions
+                    versions
+                })
             })
-        })
-        .collect();
-    common::within("the workload to get halfway", halfway.notified()).await;
-    children[0].kill();
-    let mut versions = Vec::new();
-    for agent in agents {
-        versions.extend(common::within("an agent", agent).await.unwrap());
-    }
-    let applied = versions.len() as u64;
-    println!(
-        "kill -9 of one of three replicas: {applied} applied, {} calls failed over, {} answered replayed",
-        failovers.load(Ordering::SeqCst),
-        replays.load(Ordering::SeqCst)
-    );
-    assert_eq!(applied, (AGENTS * EACH) as u64);
-    versions.sort_unstable();
-    assert_eq!(versions, (2..=1 + applied).collect::<Vec<_>>());
-    let survivor = Agent::connect(&urls[2], None).await;
-    let (version, state) = survivor.get(&handle).await;
-    assert_eq!(version, 1 + applied);
-    assert_eq!(
-        state["memory_gib"].as_u64(),
-        Some(16 + applied),
-        "an acknowledged change was lost or applied twice"
-    );
+            .collect();
+        common::within("the workload to get halfway", halfway.notified()).await;
+        children[0].kill();
+        let mut versions = Vec::new();
+        for agent in agents {
+            versions.extend(common::within("an agent", agent).await.unwrap());
+        }
+        let applied = versions.len() as u64;
+        println!(
+            "kill -9 of one of three replicas: {applied} applied, {} calls failed over, {} answered replayed",
+            failovers.load(Ordering::SeqCst),
+            replays.load(Ordering::SeqCst)
+        );
+        assert_eq!(applied, (AGENTS * EACH) as u64);
+        versions.sort_unstable();
+        assert_eq!(versions, (2..=1 + applied).collect::<Vec<_>>());
+        let survivor = Agent::connect(&urls[2], None).await;
+        let (version, state) = survivor.get(&handle).await;
+        assert_eq!(version, 1 + applied);
+        assert_eq!(
+            state["memory_gib"].as_u64(),
+            Some(16 + applied),
+            "an acknowledged change was lost or applied twice"
+        );
+    })
+    .await;
 }
 
 /// A change applied on one replica whose answer never reached the caller (the replica was then
@@ -363,10 +375,19 @@ async fn a_replica_killed_mid_workload_loses_nothing_and_applies_nothing_twice()
 /// `replayed` with the recorded outcome, and nothing is applied twice.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_retry_on_another_replica_after_the_first_was_killed_replays_its_commit() {
-    let Some(schema) = pg::Schema::new() else {
-        return;
-    };
-    let mut children = replicas(&schema, 2);
-    let urls: Vec<String> = children.iter().map(|child| child.url.clone()).collect();
-    basket_client::a_retry_elsewhere_replays(&urls[0], &urls[1], || children[0].kill()).await;
+    // Every await below is under this bound, besides each step's own.
+    common::within_for(
+        std::time::Duration::from_secs(600),
+        "the whole test",
+        async {
+            let Some(schema) = pg::Schema::new() else {
+                return;
+            };
+            let mut children = replicas(&schema, 2);
+            let urls: Vec<String> = children.iter().map(|child| child.url.clone()).collect();
+            basket_client::a_retry_elsewhere_replays(&urls[0], &urls[1], || children[0].kill())
+                .await;
+        },
+    )
+    .await;
 }

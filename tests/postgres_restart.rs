@@ -96,110 +96,114 @@ async fn until_available(url: &str, tool: &str, arguments: &Value) -> (Value, u6
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_database_restart_mid_workload_answers_store_unavailable_and_loses_nothing() {
-    const AGENTS: usize = 8;
-    const EACH: usize = 8;
-    const RESTART_AFTER: u64 = 16;
-    let Some(schema) = pg::Schema::new() else {
-        return;
-    };
-    let env = children::postgres_env(&schema.url, &schema.name);
-    let replicas = children::start(CHILD_TEST, &env, 2);
-    let urls: Vec<String> = replicas.iter().map(|child| child.url.clone()).collect();
-    let (created, _) = until_available(
-        &urls[0],
-        "basket_create",
-        &json!({ "operation_id": operation_id("create") }),
-    )
-    .await;
-    let handle = created["structuredContent"]["handle"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    let acknowledged = Arc::new(AtomicU64::new(0));
-    let unavailable = Arc::new(AtomicU64::new(0));
-    let replays = Arc::new(AtomicU64::new(0));
-    let halfway = Arc::new(tokio::sync::Notify::new());
-    let agents: Vec<_> = (0..AGENTS)
-        .map(|index| {
-            let (urls, handle, halfway) = (urls.clone(), handle.clone(), Arc::clone(&halfway));
-            let (acknowledged, unavailable, replays) = (
-                Arc::clone(&acknowledged),
-                Arc::clone(&unavailable),
-                Arc::clone(&replays),
-            );
-            tokio::spawn(async move {
-                let mut versions = Vec::new();
-                let mut turn = index;
-                while versions.len() < EACH {
-                    turn += 1;
-                    let url = &urls[turn % urls.len()];
-                    let (read, waited) =
-                        until_available(url, "basket_get", &json!({ "basket_id": handle })).await;
-                    unavailable.fetch_add(waited, Ordering::Relaxed);
-                    let basket = &read["structuredContent"];
-                    let change = json!({
-                        "basket_id": handle,
-                        "expected_version": basket["version"],
-                        "operation_id": operation_id(&format!("restart{index}")),
-                        "memory_gib": basket["state"]["memory_gib"].as_u64().unwrap() + 1,
-                        "storage_gib": basket["state"]["storage_gib"],
-                    });
-                    // The same request, same operation id, until the store answers.
-                    let (result, waited) =
-                        until_available(url, "basket_replace_configuration", &change).await;
-                    unavailable.fetch_add(waited, Ordering::Relaxed);
-                    let mut outcome = &result["structuredContent"];
-                    if outcome["outcome"] == "replayed" {
-                        replays.fetch_add(1, Ordering::Relaxed);
-                        outcome = &outcome["original"];
-                    }
-                    match outcome["outcome"].as_str() {
-                        Some("applied") => {
-                            versions.push(outcome["version"].as_u64().unwrap());
-                            if acknowledged.fetch_add(1, Ordering::SeqCst) + 1 == RESTART_AFTER {
-                                halfway.notify_one();
-                            }
+    // Every await below is under this bound, besides each step's own.
+    common::within_for(std::time::Duration::from_secs(600), "the whole test", async {
+        const AGENTS: usize = 8;
+        const EACH: usize = 8;
+        const RESTART_AFTER: u64 = 16;
+        let Some(schema) = pg::Schema::new() else {
+            return;
+        };
+        let env = children::postgres_env(&schema.url, &schema.name);
+        let replicas = children::start(CHILD_TEST, &env, 2);
+        let urls: Vec<String> = replicas.iter().map(|child| child.url.clone()).collect();
+        let (created, _) = until_available(
+            &urls[0],
+            "basket_create",
+            &json!({ "operation_id": operation_id("create") }),
+        )
+        .await;
+        let handle = created["structuredContent"]["handle"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        let acknowledged = Arc::new(AtomicU64::new(0));
+        let unavailable = Arc::new(AtomicU64::new(0));
+        let replays = Arc::new(AtomicU64::new(0));
+        let halfway = Arc::new(tokio::sync::Notify::new());
+        let agents: Vec<_> = (0..AGENTS)
+            .map(|index| {
+                let (urls, handle, halfway) = (urls.clone(), handle.clone(), Arc::clone(&halfway));
+                let (acknowledged, unavailable, replays) = (
+                    Arc::clone(&acknowledged),
+                    Arc::clone(&unavailable),
+                    Arc::clone(&replays),
+                );
+                tokio::spawn(async move {
+                    let mut versions = Vec::new();
+                    let mut turn = index;
+                    while versions.len() < EACH {
+                        turn += 1;
+                        let url = &urls[turn % urls.len()];
+                        let (read, waited) =
+                            until_available(url, "basket_get", &json!({ "basket_id": handle })).await;
+                        unavailable.fetch_add(waited, Ordering::Relaxed);
+                        let basket = &read["structuredContent"];
+                        let change = json!({
+                            "basket_id": handle,
+                            "expected_version": basket["version"],
+                            "operation_id": operation_id(&format!("restart{index}")),
+                            "memory_gib": basket["state"]["memory_gib"].as_u64().unwrap() + 1,
+                            "storage_gib": basket["state"]["storage_gib"],
+                        });
+                        // The same request, same operation id, until the store answers.
+                        let (result, waited) =
+                            until_available(url, "basket_replace_configuration", &change).await;
+                        unavailable.fetch_add(waited, Ordering::Relaxed);
+                        let mut outcome = &result["structuredContent"];
+                        if outcome["outcome"] == "replayed" {
+                            replays.fetch_add(1, Ordering::Relaxed);
+                            outcome = &outcome["original"];
                         }
-                        Some("stale_view") => {}
-                        _ => panic!("unexpected answer: {result}"),
+                        match outcome["outcome"].as_str() {
+                            Some("applied") => {
+                                versions.push(outcome["version"].as_u64().unwrap());
+                                if acknowledged.fetch_add(1, Ordering::SeqCst) + 1 == RESTART_AFTER {
+                                    halfway.notify_one();
+                                }
+                            }
+                            Some("stale_view") => {}
+                            _ => panic!("unexpected answer: {result}"),
+                        }
                     }
-                }
-                versions
+                    versions
+                })
             })
-        })
-        .collect();
-    common::within("the workload to get halfway", halfway.notified()).await;
-    common::within(
-        "the database to restart",
-        tokio::task::spawn_blocking(restart_database),
-    )
-    .await
-    .unwrap();
-    let mut versions = Vec::new();
-    for agent in agents {
-        versions.extend(
-            common::within_for(Duration::from_secs(120), "an agent", agent)
-                .await
-                .unwrap(),
+            .collect();
+        common::within("the workload to get halfway", halfway.notified()).await;
+        common::within(
+            "the database to restart",
+            tokio::task::spawn_blocking(restart_database),
+        )
+        .await
+        .unwrap();
+        let mut versions = Vec::new();
+        for agent in agents {
+            versions.extend(
+                common::within_for(Duration::from_secs(120), "an agent", agent)
+                    .await
+                    .unwrap(),
+            );
+        }
+        let applied = versions.len() as u64;
+        println!(
+            "database restarted mid-workload: {applied} applied, {} STORE_UNAVAILABLE answers retried, {} answered replayed",
+            unavailable.load(Ordering::Relaxed),
+            replays.load(Ordering::Relaxed)
         );
-    }
-    let applied = versions.len() as u64;
-    println!(
-        "database restarted mid-workload: {applied} applied, {} STORE_UNAVAILABLE answers retried, {} answered replayed",
-        unavailable.load(Ordering::Relaxed),
-        replays.load(Ordering::Relaxed)
-    );
-    assert!(
-        unavailable.load(Ordering::Relaxed) > 0,
-        "no call met the restart: the test proved nothing"
-    );
-    assert_eq!(applied, (AGENTS * EACH) as u64);
-    versions.sort_unstable();
-    assert_eq!(versions, (2..=1 + applied).collect::<Vec<_>>());
-    for url in &urls {
-        let (read, _) = until_available(url, "basket_get", &json!({ "basket_id": handle })).await;
-        let basket = &read["structuredContent"];
-        assert_eq!(basket["version"].as_u64(), Some(1 + applied));
-        assert_eq!(basket["state"]["memory_gib"].as_u64(), Some(16 + applied));
-    }
+        assert!(
+            unavailable.load(Ordering::Relaxed) > 0,
+            "no call met the restart: the test proved nothing"
+        );
+        assert_eq!(applied, (AGENTS * EACH) as u64);
+        versions.sort_unstable();
+        assert_eq!(versions, (2..=1 + applied).collect::<Vec<_>>());
+        for url in &urls {
+            let (read, _) = until_available(url, "basket_get", &json!({ "basket_id": handle })).await;
+            let basket = &read["structuredContent"];
+            assert_eq!(basket["version"].as_u64(), Some(1 + applied));
+            assert_eq!(basket["state"]["memory_gib"].as_u64(), Some(16 + applied));
+        }
+    })
+    .await;
 }

@@ -84,9 +84,12 @@ impl Schema {
 
     /// A plain client on the test database.
     pub async fn client(&self) -> tokio_postgres::Client {
-        let (client, connection) = tokio_postgres::connect(&self.url, tokio_postgres::NoTls)
-            .await
-            .expect("a plain connection to PostgreSQL");
+        let connecting = tokio_postgres::connect(&self.url, tokio_postgres::NoTls);
+        let (client, connection) =
+            tokio::time::timeout(std::time::Duration::from_secs(30), connecting)
+                .await
+                .expect("connecting to PostgreSQL timed out")
+                .expect("a plain connection to PostgreSQL");
         tokio::spawn(connection);
         client
     }
@@ -101,18 +104,23 @@ impl Drop for Schema {
                 .enable_all()
                 .build()
                 .unwrap();
-            runtime.block_on(async move {
+            let dropping = async move {
                 let (client, connection) =
                     tokio_postgres::connect(&url, tokio_postgres::NoTls).await?;
                 tokio::spawn(connection);
                 client
                     .batch_execute(&format!("DROP SCHEMA IF EXISTS \"{name}\" CASCADE"))
                     .await
+            };
+            runtime.block_on(async {
+                tokio::time::timeout(std::time::Duration::from_secs(30), dropping).await
             })
         })
         .join();
-        if let Ok(Err(error)) = dropped {
-            eprintln!("could not drop test schema {}: {error}", self.name);
+        match dropped {
+            Ok(Ok(Ok(()))) => {}
+            Ok(Ok(Err(error))) => eprintln!("could not drop test schema {}: {error}", self.name),
+            _ => eprintln!("could not drop test schema {} in time", self.name),
         }
     }
 }
