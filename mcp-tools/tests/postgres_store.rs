@@ -382,3 +382,54 @@ async fn locks_and_a_full_pool_are_bounded_in_time() {
     })
     .await;
 }
+
+/// What a resource retains is bounded by the history limit, not by how often it changed: undo
+/// patches beyond the limit are deleted (every few versions) in the mutations' own writes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn history_beyond_the_limit_is_deleted() {
+    whole_test(async {
+        let Some(schema) = pg::Schema::new() else {
+            return;
+        };
+        let limit = 8;
+        let store = schema
+            .connect(StoreConfig {
+                history_limit: limit,
+                ..StoreConfig::default()
+            })
+            .await;
+        let handle = create(&store).await;
+        for _ in 0..100 {
+            let request = MutationRequest::new(Counter::kind(), alice(), &handle);
+            let outcome = within("a mutation", store.mutate(request, increment()))
+                .await
+                .unwrap();
+            assert!(
+                matches!(outcome, MutationOutcome::Applied(_)),
+                "{outcome:?}"
+            );
+        }
+        let client = schema.client().await;
+        let kept: i64 = within(
+            "counting patches",
+            client.query_one(
+                &format!(
+                    "SELECT count(*) FROM \"{}\".mcp_changes WHERE handle = $1",
+                    schema.name
+                ),
+                &[&handle],
+            ),
+        )
+        .await
+        .unwrap()
+        .get(0);
+        // At most the limit, plus the versions written since the last deletion.
+        assert!(kept >= (limit - 1) as i64, "{kept}");
+        assert!(
+            kept <= (limit + 16) as i64,
+            "{kept} patches kept for 100 versions"
+        );
+        assert_eq!(read_count(&store, &handle).await, 100);
+    })
+    .await;
+}

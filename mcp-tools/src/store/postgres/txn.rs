@@ -466,13 +466,11 @@ fn statement(write: Write, out: &mut Vec<(Statement, Vec<Param>, bool)>) -> Resu
                 ],
                 true,
             ));
-            if change.drop_through > 0 && change.drop_through.is_multiple_of(HISTORY_SWEEP_EVERY) {
+            let drop_through = history_to_drop(&change);
+            if drop_through > 0 {
                 out.push((
                     Statement::DropChanges,
-                    vec![
-                        Box::new(handle),
-                        Box::new(version_to_sql(change.drop_through)?),
-                    ],
+                    vec![Box::new(handle), Box::new(version_to_sql(drop_through)?)],
                     false,
                 ));
             }
@@ -513,4 +511,182 @@ fn statement(write: Write, out: &mut Vec<(Statement, Vec<Param>, bool)>) -> Resu
         )),
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::outcome::{RecordedOutcome, Rejected};
+
+    fn record(version: u64) -> Record {
+        Record {
+            kind: "counter".into(),
+            owner: "alice".into(),
+            version,
+            state: Arc::new(serde_json::json!({ "count": version })),
+            lifecycle: Lifecycle::Active,
+            expires_at: None,
+        }
+    }
+
+    fn done(handle: &str) -> LedgerEntry {
+        LedgerEntry {
+            fingerprint: Fingerprint::from_bytes([7; 32]),
+            state: LedgerState::Done(RecordedOutcome::Rejected(Rejected::not_found("counter"))),
+            handle: Some(handle.to_owned()),
+            recorded_at: 1,
+            expires_at: 2,
+        }
+    }
+
+    fn change(drop_through: u64) -> Change {
+        Change {
+            undo: Vec::new(),
+            drop_through,
+            recorded: true,
+        }
+    }
+
+    fn kinds(writes: Vec<Write>) -> Vec<(Statement, bool)> {
+        let mut out = Vec::new();
+        statements(writes, &mut out).unwrap();
+        out.into_iter()
+            .map(|(statement, _, exact)| (statement, exact))
+            .collect()
+    }
+
+    /// A record about the resource the same transaction writes is counted in that write, and
+    /// the pair is the one statement of the usual mutation; a record about another resource
+    /// counts on its own.
+    #[test]
+    fn a_change_and_its_record_are_one_statement() {
+        let mut txn = PgTxn::new();
+        txn.write("ctr_a", record(2), change(0)).unwrap();
+        txn.ledger_put("alice", "op", done("ctr_a")).unwrap();
+        assert!(matches!(txn.writes[0], Write::Update { counted: 1, .. }));
+        assert_eq!(txn.writes.len(), 2);
+        let writes = std::mem::take(&mut txn.writes);
+        assert!(matches!(
+            kinds(writes)[..],
+            [(Statement::UpdateRecorded, true)]
+        ));
+
+        let mut txn = PgTxn::new();
+        txn.write("ctr_a", record(2), change(0)).unwrap();
+        txn.ledger_put("alice", "op", done("ctr_b")).unwrap();
+        assert!(matches!(txn.writes[0], Write::Update { counted: 0, .. }));
+        assert!(matches!(&txn.writes[1], Write::Count { handle, by: 1 } if handle == "ctr_b"));
+        let writes = std::mem::take(&mut txn.writes);
+        assert!(matches!(
+            kinds(writes)[..],
+            [
+                (Statement::UpdateResource, true),
+                (Statement::InsertChange, true),
+                (Statement::Count, false),
+                (Statement::InsertLedger, true)
+            ]
+        ));
+    }
+
+    /// A record that replaces an expired one deletes it first, before any resource row.
+    #[test]
+    fn deletions_come_first() {
+        let mut txn = PgTxn::new();
+        txn.write("ctr_a", record(2), change(0)).unwrap();
+        txn.ledger_remove("alice", "op", &done("ctr_a")).unwrap();
+        txn.ledger_put("alice", "op", done("ctr_a")).unwrap();
+        let writes = std::mem::take(&mut txn.writes);
+        assert!(matches!(
+            kinds(writes)[..],
+            [
+                (Statement::DeleteLedger, false),
+                (Statement::UpdateRecorded, true)
+            ]
+        ));
+    }
+
+    /// Patches beyond the history limit are dropped every so many versions, on both paths.
+    #[test]
+    fn history_is_dropped_every_so_many_versions() {
+        assert_eq!(history_to_drop(&change(0)), 0);
+        assert_eq!(history_to_drop(&change(1)), 0);
+        assert_eq!(
+            history_to_drop(&change(HISTORY_SWEEP_EVERY)),
+            HISTORY_SWEEP_EVERY
+        );
+        assert_eq!(history_to_drop(&change(HISTORY_SWEEP_EVERY + 1)), 0);
+        let unrecorded = |drop_through| {
+            let mut txn = PgTxn::new();
+            txn.write("ctr_a", record(2), change(drop_through)).unwrap();
+            kinds(std::mem::take(&mut txn.writes))
+                .iter()
+                .any(|(statement, _)| matches!(statement, Statement::DropChanges))
+        };
+        assert!(unrecorded(HISTORY_SWEEP_EVERY * 2));
+        assert!(!unrecorded(HISTORY_SWEEP_EVERY * 2 + 1));
+        assert!(!unrecorded(0));
+    }
+
+    /// Reads answer from what was fetched, by its exact key, and name what they were not given.
+    #[test]
+    fn reads_answer_by_exact_key() {
+        let mut txn = PgTxn::new();
+        txn.know_ledger("alice", "op", Some(done("ctr_a")));
+        assert!(txn.ledger_get("alice", "op").unwrap().is_some());
+        assert!(txn.ledger_get("bob", "op").is_err());
+        assert_eq!(
+            txn.need.take(),
+            Some(Need::Ledger("bob".into(), "op".into()))
+        );
+        assert!(txn.ledger_get("alice", "other").is_err());
+
+        txn.know_resource("ctr_a", None);
+        txn.know_resource("ctr_a", Some((record(3), 0)));
+        assert_eq!(
+            txn.load("ctr_a").unwrap().unwrap().version,
+            3,
+            "the newer read wins"
+        );
+        txn.know_resource("ctr_b", Some((record(5), 0)));
+        assert_eq!(txn.load("ctr_a").unwrap().unwrap().version, 3);
+
+        txn.know_history(History {
+            handle: "ctr_a".into(),
+            since: 1,
+            versions: vec![3, 2],
+            patches: vec!["[]".into(), "[]".into()],
+        });
+        assert_eq!(txn.undo_since("ctr_a", 1).unwrap().unwrap().len(), 2);
+        assert!(txn.undo_since("ctr_b", 1).is_err());
+        assert_eq!(txn.need.take(), Some(Need::Undo("ctr_b".into(), 1)));
+        assert!(txn.undo_since("ctr_a", 2).is_err());
+    }
+
+    /// Below the quota the count read with the resource answers; at it, an exact count is asked
+    /// for once.
+    #[test]
+    fn the_share_is_counted_exactly_only_at_the_limit() {
+        let mut txn = PgTxn::new();
+        txn.know_resource("ctr_a", Some((record(2), 9)));
+        assert!(!txn.ledger_full("ctr_a", 10, 0).unwrap());
+        assert_eq!(txn.need, None);
+        txn.know_resource("ctr_a", Some((record(2), 10)));
+        assert!(txn.ledger_full("ctr_a", 10, 0).is_err());
+        assert_eq!(txn.need.take(), Some(Need::Count("ctr_a".into())));
+        txn.know_exact_count("ctr_a", 10);
+        assert!(txn.ledger_full("ctr_a", 10, 0).unwrap());
+        txn.know_exact_count("ctr_a", 4);
+        assert!(!txn.ledger_full("ctr_a", 10, 0).unwrap());
+    }
+
+    /// Starting over forgets the writes of the run that asked for more.
+    #[test]
+    fn a_restart_forgets_the_writes() {
+        let mut txn = PgTxn::new();
+        txn.write("ctr_a", record(2), change(0)).unwrap();
+        txn.need = Some(Need::Resource("ctr_b".into()));
+        txn.restart();
+        assert!(txn.writes.is_empty());
+        assert_eq!(txn.need, None);
+    }
 }
