@@ -87,8 +87,8 @@ fn with_query(url: &str, query: &str) -> String {
     format!("{url}{separator}{query}")
 }
 
-/// `verify-full` against the cluster's own certificate: the server's chain and name are checked,
-/// and the sessions are encrypted.
+/// `verify-full` and `verify-ca` against the root that signed the cluster's certificate: the
+/// server's chain (and, for `verify-full`, its name) is checked, and the sessions are encrypted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn verify_full_with_the_servers_root_connects_over_tls() {
     whole_test(async {
@@ -113,6 +113,24 @@ async fn verify_full_with_the_servers_root_connects_over_tls() {
         let handle = create(&store).await;
         assert_eq!(read_count(&store, &handle).await, 0);
         let sessions = tls_in_use(&schema, "tls_full").await;
+        assert!(
+            !sessions.is_empty() && sessions.iter().all(|ssl| *ssl),
+            "{sessions:?}"
+        );
+
+        // verify-ca: the chain against the same root, the name unchecked.
+        let url = with_query(
+            &schema.url,
+            &format!("sslmode=verify-ca&sslrootcert={ca}&application_name=tls_ca"),
+        );
+        let store = within(
+            "connecting",
+            PostgresStore::connect_with(&url, StoreConfig::default(), schema.options()),
+        )
+        .await
+        .unwrap();
+        create(&store).await;
+        let sessions = tls_in_use(&schema, "tls_ca").await;
         assert!(
             !sessions.is_empty() && sessions.iter().all(|ssl| *ssl),
             "{sessions:?}"

@@ -488,6 +488,32 @@ mod tests {
     }
 
     #[test]
+    fn verify_ca_with_a_root_file_is_set_up() {
+        let bundle = "/etc/ssl/certs/ca-certificates.crt";
+        if !std::path::Path::new(bundle).exists() {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "CI installs the CA bundle"
+            );
+            return;
+        }
+        for conninfo in [
+            format!("postgres://u@h/db?sslmode=verify-ca&sslrootcert={bundle}"),
+            format!("host=h sslmode=verify-ca sslrootcert={bundle}"),
+        ] {
+            let info = parse(&conninfo, no_env).unwrap();
+            assert_eq!(info.root_cert, Some(PathBuf::from(bundle)), "{conninfo}");
+            assert!(tls(&info).is_ok(), "{conninfo}");
+        }
+        let missing = parse(
+            "host=h sslmode=verify-full sslrootcert=/nonexistent.pem",
+            no_env,
+        );
+        let message = tls(&missing.unwrap()).err().unwrap().to_string();
+        assert!(message.contains("/nonexistent.pem"), "{message}");
+    }
+
+    #[test]
     fn a_zero_connect_timeout_waits() {
         let info = parse("", |name| {
             (name == "PGCONNECT_TIMEOUT").then(|| "0".to_owned())
