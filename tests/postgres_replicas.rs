@@ -12,7 +12,7 @@ mod pg;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use mcp_tools::store::{PostgresOptions, PostgresStore, StoreConfig};
+use mcp_tools::store::{PostgresOptions, StoreConfig};
 use serde_json::{Value, json};
 
 use basket_client::{Agent, operation_id, server};
@@ -24,25 +24,13 @@ const CHILD_TEST: &str = "a_child_process_serves_the_basket_from_the_database_it
 #[test]
 #[ignore = "runs only as a child process of the multi-host tests"]
 fn a_child_process_serves_the_basket_from_the_database_it_is_given() {
-    let Some((url, schema)) = children::postgres_target() else {
-        return;
+    // 32 agents racing on one basket record every `stale_view` they get: more than the default
+    // share of 10,000 records one basket may hold.
+    let config = StoreConfig {
+        ledger_quota: 1_000_000,
+        ..StoreConfig::default()
     };
-    children::run(async move {
-        let options = PostgresOptions {
-            schema,
-            ..PostgresOptions::default()
-        };
-        // 32 agents racing on one basket record every `stale_view` they get: more than the
-        // default share of 10,000 records one basket may hold.
-        let config = StoreConfig {
-            ledger_quota: 1_000_000,
-            ..StoreConfig::default()
-        };
-        let store = PostgresStore::connect_with(&url, config, options)
-            .await
-            .unwrap();
-        children::serve(server(store)).await;
-    });
+    children::serve_postgres(server, config, PostgresOptions::default());
 }
 
 /// `count` replicas on the schema of this test.

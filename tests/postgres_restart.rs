@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use mcp_tools::store::{PostgresOptions, PostgresStore, StoreConfig};
+use mcp_tools::store::{PostgresOptions, StoreConfig};
 use serde_json::{Value, json};
 
 use basket_client::{operation_id, server};
@@ -29,20 +29,11 @@ const CHILD_TEST: &str = "a_child_process_serves_the_basket_through_restarts";
 #[test]
 #[ignore = "runs only as a child process of the restart test"]
 fn a_child_process_serves_the_basket_through_restarts() {
-    let Some((url, schema)) = children::postgres_target() else {
-        return;
+    let options = PostgresOptions {
+        timeout: Duration::from_secs(3),
+        ..PostgresOptions::default()
     };
-    children::run(async move {
-        let options = PostgresOptions {
-            schema,
-            timeout: Duration::from_secs(3),
-            ..PostgresOptions::default()
-        };
-        let store = PostgresStore::connect_with(&url, StoreConfig::default(), options)
-            .await
-            .unwrap();
-        children::serve(server(store)).await;
-    });
+    children::serve_postgres(server, StoreConfig::default(), options);
 }
 
 /// Restarts the test cluster (`.ci/postgres` exports where it is) as its owner.

@@ -147,9 +147,29 @@ pub fn postgres_env(url: &str, schema: &str) -> [(&'static str, String); 2] {
 }
 
 /// In a child: the database URL and schema its parent gave it; `None` when no parent did.
-pub fn postgres_target() -> Option<(String, String)> {
+fn postgres_target() -> Option<(String, String)> {
     Some((
         std::env::var(POSTGRES_URL).ok()?,
         std::env::var(POSTGRES_SCHEMA).ok()?,
     ))
+}
+
+/// The body of a PostgreSQL child: serves the server `make` builds on a store in the database
+/// and schema its parent gave it (`options` with that schema); does nothing unless a parent
+/// started it.
+pub fn serve_postgres(
+    make: fn(mcp_tools::store::PostgresStore) -> mcp_tools::McpServer,
+    config: mcp_tools::store::StoreConfig,
+    options: mcp_tools::store::PostgresOptions,
+) {
+    let Some((url, schema)) = postgres_target() else {
+        return;
+    };
+    run(async move {
+        let options = mcp_tools::store::PostgresOptions { schema, ..options };
+        let store = mcp_tools::store::PostgresStore::connect_with(&url, config, options)
+            .await
+            .unwrap();
+        serve(make(store)).await;
+    });
 }
