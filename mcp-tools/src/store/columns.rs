@@ -5,6 +5,20 @@
 use super::boundary::LedgerState;
 use super::contract::StoreError;
 
+/// Versions between two deletions of a resource's undo patches beyond the history limit: the
+/// SQL stores delete them in batches, not on every write.
+pub(crate) const HISTORY_SWEEP_EVERY: u64 = 16;
+
+/// The versions whose patches a write drops now, given the boundary's `drop_through`; 0 for
+/// none.
+pub(crate) fn history_to_drop(drop_through: u64) -> u64 {
+    if drop_through > 0 && drop_through.is_multiple_of(HISTORY_SWEEP_EVERY) {
+        drop_through
+    } else {
+        0
+    }
+}
+
 pub(crate) fn version_to_sql(version: u64) -> Result<i64, StoreError> {
     i64::try_from(version)
         .map_err(|_| StoreError::Corrupt(format!("version {version} out of range")))

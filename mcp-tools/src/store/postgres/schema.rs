@@ -124,6 +124,19 @@ impl Sql {
                 .join(", ")
         };
         let (r_columns, lr_columns) = (columns("r"), columns("lr"));
+        // The undo patches of handle `$h` after version `$v` (none when `$v` is null), newest
+        // first, as two arrays from one scan of the history's key.
+        let history = |handle: &str, since: &str| {
+            format!(
+                "CROSS JOIN LATERAL (
+                     SELECT coalesce(array_agg(c.version ORDER BY c.version DESC), '{{}}')
+                                AS versions,
+                            coalesce(array_agg(c.undo ORDER BY c.version DESC), '{{}}')
+                                AS patches
+                     FROM {changes} AS c
+                     WHERE c.handle = {handle}::text AND c.version > {since}::int8) AS h"
+            )
+        };
         Sql {
             schema: quote(schema),
             migrations: table("migrations"),
@@ -136,29 +149,21 @@ impl Sql {
             // its undo patches after a version; one statement, so one snapshot.
             fetch: format!(
                 "SELECT {NOW_MS}, l.fingerprint, l.outcome, l.claim, l.handle, l.recorded_at,
-                        l.expires_at, {lr_columns}, {r_columns},
-                        ARRAY(SELECT c.version FROM {changes} AS c
-                              WHERE c.handle = $3::text AND c.version > $4::int8
-                              ORDER BY c.version DESC),
-                        ARRAY(SELECT c.undo FROM {changes} AS c
-                              WHERE c.handle = $3::text AND c.version > $4::int8
-                              ORDER BY c.version DESC)
+                        l.expires_at, {lr_columns}, {r_columns}, h.versions, h.patches
                  FROM (SELECT 1) AS one
                  LEFT JOIN {ledger} AS l ON l.principal = $1::text AND l.operation_id = $2::text
                  LEFT JOIN {resources} AS lr ON lr.handle = l.handle
-                 LEFT JOIN {resources} AS r ON r.handle = $3::text"
+                 LEFT JOIN {resources} AS r ON r.handle = $3::text
+                 {history}",
+                history = history("$3", "$4"),
             ),
             // One statement, so one snapshot: the state and its history agree.
             read: format!(
-                "SELECT {NOW_MS}, {r_columns},
-                        ARRAY(SELECT c.version FROM {changes} AS c
-                              WHERE c.handle = $1::text AND c.version > $2::int8
-                              ORDER BY c.version DESC),
-                        ARRAY(SELECT c.undo FROM {changes} AS c
-                              WHERE c.handle = $1::text AND c.version > $2::int8
-                              ORDER BY c.version DESC)
+                "SELECT {NOW_MS}, {r_columns}, h.versions, h.patches
                  FROM (SELECT 1) AS one
-                 LEFT JOIN {resources} AS r ON r.handle = $1::text"
+                 LEFT JOIN {resources} AS r ON r.handle = $1::text
+                 {history}",
+                history = history("$1", "$2"),
             ),
             insert_resource: format!(
                 "INSERT INTO {resources}

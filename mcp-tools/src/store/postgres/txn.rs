@@ -11,7 +11,7 @@ use tokio_postgres::types::ToSql;
 use crate::store::boundary::{Change, LedgerEntry, LedgerState, Record, Txn};
 pub(crate) use crate::store::columns::version_to_sql;
 use crate::store::columns::{
-    json, ledger_state_from_sql, ledger_state_to_sql, to_json, version_from_sql,
+    history_to_drop, json, ledger_state_from_sql, ledger_state_to_sql, to_json, version_from_sql,
 };
 use crate::store::contract::StoreError;
 use crate::store::entity::Lifecycle;
@@ -67,9 +67,6 @@ pub(crate) enum Write {
         by: i64,
     },
 }
-
-/// Versions between two deletions of a resource's patches beyond the history limit.
-pub(crate) const HISTORY_SWEEP_EVERY: u64 = 16;
 
 pub(crate) struct PgTxn {
     /// Resources read, by handle (`None`: no such handle), with their `ledger_live`.
@@ -208,11 +205,10 @@ impl Txn for PgTxn {
         &mut self,
         principal: &str,
         operation_id: &str,
-        entry: &LedgerEntry,
+        _read: &LedgerEntry,
     ) -> Result<(), StoreError> {
         // The statement takes the record off its resource's count if it still finds it: a sweep
         // may have removed (and uncounted) an expired one since it was read.
-        let _ = entry;
         self.writes.push(Write::LedgerDelete {
             principal: principal.to_owned(),
             operation_id: operation_id.to_owned(),
@@ -396,7 +392,7 @@ pub(crate) fn statements(
                     Box::new(to_json(outcome, "ledger outcome")?),
                     Box::new(entry.recorded_at),
                     Box::new(entry.expires_at),
-                    Box::new(version_to_sql(history_to_drop(change))?),
+                    Box::new(version_to_sql(history_to_drop(change.drop_through))?),
                 ],
                 true,
             ));
@@ -406,16 +402,6 @@ pub(crate) fn statements(
         statement(write, out)?;
     }
     Ok(())
-}
-
-/// The versions whose patches this change drops now (0 for none): the patches beyond the
-/// history limit are deleted every [`HISTORY_SWEEP_EVERY`] versions, not on every write.
-fn history_to_drop(change: &Change) -> u64 {
-    if change.drop_through > 0 && change.drop_through.is_multiple_of(HISTORY_SWEEP_EVERY) {
-        change.drop_through
-    } else {
-        0
-    }
 }
 
 fn statement(write: Write, out: &mut Vec<(Statement, Vec<Param>, bool)>) -> Result<(), StoreError> {
@@ -466,7 +452,7 @@ fn statement(write: Write, out: &mut Vec<(Statement, Vec<Param>, bool)>) -> Resu
                 ],
                 true,
             ));
-            let drop_through = history_to_drop(&change);
+            let drop_through = history_to_drop(change.drop_through);
             if drop_through > 0 {
                 out.push((
                     Statement::DropChanges,
@@ -516,6 +502,7 @@ fn statement(write: Write, out: &mut Vec<(Statement, Vec<Param>, bool)>) -> Resu
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::columns::HISTORY_SWEEP_EVERY;
     use crate::store::outcome::{RecordedOutcome, Rejected};
 
     fn record(version: u64) -> Record {
@@ -608,13 +595,10 @@ mod tests {
     /// Patches beyond the history limit are dropped every so many versions, on both paths.
     #[test]
     fn history_is_dropped_every_so_many_versions() {
-        assert_eq!(history_to_drop(&change(0)), 0);
-        assert_eq!(history_to_drop(&change(1)), 0);
-        assert_eq!(
-            history_to_drop(&change(HISTORY_SWEEP_EVERY)),
-            HISTORY_SWEEP_EVERY
-        );
-        assert_eq!(history_to_drop(&change(HISTORY_SWEEP_EVERY + 1)), 0);
+        assert_eq!(history_to_drop(0), 0);
+        assert_eq!(history_to_drop(1), 0);
+        assert_eq!(history_to_drop(HISTORY_SWEEP_EVERY), HISTORY_SWEEP_EVERY);
+        assert_eq!(history_to_drop(HISTORY_SWEEP_EVERY + 1), 0);
         let unrecorded = |drop_through| {
             let mut txn = PgTxn::new();
             txn.write("ctr_a", record(2), change(drop_through)).unwrap();

@@ -15,7 +15,8 @@ use crate::context::Principal;
 use crate::store::boundary::{self, Change, LedgerEntry, LedgerState, Record, Txn};
 use crate::store::clock::duration_millis;
 use crate::store::columns::{
-    json, ledger_state_from_sql, ledger_state_to_sql, to_json, version_from_sql, version_to_sql,
+    history_to_drop, json, ledger_state_from_sql, ledger_state_to_sql, to_json, version_from_sql,
+    version_to_sql,
 };
 use crate::store::contract::{
     CreateRequest, MutationRequest, PruneReport, ReadRequest, Store, StoreConfig, StoreError,
@@ -84,9 +85,6 @@ const LOAD_SQL: &str = "SELECT kind, owner, version, state, lifecycle, expires_a
 
 /// Resources that expired at or before `?1`.
 const RECLAIMABLE_SQL: &str = "SELECT handle FROM mcp_resources WHERE expires_at <= ?1";
-
-/// Versions between two deletions of a resource's patches beyond the history limit.
-const HISTORY_SWEEP_EVERY: u64 = 16;
 
 /// Ledger rows one sweep transaction deletes at most, so in-process writers wait for a short
 /// transaction only.
@@ -710,7 +708,8 @@ impl Txn for SqlTxn<'_> {
         self.connection
             .prepare_cached("INSERT INTO mcp_changes (handle, version, undo) VALUES (?1, ?2, ?3)")?
             .execute(params![handle, version, to_json(&undo, "history")?])?;
-        if drop_through > 0 && drop_through.is_multiple_of(HISTORY_SWEEP_EVERY) {
+        let drop_through = history_to_drop(drop_through);
+        if drop_through > 0 {
             self.connection
                 .prepare_cached("DELETE FROM mcp_changes WHERE handle = ?1 AND version <= ?2")?
                 .execute(params![handle, version_to_sql(drop_through)?])?;
