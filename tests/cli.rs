@@ -143,6 +143,56 @@ fn an_unknown_argument_is_a_usage_error() {
     }
 }
 
+/// A PostgreSQL store that cannot be opened stops the server before it serves, with exit
+/// status 2 and the cause on standard error: a database nobody listens for, a connection string
+/// it cannot use, and options that exclude each other.
+#[test]
+fn an_unusable_postgres_option_says_why() {
+    let port = free_port();
+    let unreachable = format!("postgres://nobody@127.0.0.1:{port}/db?connect_timeout=5");
+    let create = r#"{"operation_id": "cli-unreachable-000000000001"}"#;
+    for (args, cause) in [
+        (
+            vec![
+                "call",
+                "basket_create",
+                create,
+                "--postgres",
+                unreachable.as_str(),
+            ],
+            "Connection refused",
+        ),
+        (
+            vec![
+                "serve",
+                "--bind",
+                "127.0.0.1:0",
+                "--postgres",
+                "host=h sslmode=sometimes",
+            ],
+            "sslmode \"sometimes\"",
+        ),
+        (
+            vec!["serve", "--memory", "--postgres", unreachable.as_str()],
+            "cannot be used with",
+        ),
+    ] {
+        let output = run("basket", &args);
+        assert_eq!(
+            output.status.code(),
+            Some(2),
+            "{args:?}: {}",
+            stderr(&output)
+        );
+        let text = stderr(&output);
+        assert!(text.contains(cause), "{args:?}: {text}");
+        assert!(
+            output.stdout.is_empty(),
+            "{args:?}: nothing was served or printed"
+        );
+    }
+}
+
 #[test]
 fn contract_check_passes_on_the_committed_file_and_fails_on_a_changed_one() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));

@@ -451,3 +451,58 @@ async fn history_beyond_the_limit_is_deleted() {
     })
     .await;
 }
+
+/// By default the database's clock judges time, whatever the replica's clock says: a store whose
+/// own clock stands in the year 2000 records the database's instant.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_databases_clock_is_the_default() {
+    whole_test(async {
+        let Some(schema) = pg::Schema::new() else {
+            return;
+        };
+        let config = StoreConfig {
+            clock: Arc::new(mcp_tools::store::ManualClock::at_millis(946_684_800_000)),
+            ..StoreConfig::default()
+        };
+        let options = PostgresOptions {
+            time: mcp_tools::store::TimeSource::Database,
+            ..schema.options()
+        };
+        let store = schema.connect_with(config, options).await;
+        let handle = create(&store).await;
+        let request = || {
+            MutationRequest::new(Counter::kind(), alice(), &handle).operation(
+                "op-clock",
+                mcp_tools::store::Fingerprint::of_call("increment", &serde_json::json!({})),
+            )
+        };
+        within("a mutation", store.mutate(request(), increment()))
+            .await
+            .unwrap();
+        let replay = within("a replay", store.mutate(request(), increment()))
+            .await
+            .unwrap();
+        let MutationOutcome::Replayed(replayed) = replay else {
+            panic!("not a replay: {replay:?}");
+        };
+        assert!(
+            !replayed.recorded_at.starts_with("2000-"),
+            "recorded by the replica's clock: {}",
+            replayed.recorded_at
+        );
+        let client = schema.client().await;
+        let year: f64 = within(
+            "the database's year",
+            client.query_one("SELECT extract(year FROM now())::float8", &[]),
+        )
+        .await
+        .unwrap()
+        .get(0);
+        assert!(
+            replayed.recorded_at.starts_with(&format!("{year}-")),
+            "{} is not in the database's year {year}",
+            replayed.recorded_at
+        );
+    })
+    .await;
+}
