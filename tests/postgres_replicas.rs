@@ -298,33 +298,19 @@ async fn a_replica_killed_mid_workload_loses_nothing_and_applies_nothing_twice()
                         attempts += 1;
                         assert!(attempts < 10_000, "agent {index} starved");
                         let read = send("basket_get", &json!({ "basket_id": handle })).await;
-                        let basket = &read["structuredContent"];
-                        let version = basket["version"].as_u64().unwrap();
-                        let memory = basket["state"]["memory_gib"].as_u64().unwrap();
-                        let change = json!({
-                            "basket_id": handle,
-                            "expected_version": version,
-                            "operation_id": operation_id(&format!("killed{index}")),
-                            "memory_gib": memory + 1,
-                            "storage_gib": basket["state"]["storage_gib"],
-                        });
+                        let change =
+                            basket_client::one_more_gib(&read, &handle, &format!("killed{index}"));
                         let result = send("basket_replace_configuration", &change).await;
-                        let mut outcome = &result["structuredContent"];
-                        // The dead replica committed the change but its answer was lost: the retry
-                        // is answered from the ledger.
-                        if outcome["outcome"] == "replayed" {
+                        // A replay: the dead replica committed the change but its answer was lost.
+                        let (applied, replayed) = basket_client::settled(&result);
+                        if replayed {
                             replays.fetch_add(1, Ordering::SeqCst);
-                            outcome = &outcome["original"];
                         }
-                        match outcome["outcome"].as_str() {
-                            Some("applied") => {
-                                versions.push(outcome["version"].as_u64().unwrap());
-                                if acknowledged.fetch_add(1, Ordering::SeqCst) + 1 == KILL_AFTER {
-                                    halfway.notify_one();
-                                }
+                        if let Some(version) = applied {
+                            versions.push(version);
+                            if acknowledged.fetch_add(1, Ordering::SeqCst) + 1 == KILL_AFTER {
+                                halfway.notify_one();
                             }
-                            Some("stale_view") => {}
-                            _ => panic!("unexpected answer: {result}"),
                         }
                     }
                     versions

@@ -129,32 +129,21 @@ async fn a_database_restart_mid_workload_answers_store_unavailable_and_loses_not
                         let (read, waited) =
                             until_available(url, "basket_get", &json!({ "basket_id": handle })).await;
                         unavailable.fetch_add(waited, Ordering::Relaxed);
-                        let basket = &read["structuredContent"];
-                        let change = json!({
-                            "basket_id": handle,
-                            "expected_version": basket["version"],
-                            "operation_id": operation_id(&format!("restart{index}")),
-                            "memory_gib": basket["state"]["memory_gib"].as_u64().unwrap() + 1,
-                            "storage_gib": basket["state"]["storage_gib"],
-                        });
+                        let change =
+                            basket_client::one_more_gib(&read, &handle, &format!("restart{index}"));
                         // The same request, same operation id, until the store answers.
                         let (result, waited) =
                             until_available(url, "basket_replace_configuration", &change).await;
                         unavailable.fetch_add(waited, Ordering::Relaxed);
-                        let mut outcome = &result["structuredContent"];
-                        if outcome["outcome"] == "replayed" {
+                        let (applied, replayed) = basket_client::settled(&result);
+                        if replayed {
                             replays.fetch_add(1, Ordering::Relaxed);
-                            outcome = &outcome["original"];
                         }
-                        match outcome["outcome"].as_str() {
-                            Some("applied") => {
-                                versions.push(outcome["version"].as_u64().unwrap());
-                                if acknowledged.fetch_add(1, Ordering::SeqCst) + 1 == RESTART_AFTER {
-                                    halfway.notify_one();
-                                }
+                        if let Some(version) = applied {
+                            versions.push(version);
+                            if acknowledged.fetch_add(1, Ordering::SeqCst) + 1 == RESTART_AFTER {
+                                halfway.notify_one();
                             }
-                            Some("stale_view") => {}
-                            _ => panic!("unexpected answer: {result}"),
                         }
                     }
                     versions

@@ -174,16 +174,8 @@ async fn a_server_killed_mid_workload_loses_nothing_and_applies_nothing_twice() 
                     assert!(attempts < 10_000, "agent {index} starved");
                     let read = json!({ "basket_id": handle });
                     let basket = call_failing_over(&urls, &mut current, "basket_get", &read).await;
-                    let basket = &basket["structuredContent"];
-                    let version = basket["version"].as_u64().unwrap();
-                    let memory = basket["state"]["memory_gib"].as_u64().unwrap();
-                    let change = json!({
-                        "basket_id": handle,
-                        "expected_version": version,
-                        "operation_id": basket_client::operation_id(&format!("killed{index}")),
-                        "memory_gib": memory + 1,
-                        "storage_gib": basket["state"]["storage_gib"],
-                    });
+                    let change =
+                        basket_client::one_more_gib(&basket, &handle, &format!("killed{index}"));
                     let result = call_failing_over(
                         &urls,
                         &mut current,
@@ -191,22 +183,16 @@ async fn a_server_killed_mid_workload_loses_nothing_and_applies_nothing_twice() 
                         &change,
                     )
                     .await;
-                    let mut outcome = &result["structuredContent"];
-                    // `replayed`: the dead server committed the request but its answer was lost;
-                    // the retry on the other server gets the outcome recorded then.
-                    if outcome["outcome"] == "replayed" {
+                    // A replay: the dead server committed the request but its answer was lost.
+                    let (applied, replayed) = basket_client::settled(&result);
+                    if replayed {
                         REPLAYS.fetch_add(1, Ordering::SeqCst);
-                        outcome = &outcome["original"];
                     }
-                    match outcome["outcome"].as_str().unwrap() {
-                        "applied" => {
-                            versions.push(outcome["version"].as_u64().unwrap());
-                            if acknowledged.fetch_add(1, Ordering::SeqCst) + 1 == KILL_AFTER {
-                                halfway.notify_one();
-                            }
+                    if let Some(version) = applied {
+                        versions.push(version);
+                        if acknowledged.fetch_add(1, Ordering::SeqCst) + 1 == KILL_AFTER {
+                            halfway.notify_one();
                         }
-                        "stale_view" => {}
-                        other => panic!("unexpected outcome {other}: {result}"),
                     }
                 }
                 versions

@@ -375,3 +375,33 @@ pub async fn a_retry_elsewhere_replays(first: &str, second: &str, kill: impl FnO
     let (version, state) = second.get(&handle).await;
     assert_eq!((version, state["memory_gib"].as_u64()), (2, Some(24)));
 }
+
+/// The `basket_replace_configuration` arguments that add one GiB of memory to the basket a
+/// `basket_get` result shows, based on the version it shows, under a fresh operation id tagged
+/// `tag`.
+pub fn one_more_gib(read: &Value, handle: &str, tag: &str) -> Value {
+    let basket = &read["structuredContent"];
+    json!({
+        "basket_id": handle,
+        "expected_version": basket["version"].as_u64().unwrap(),
+        "operation_id": operation_id(tag),
+        "memory_gib": basket["state"]["memory_gib"].as_u64().unwrap() + 1,
+        "storage_gib": basket["state"]["storage_gib"],
+    })
+}
+
+/// What a change settled as: the version it applied (`None` for `stale_view`), and whether the
+/// answer was a replay, whose recorded outcome is read in its place (the server that applied
+/// it died before answering). Any other answer fails the test.
+pub fn settled(result: &Value) -> (Option<u64>, bool) {
+    let mut outcome = &result["structuredContent"];
+    let replayed = outcome["outcome"] == "replayed";
+    if replayed {
+        outcome = &outcome["original"];
+    }
+    match outcome["outcome"].as_str() {
+        Some("applied") => (Some(outcome["version"].as_u64().unwrap()), replayed),
+        Some("stale_view") => (None, replayed),
+        _ => panic!("unexpected answer: {result}"),
+    }
+}
