@@ -413,6 +413,95 @@ impl Tool for CustomHeaders {
     }
 }
 
+// The Tasks extension's fixtures.
+
+/// Greets someone by name
+#[tool]
+fn greet(name: String) -> String {
+    format!("Hello, {name}!")
+}
+
+/// Waits `seconds`, then reports; a task when the client takes tasks
+#[tool(task = optional)]
+async fn slow_compute(seconds: Option<f64>, label: Option<String>) -> String {
+    let seconds = seconds.unwrap_or(1.0).clamp(0.0, 3600.0);
+    if seconds > 0.0 {
+        tokio::time::sleep(std::time::Duration::from_secs_f64(seconds)).await;
+    }
+    format!(
+        "Computed {} in {seconds} s",
+        label.as_deref().unwrap_or("a result")
+    )
+}
+
+/// Fails with a tool error after about a second; only runs as a task
+#[tool(task = required)]
+async fn failing_job() -> Result<String, mcp_tools::ToolError> {
+    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    Err(mcp_tools::ToolError::new(
+        "JOB_FAILED",
+        "The job failed, as this fixture always does",
+    ))
+}
+
+/// Panics after a moment, which ends its task in a protocol error
+#[tool(task = optional)]
+async fn protocol_error_job() -> String {
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    panic!("protocol_error_job fails on purpose");
+}
+
+fn confirm_schema() -> Value {
+    json!({ "type": "object", "properties": { "confirm": { "type": "boolean" } }, "required": ["confirm"] })
+}
+
+/// Asks the user to confirm a deletion while running as a task
+#[tool(task = optional)]
+async fn confirm_delete(filename: String, cx: &Context) -> Result<String, mcp_tools::ToolError> {
+    let answers = cx
+        .ask(InputRequired::new().elicit(
+            "confirm",
+            format!("Delete {filename}?"),
+            confirm_schema(),
+        ))
+        .await?;
+    let confirmed = answers["confirm"]["action"] == "accept"
+        && answers["confirm"]["content"]["confirm"] == true;
+    Ok(if confirmed {
+        format!("Deleted {filename}")
+    } else {
+        format!("Kept {filename}")
+    })
+}
+
+/// Asks two questions at once while running as a task
+#[tool(task = optional)]
+async fn multi_input(cx: &Context) -> Result<String, mcp_tools::ToolError> {
+    let name_schema = json!({ "type": "object", "properties": { "name": { "type": "string" } }, "required": ["name"] });
+    let answers = cx
+        .ask(
+            InputRequired::new()
+                .elicit("name", "What is your name?", name_schema)
+                .elicit("confirm", "Shall I go on?", confirm_schema()),
+        )
+        .await?;
+    let name = answers["name"]["content"]["name"].as_str().unwrap_or("?");
+    Ok(format!("Answered by {name}"))
+}
+
+/// Asks for a user name in a multi-round call, then greets them in a task
+#[tool(task = required)]
+async fn test_tool_with_task(cx: &Context) -> ToolReply<String> {
+    let Some(name) = accepted(cx, "user_name")
+        .and_then(|content| content["name"].as_str())
+        .map(str::to_owned)
+    else {
+        return ToolReply::InputRequired(ask_name("user_name", "What is your name?"));
+    };
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    ToolReply::Complete(format!("Hello, {name}, from a task"))
+}
+
 fn tool_set() -> ToolSet {
     tools![
         test_simple_text,
@@ -436,6 +525,13 @@ fn tool_set() -> ToolSet {
         test_input_required_result_multi_round,
         test_input_required_result_tampered_state,
         test_input_required_result_capabilities,
+        greet,
+        slow_compute,
+        failing_job,
+        protocol_error_job,
+        confirm_delete,
+        multi_input,
+        test_tool_with_task,
     ]
     .with(JsonSchemaTool)
     .with(CustomHeaders)

@@ -327,11 +327,20 @@ fn info(tool: &ToolFn) -> TokenStream {
         let scopes = &scopes.scopes;
         quote!(.scopes([#(#scopes),*]))
     });
+    let task = tool.attrs.task.as_ref().map(|task| {
+        let mode = if task.required {
+            quote!(Required)
+        } else {
+            quote!(Optional)
+        };
+        quote!(.task_support(::mcp_tools::tasks::TaskSupport::#mode))
+    });
     quote! {
         ::mcp_tools::ToolInfo::new(#name, #description)
             #title
             .annotations(#annotations)
             #scopes
+            #task
     }
 }
 

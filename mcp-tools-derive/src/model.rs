@@ -26,6 +26,7 @@ pub enum ToolKey {
     ExpectedVersion,
     OperationId,
     Terminal,
+    Task,
 }
 
 impl Key for ToolKey {
@@ -47,6 +48,7 @@ impl Key for ToolKey {
         ("expected_version", ToolKey::ExpectedVersion),
         ("operation_id", ToolKey::OperationId),
         ("terminal", ToolKey::Terminal),
+        ("task", ToolKey::Task),
     ];
 }
 
@@ -144,6 +146,16 @@ pub struct ToolAttrs {
     pub operation_id: Option<Flag>,
     /// `terminal`: the transition ends the resource's life (published `destructiveHint: true`).
     pub terminal: Option<Flag>,
+    /// `task = optional | required`: calls may (or must) run as tasks of the Tasks extension.
+    pub task: Option<TaskMode>,
+}
+
+/// `task = optional | required`.
+pub struct TaskMode {
+    /// Whether a client must take the call as a task.
+    pub required: bool,
+    /// The mode as written, where errors about it point.
+    pub span: Span,
 }
 
 /// A boolean key: `key` alone is `true`, `key = false` is explicit.

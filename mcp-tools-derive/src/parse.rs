@@ -19,7 +19,7 @@ use crate::model::{
     ArgAttrs, ArgDefault, ArgKey, ConflictPolicy, EntityField, ErrorCode, ErrorCodes, ErrorVariant,
     KNOWN_RECOVERIES, OnConflict, Output, Param, ParamKind, Place, Receiver, RecoveryHint,
     RecoveryKey, Resource, ResourceAttrs, ResourceKey, Scopes, SerdeUse, Stateful, StatefulKind,
-    ToolAttrs, ToolErrorType, ToolFn, ToolKey, Touches, TtlSecs, VariantFields,
+    TaskMode, ToolAttrs, ToolErrorType, ToolFn, ToolKey, Touches, TtlSecs, VariantFields,
 };
 use crate::naming::{did_you_mean, snake_case, unraw, upper_snake_case};
 
@@ -232,6 +232,30 @@ fn tool_key(
                 span: policy.span(),
             };
             attr::set(cx, meta, key, &mut attrs.on_conflict, on_conflict)
+        }
+        ToolKey::Task => {
+            let mode = attr::ident(
+                meta,
+                "expected a task mode: `task = optional` or `task = required`",
+            )?;
+            let required = match mode.to_string().as_str() {
+                "optional" => false,
+                "required" => true,
+                other => {
+                    cx.error_spanned_by(
+                        &mode,
+                        format!(
+                            "unknown task mode `{other}`: expected `optional` (a task when the client supports tasks, a plain call otherwise) or `required` (only as a task)"
+                        ),
+                    );
+                    return Ok(());
+                }
+            };
+            let task = TaskMode {
+                required,
+                span: mode.span(),
+            };
+            attr::set(cx, meta, key, &mut attrs.task, task)
         }
         ToolKey::Touches => {
             let fields =

@@ -138,7 +138,25 @@ pub fn tool(tool: &ToolFn, cx: &Ctxt) {
     }
     scopes(tool, cx);
     stateful(tool, cx);
+    task(tool, cx);
     output(&tool.output, cx);
+}
+
+/// A task answers before the tool finishes, so it cannot carry a transition's typed outcome:
+/// the atomic boundary of `creates` and `mutates` stays synchronous.
+fn task(tool: &ToolFn, cx: &Ctxt) {
+    let (Some(task), Some(kind @ (StatefulKind::Creates | StatefulKind::Mutates))) =
+        (&tool.attrs.task, tool.kind())
+    else {
+        return;
+    };
+    cx.error_at(
+        task.span,
+        format!(
+            "a `{}` tool cannot run as a task: its outcome (applied, stale_view, replayed) must reach the caller in the call's answer; remove `task`, or move the slow work into a `reads` or plain tool that runs as a task",
+            kind.name()
+        ),
+    );
 }
 
 /// Rules of `scopes = [...]`: the runtime would refuse a bad scope only when the server is

@@ -49,6 +49,7 @@ pub mod protocol;
 mod resources;
 mod server;
 pub mod store;
+pub mod tasks;
 pub mod testing;
 mod tools;
 mod transport;

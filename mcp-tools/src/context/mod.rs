@@ -75,6 +75,8 @@ struct ContextInner {
     state: SharedState,
     notifier: Option<Notifier>,
     input: RoundInput,
+    /// The task this call runs as, once it is one.
+    task: std::sync::OnceLock<crate::tasks::runtime::TaskLink>,
 }
 
 /// What the client sent back on a multi-round retry.
@@ -104,7 +106,63 @@ impl Context {
                 state,
                 notifier,
                 input,
+                task: std::sync::OnceLock::new(),
             }),
+        }
+    }
+
+    /// This context with another multi-round answer: a task's tool that returned
+    /// [`InputRequired`](crate::InputRequired) runs again with it. Notifications do not follow
+    /// a task.
+    pub(crate) fn with_round_input(&self, input: RoundInput) -> Context {
+        let inner = &self.inner;
+        let task = std::sync::OnceLock::new();
+        if let Some(link) = inner.task.get() {
+            let _ = task.set(link.clone());
+        }
+        Context {
+            inner: Arc::new(ContextInner {
+                request_id: inner.request_id.clone(),
+                method: inner.method.clone(),
+                meta: inner.meta.clone(),
+                caller: inner.caller.clone(),
+                server: Arc::clone(&inner.server),
+                state: inner.state.clone(),
+                notifier: None,
+                input,
+                task,
+            }),
+        }
+    }
+
+    /// Makes this call's context the one of task `link`.
+    pub(crate) fn attach_task(&self, link: crate::tasks::runtime::TaskLink) {
+        let _ = self.inner.task.set(link);
+    }
+
+    /// The id of the task this call runs as, when it runs as one.
+    pub fn task_id(&self) -> Option<&str> {
+        self.inner.task.get().map(|link| &*link.id)
+    }
+
+    /// Asks the client for input while running as a task, and waits for every answer: the
+    /// task shows `input_required` with these requests until the client answers them all with
+    /// `tasks/update`, on any replica. The answers come back under the keys `input` used.
+    ///
+    /// Outside a task there is no one to wait for: the error says to return `input` instead
+    /// (a multi-round `input_required` result). It also fails when the client did not declare
+    /// the capabilities the requests need, and when the task ends first.
+    pub async fn ask(
+        &self,
+        input: crate::InputRequired,
+    ) -> Result<Map<String, Value>, crate::ToolError> {
+        match self.inner.task.get() {
+            Some(link) => link.ask(input).await,
+            None => Err(crate::ToolError::new(
+                "INPUT_UNAVAILABLE",
+                "This call is not running as a task, so it cannot wait for input; return the \
+                 InputRequired instead and read the answers from the retry",
+            )),
         }
     }
 

@@ -8,6 +8,7 @@ mod prompts;
 mod resources;
 mod rounds;
 mod subscriptions;
+mod tasks;
 mod tools;
 pub(crate) mod trace;
 
@@ -72,6 +73,10 @@ enum Route {
     GetPrompt,
     Complete,
     Listen,
+    /// The Tasks extension's methods.
+    TaskGet,
+    TaskUpdate,
+    TaskCancel,
     /// Legacy `initialize`.
     Initialize,
     /// Legacy methods answered with an empty result (`ping`, `logging/setLevel`,
@@ -103,10 +108,21 @@ impl Route {
             "subscriptions/listen" if has("tools") || has("resources") || has("prompts") => {
                 Route::Listen
             }
+            "tasks/get" if has_tasks(capabilities) => Route::TaskGet,
+            "tasks/update" if has_tasks(capabilities) => Route::TaskUpdate,
+            "tasks/cancel" if has_tasks(capabilities) => Route::TaskCancel,
             _ => return None,
         };
         Some(route)
     }
+}
+
+/// Whether the server advertises the Tasks extension.
+fn has_tasks(capabilities: &Value) -> bool {
+    capabilities
+        .get("extensions")
+        .and_then(|extensions| extensions.get(crate::tasks::TASKS_EXTENSION))
+        .is_some()
 }
 
 /// A request that passed every check, ready to run.
@@ -391,8 +407,17 @@ async fn execute(server: &McpServer, prepared: Prepared) -> Result<Bytes, RpcErr
         Route::ListTemplates => discover::page(server, &visible(&snapshot.templates), &params),
         Route::ListPrompts => discover::page(server, &visible(&snapshot.prompts), &params),
         Route::CallTool => {
-            let tool = &snapshot.catalog.tools[tool.expect("tools/call resolves its tool")];
-            tools::call_tool(server, tool, &mut params, cx, legacy).await
+            let index = tool.expect("tools/call resolves its tool");
+            let compiled = &snapshot.catalog.tools[index];
+            match tasks::mode(compiled.definition.task_support, &cx)? {
+                tasks::Mode::Task if !legacy => {
+                    tasks::call(server, Arc::clone(&snapshot), index, &mut params, cx).await
+                }
+                _ => tools::call_tool(server, compiled, &mut params, cx, legacy).await,
+            }
+        }
+        Route::TaskGet | Route::TaskUpdate | Route::TaskCancel => {
+            tasks::serve(server, route, &params, &cx).await
         }
         Route::ReadResource => resources::read_resource(server, &snapshot, &params, cx).await,
         Route::GetPrompt => prompts::get_prompt(server, &snapshot, &mut params, cx).await,

@@ -19,6 +19,10 @@ pub(super) fn round_input(
     params: &mut Map<String, Value>,
     principal: &Principal,
 ) -> Result<RoundInput, RpcError> {
+    // `tasks/update` carries a task's answers as its own params, not a multi-round retry.
+    if route == Route::TaskUpdate {
+        return Ok(RoundInput::default());
+    }
     let responses = match params.remove("inputResponses") {
         None | Some(Value::Null) => Map::new(),
         Some(Value::Object(responses)) => responses,

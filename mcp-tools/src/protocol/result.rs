@@ -24,6 +24,8 @@ pub enum CacheScope {
 pub(crate) enum ResultType {
     Complete,
     InputRequired,
+    /// A `CreateTaskResult` of the Tasks extension.
+    Task,
 }
 
 impl ResultType {
@@ -31,6 +33,7 @@ impl ResultType {
         match self {
             ResultType::Complete => "complete",
             ResultType::InputRequired => "input_required",
+            ResultType::Task => "task",
         }
     }
 }

@@ -29,6 +29,7 @@ const CURSOR_DOMAIN: &[u8] = b"mcp-tools/cursor\0";
 const REQUEST_STATE_DOMAIN: &[u8] = b"mcp-tools/request-state\0";
 const VALIDATOR_DOMAIN: &[u8] = b"mcp-tools/validator\0";
 const TRACE_DOMAIN: &[u8] = b"mcp-tools/trace-handle\0";
+const TASK_DOMAIN: &[u8] = b"mcp-tools/task-id\0";
 const VALIDATOR_BODY_LEN: usize = 8;
 
 /// Why a cursor was refused.
@@ -147,6 +148,17 @@ impl Seal {
     pub(crate) fn trace_digest(&self, handle: &str) -> String {
         let tag = self.tag(TRACE_DOMAIN, &[handle.as_bytes()]);
         tag[..8].iter().map(|byte| format!("{byte:02x}")).collect()
+    }
+
+    /// The id of the task a call with an operation id makes: the same for every retry of that
+    /// call on every replica sharing the key, and unguessable without the key.
+    pub(crate) fn task_id(&self, owner: &str, tool: &str, operation_id: &str) -> String {
+        let tag = self.tag(
+            TASK_DOMAIN,
+            &[owner.as_bytes(), tool.as_bytes(), operation_id.as_bytes()],
+        );
+        let hex: String = tag[..16].iter().map(|byte| format!("{byte:02x}")).collect();
+        format!("tsk_{hex}")
     }
 
     /// The validator of `version` of the resource `handle` of `kind`: an opaque string that

@@ -104,6 +104,9 @@ pub struct McpServerBuilder {
     rate_limit: Option<CallRate>,
     tool_rate_limits: Vec<(String, CallRate)>,
     has_store: bool,
+    /// Where tasks are kept: the store, when one is registered.
+    task_store: Option<Arc<dyn crate::tasks::TaskStore>>,
+    task_options: crate::tasks::TaskOptions,
 }
 
 /// How many `subscriptions/listen` streams one principal may hold open by default.
@@ -151,6 +154,8 @@ impl McpServerBuilder {
             rate_limit: None,
             tool_rate_limits: Vec::new(),
             has_store: false,
+            task_store: None,
+            task_options: crate::tasks::TaskOptions::default(),
         }
     }
 
@@ -206,10 +211,21 @@ impl McpServerBuilder {
 
     /// The store that keeps the state of the stateful tools (`#[tool(creates | reads | mutates =
     /// ..)]`): [`MemoryStore`](crate::store::MemoryStore), [`SqliteStore`](crate::SqliteStore) or
-    /// any [`Store`]. A server with stateful tools and no store fails to build.
-    pub fn store(mut self, store: impl Store) -> Self {
-        self.state.insert(SharedStore::new(store));
+    /// any [`Store`]. A server with stateful tools and no store fails to build. The same store
+    /// keeps the records of tasks ([`tasks`](crate::tasks)), so every replica sharing it
+    /// answers for them.
+    pub fn store<S: Store>(mut self, store: S) -> Self {
+        let store = Arc::new(store);
+        self.state.insert(SharedStore::new(Arc::clone(&store)));
+        self.task_store = Some(store);
         self.has_store = true;
+        self
+    }
+
+    /// How tasks run: their time to live, poll interval, lease and limits (see
+    /// [`TaskOptions`](crate::tasks::TaskOptions)).
+    pub fn task_options(mut self, options: crate::tasks::TaskOptions) -> Self {
+        self.task_options = options;
         self
     }
 
@@ -422,6 +438,13 @@ impl McpServerBuilder {
                 key
             }
         };
+        self.task_options
+            .check()
+            .map_err(BuildError::InvalidSetting)?;
+        let task_store = self
+            .task_store
+            .unwrap_or_else(|| Arc::new(crate::store::MemoryStore::default()));
+        let tasks = crate::tasks::runtime::Tasks::new(task_store, self.task_options);
         let limits = RateLimits::new(self.rate_limit, self.tool_rate_limits)
             .map_err(BuildError::InvalidSetting)?;
         let mut accepted = Vec::new();
@@ -482,6 +505,7 @@ impl McpServerBuilder {
                 limits,
                 listens: Mutex::new(Default::default()),
                 has_store: self.has_store,
+                tasks,
                 state: SharedState::new(self.state),
                 base,
                 snapshot: ArcSwap::from_pointee(snapshot),

@@ -273,6 +273,16 @@ impl Base {
         if self.logging {
             capabilities.insert("logging".into(), json!({}));
         }
+        let tasks = catalog
+            .tools
+            .iter()
+            .any(|tool| tool.definition.task_support != crate::tasks::TaskSupport::Forbidden);
+        if tasks {
+            capabilities.insert(
+                "extensions".into(),
+                json!({ crate::tasks::TASKS_EXTENSION: {} }),
+            );
+        }
         let mut discover = Map::new();
         discover.insert("supportedVersions".into(), json!(self.supported_versions));
         discover.insert("capabilities".into(), Value::Object(capabilities.clone()));

@@ -50,6 +50,8 @@ pub(crate) struct Shared {
     pub(crate) listens: Mutex<std::collections::HashMap<Principal, usize>>,
     /// Whether a store was registered, so stateful tools added later can be refused without one.
     pub(crate) has_store: bool,
+    /// The tasks of the Tasks extension, and where they are kept.
+    pub(crate) tasks: Arc<crate::tasks::runtime::Tasks>,
     pub(crate) state: SharedState,
     pub(crate) base: Base,
     pub(crate) snapshot: ArcSwap<Snapshot>,

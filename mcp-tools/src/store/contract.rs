@@ -439,7 +439,12 @@ impl fmt::Debug for StoreConfig {
 /// A SQL engine implements it with one transaction that takes the write lock before reading
 /// (`BEGIN IMMEDIATE` in SQLite, `SELECT ... FOR UPDATE` on the resource row and the ledger's
 /// primary key in PostgreSQL).
-pub trait Store: Send + Sync + 'static {
+///
+/// # Tasks
+///
+/// A store also keeps the records of the Tasks extension ([`TaskStore`](crate::tasks::TaskStore)),
+/// so a server's versioned state and its tasks live, and are shared by replicas, in one place.
+pub trait Store: crate::tasks::TaskStore {
     /// Mints a handle and stores version 1: `applied` with the handle and the view. With an
     /// operation id it consults and claims the ledger before it makes the state (see
     /// [`CreateRequest`]): a recorded outcome with the same fingerprint is `replayed` (nothing

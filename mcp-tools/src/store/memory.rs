@@ -83,6 +83,8 @@ struct Inner {
     ledger_due: AtomicI64,
     /// No resource is reclaimable before this instant (a lower bound).
     resources_due: AtomicI64,
+    /// Task records by id: kept for as long as the process lives.
+    tasks: Mutex<std::collections::HashMap<String, crate::tasks::TaskRecord>>,
     sweeper: Sweeper,
 }
 
@@ -103,6 +105,7 @@ impl MemoryStore {
             ledger: (0..SHARDS).map(|_| Mutex::default()).collect(),
             ledger_due: AtomicI64::new(i64::MAX),
             resources_due: AtomicI64::new(i64::MAX),
+            tasks: Mutex::default(),
             sweeper: Sweeper::spawn(weak.clone(), Inner::sweep, SWEEP_EVERY),
         });
         MemoryStore { inner }
@@ -122,6 +125,56 @@ impl MemoryStore {
     #[doc(hidden)]
     pub fn ledger_count_for_tests(&self) -> usize {
         self.inner.ledger_count()
+    }
+}
+
+/// Tasks in a map: durable only within this process, and visible only to servers in it that
+/// share this store.
+impl crate::tasks::TaskStore for MemoryStore {
+    fn insert_task(
+        &self,
+        task: crate::tasks::TaskRecord,
+    ) -> StoreFuture<'_, crate::tasks::TaskInsert> {
+        let mut tasks = lock(&self.inner.tasks);
+        let outcome = match tasks.entry(task.id().to_owned()) {
+            std::collections::hash_map::Entry::Occupied(existing) => {
+                crate::tasks::TaskInsert::Existing(Box::new(existing.get().clone()))
+            }
+            std::collections::hash_map::Entry::Vacant(slot) => {
+                slot.insert(task);
+                crate::tasks::TaskInsert::Inserted
+            }
+        };
+        Box::pin(std::future::ready(Ok(outcome)))
+    }
+
+    fn load_task<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<crate::tasks::TaskRecord>> {
+        let found = lock(&self.inner.tasks).get(id).cloned();
+        Box::pin(std::future::ready(Ok(found)))
+    }
+
+    fn update_task<'a>(
+        &'a self,
+        id: &'a str,
+        change: crate::tasks::TaskChange,
+    ) -> StoreFuture<'a, Option<crate::tasks::TaskRecord>> {
+        let mut tasks = lock(&self.inner.tasks);
+        let found = tasks.get_mut(id).map(|record| {
+            // The change works on a copy, so a panic in it leaves the record as it was.
+            let mut changed = record.clone();
+            if change.apply(&mut changed) {
+                *record = changed;
+            }
+            record.clone()
+        });
+        Box::pin(std::future::ready(Ok(found)))
+    }
+
+    fn purge_tasks(&self, now_ms: u64) -> StoreFuture<'_, u64> {
+        let mut tasks = lock(&self.inner.tasks);
+        let before = tasks.len();
+        tasks.retain(|_, record| record.expires_at_ms() >= now_ms);
+        Box::pin(std::future::ready(Ok((before - tasks.len()) as u64)))
     }
 }
 

@@ -142,6 +142,8 @@ pub struct ToolInfo {
     /// tool. Enforced only when the server is an OAuth resource server
     /// ([`McpServerBuilder::oauth`](crate::McpServerBuilder::oauth)).
     pub scopes: Vec<Cow<'static, str>>,
+    /// Whether calls may run as tasks (the Tasks extension); never by default.
+    pub task_support: crate::tasks::TaskSupport,
 }
 
 impl ToolInfo {
@@ -157,7 +159,15 @@ impl ToolInfo {
             annotations: ToolAnnotations::default(),
             meta: None,
             scopes: Vec::new(),
+            task_support: crate::tasks::TaskSupport::Forbidden,
         }
+    }
+
+    /// Lets calls run as tasks of the Tasks extension: the client gets a task id at once and
+    /// polls for the result (see [`tasks`](crate::tasks)).
+    pub fn task_support(mut self, support: crate::tasks::TaskSupport) -> Self {
+        self.task_support = support;
+        self
     }
 
     /// Requires these OAuth scopes (all of them) to see and call the tool, adding to any
@@ -219,6 +229,9 @@ pub(crate) struct ToolDefinition {
     /// Published in `_meta` under [`SCOPES_META_KEY`](crate::auth::SCOPES_META_KEY).
     #[serde(skip)]
     pub scopes: crate::auth::scope::Required,
+    /// Not published: the Tasks extension advertises itself once, on the server.
+    #[serde(skip)]
+    pub task_support: crate::tasks::TaskSupport,
 }
 
 pub(crate) type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;

@@ -88,6 +88,7 @@ impl ToolSet {
                 annotations: info.annotations,
                 meta,
                 scopes,
+                task_support: info.task_support,
             },
             entity_kind: tool.entity_kind(),
             tool: Arc::new(Erased(tool)),

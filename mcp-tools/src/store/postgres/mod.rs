@@ -78,6 +78,7 @@ use tokio_postgres::types::ToSql;
 
 mod conninfo;
 mod schema;
+mod tasks;
 mod txn;
 
 use schema::{Sql, backend, describe};

@@ -10,15 +10,16 @@ use crate::store::contract::StoreError;
 /// records `compatible_from`: the oldest schema version whose code may still use a database
 /// that has it. Code finding a newer schema it is compatible with uses it as it is; one finding
 /// a schema it is not compatible with, or tables no migration made, refuses to start.
-pub(crate) const LATEST: i32 = 1;
+pub(crate) const LATEST: i32 = 2;
 
 /// The migrations, in order: version, the oldest version whose code may use the result, what
 /// it does, its statements.
-const MIGRATIONS: &[(i32, i32, &str, &str)] = &[(
-    1,
-    1,
-    "resources, their undo history and the operation-id ledger",
-    "
+const MIGRATIONS: &[(i32, i32, &str, &str)] = &[
+    (
+        1,
+        1,
+        "resources, their undo history and the operation-id ledger",
+        "
 CREATE TABLE {resources} (
     handle      text PRIMARY KEY,
     kind        text NOT NULL,
@@ -49,7 +50,21 @@ CREATE TABLE {ledger} (
 );
 CREATE UNIQUE INDEX {ledger_key} ON {ledger} (principal, operation_id);
 ",
-)];
+    ),
+    (
+        2,
+        1,
+        "task records of the Tasks extension",
+        "
+CREATE TABLE {tasks} (
+    id         text PRIMARY KEY,
+    expires_at bigint NOT NULL,
+    record     bytea NOT NULL
+);
+CREATE INDEX {tasks_expiry} ON {tasks} (expires_at);
+",
+    ),
+];
 
 /// A PostgreSQL identifier, quoted: any name is safe in SQL this way.
 pub(crate) fn quote(identifier: &str) -> String {
@@ -87,6 +102,7 @@ pub(crate) struct Sql {
     pub(crate) resources: String,
     pub(crate) changes: String,
     pub(crate) ledger: String,
+    pub(crate) tasks: String,
     /// What names a table of the store without the schema (for `to_regclass`).
     unqualified: Vec<String>,
     pub(crate) fetch: String,
@@ -140,7 +156,7 @@ impl Sql {
         Sql {
             schema: quote(schema),
             migrations: table("migrations"),
-            unqualified: ["resources", "changes", "ledger"]
+            unqualified: ["resources", "changes", "ledger", "tasks"]
                 .iter()
                 .map(|name| format!("{prefix}{name}"))
                 .collect(),
@@ -261,6 +277,7 @@ impl Sql {
             resources,
             changes,
             ledger,
+            tasks: table("tasks"),
         }
     }
 
@@ -272,6 +289,8 @@ impl Sql {
                 &quote(&format!("{prefix}resources_expiry")),
             )
             .replace("{ledger_key}", &quote(&format!("{prefix}ledger_key")))
+            .replace("{tasks_expiry}", &quote(&format!("{prefix}tasks_expiry")))
+            .replace("{tasks}", &self.tasks)
             .replace("{resources}", &self.resources)
             .replace("{changes}", &self.changes)
             .replace("{ledger}", &self.ledger)

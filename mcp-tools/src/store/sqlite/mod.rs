@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 
+mod tasks;
 mod writer;
 
 use writer::Writer;
@@ -39,6 +40,9 @@ use crate::store::sweeper::Sweeper;
 ///   order, so with one retention the oldest rows expire first and a sweep deletes a rowid range
 ///   without an expiry index; the unique index on (principal, operation id) serves lookups. A row
 ///   holds the outcome's summary, never a state.
+/// - `mcp_tasks` holds one row per task of the Tasks extension: its record as a JSON document
+///   and its expiry, for the purge. Files of this layout made before tasks existed get the
+///   table when they are next opened.
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS mcp_meta (
     key   TEXT PRIMARY KEY,
@@ -74,6 +78,12 @@ CREATE TABLE IF NOT EXISTS mcp_ledger (
     expires_at   INTEGER NOT NULL
 ) STRICT;
 CREATE UNIQUE INDEX IF NOT EXISTS mcp_ledger_key ON mcp_ledger (principal, operation_id);
+CREATE TABLE IF NOT EXISTS mcp_tasks (
+    id         TEXT PRIMARY KEY,
+    expires_at INTEGER NOT NULL,
+    record     BLOB NOT NULL
+) STRICT, WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS mcp_tasks_expiry ON mcp_tasks (expires_at);
 ";
 
 /// The layout this version writes and reads.

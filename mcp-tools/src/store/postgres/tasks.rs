@@ -1,0 +1,132 @@
+//! Task records in PostgreSQL: one row per task, the record as a document; a change locks the
+//! row (`SELECT ... FOR UPDATE`) for the length of one short transaction.
+
+use super::schema::backend;
+use super::{Inner, PostgresStore};
+use crate::store::StoreFuture;
+use crate::store::contract::StoreError;
+use crate::tasks::{TaskChange, TaskInsert, TaskRecord, TaskStore};
+
+fn to_i64(ms: u64) -> i64 {
+    i64::try_from(ms).unwrap_or(i64::MAX)
+}
+
+impl Inner {
+    async fn load_task_row(
+        &self,
+        client: &deadpool_postgres::ClientWrapper,
+        id: &str,
+        lock: bool,
+    ) -> Result<Option<TaskRecord>, StoreError> {
+        let sql = format!(
+            "SELECT record FROM {} WHERE id = $1{}",
+            self.sql.tasks,
+            if lock { " FOR UPDATE" } else { "" }
+        );
+        let statement = client.prepare_cached(&sql).await.map_err(backend)?;
+        let row = client
+            .query_opt(&statement, &[&id])
+            .await
+            .map_err(backend)?;
+        row.map(|row| TaskRecord::decode(row.get::<_, &[u8]>(0)))
+            .transpose()
+    }
+}
+
+impl TaskStore for PostgresStore {
+    fn insert_task(&self, task: TaskRecord) -> StoreFuture<'_, TaskInsert> {
+        let inner = &self.inner;
+        Box::pin(inner.bounded(async move {
+            let session = inner.session().await?;
+            let client = session.client();
+            let insert = client
+                .prepare_cached(&format!(
+                    "INSERT INTO {} (id, expires_at, record) VALUES ($1, $2, $3)
+                     ON CONFLICT (id) DO NOTHING",
+                    inner.sql.tasks
+                ))
+                .await
+                .map_err(backend)?;
+            let inserted = client
+                .execute(
+                    &insert,
+                    &[&task.id(), &to_i64(task.expires_at_ms()), &task.encode()],
+                )
+                .await
+                .map_err(backend)?;
+            let outcome = if inserted == 1 {
+                TaskInsert::Inserted
+            } else {
+                let existing = inner.load_task_row(client, task.id(), false).await?;
+                TaskInsert::Existing(Box::new(existing.ok_or_else(|| {
+                    StoreError::Backend("a task row vanished between two statements".into())
+                })?))
+            };
+            session.release();
+            Ok(outcome)
+        }))
+    }
+
+    fn load_task<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<TaskRecord>> {
+        let inner = &self.inner;
+        Box::pin(inner.bounded(async move {
+            let session = inner.session().await?;
+            let found = inner.load_task_row(session.client(), id, false).await?;
+            session.release();
+            Ok(found)
+        }))
+    }
+
+    fn update_task<'a>(
+        &'a self,
+        id: &'a str,
+        change: TaskChange,
+    ) -> StoreFuture<'a, Option<TaskRecord>> {
+        let inner = &self.inner;
+        Box::pin(inner.bounded(async move {
+            let session = inner.session().await?;
+            let client = session.client();
+            // A failure past BEGIN drops the session unreleased, which closes the connection
+            // and so rolls the transaction back.
+            client.batch_execute("BEGIN").await.map_err(backend)?;
+            let Some(mut record) = inner.load_task_row(client, id, true).await? else {
+                client.batch_execute("COMMIT").await.map_err(backend)?;
+                session.release();
+                return Ok(None);
+            };
+            if change.apply(&mut record) {
+                let update = client
+                    .prepare_cached(&format!(
+                        "UPDATE {} SET record = $2 WHERE id = $1",
+                        inner.sql.tasks
+                    ))
+                    .await
+                    .map_err(backend)?;
+                client
+                    .execute(&update, &[&id, &record.encode()])
+                    .await
+                    .map_err(backend)?;
+            }
+            client.batch_execute("COMMIT").await.map_err(backend)?;
+            session.release();
+            Ok(Some(record))
+        }))
+    }
+
+    fn purge_tasks(&self, now_ms: u64) -> StoreFuture<'_, u64> {
+        let inner = &self.inner;
+        Box::pin(inner.bounded(async move {
+            let session = inner.session().await?;
+            let deleted = session
+                .client()
+                .execute(
+                    &format!("DELETE FROM {} WHERE expires_at < $1", inner.sql.tasks),
+                    &[&to_i64(now_ms)],
+                )
+                .await
+                .map_err(backend)?;
+            session.release();
+            Ok(deleted)
+        }))
+    }
+}

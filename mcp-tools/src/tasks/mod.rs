@@ -1,0 +1,132 @@
+//! The Tasks extension (`io.modelcontextprotocol/tasks`): a long-running tool answers a call
+//! with a task id at once and keeps running; the client polls `tasks/get`, answers
+//! `inputRequests` with `tasks/update`, or cancels with `tasks/cancel`.
+//!
+//! # Declaring
+//!
+//! A tool opts in with [`TaskSupport`] ([`ToolInfo::task_support`](crate::ToolInfo::task_support),
+//! or `#[tool(task = optional)]` / `#[tool(task = required)]`). The server then advertises the
+//! extension, and a call from a client that declares it on that request (in
+//! `_meta["io.modelcontextprotocol/clientCapabilities"].extensions`) becomes a task unless the
+//! tool finishes, or asks for input, without waiting on anything: then the answer is the plain
+//! result, or a multi-round `input_required` result, and no task is made. A client that does
+//! not declare the extension gets the tool run synchronously (`optional`) or `-32021` naming
+//! the extension (`required`).
+//!
+//! # Durability
+//!
+//! The task record is committed to the server's [`TaskStore`] (the same store as the
+//! versioned state when one is configured with [`McpServerBuilder::store`](crate::McpServerBuilder::store);
+//! an in-process [`MemoryStore`](crate::MemoryStore) otherwise, whose tasks live as long as the
+//! process) before the `CreateTaskResult` is sent, so any replica sharing the store answers
+//! `tasks/get`, `tasks/update` and `tasks/cancel` for it right away.
+//!
+//! The tool runs on the replica that accepted the call. That replica's worker renews a lease on
+//! the record every [`poll_interval`](TaskOptions::poll_interval), and at each renewal picks up
+//! what other replicas wrote: answers to its input requests, or a cancellation, which drops the
+//! tool's future. If the replica dies, the lease lapses and the next `tasks/get` on any replica
+//! marks the task `failed` with a message saying so. When a replica shuts down gracefully
+//! (SIGTERM through [`McpServer::serve`](crate::McpServer::serve)), it takes no new tasks
+//! (a task-mode call is refused with HTTP 503, so the client retries elsewhere) and ends its
+//! running tasks as `failed` at once, telling the client to call the tool again.
+//!
+//! Results stay with the task until its time to live ([`TaskOptions::ttl`]) ends; a background
+//! purge deletes expired records, off the request path.
+
+mod record;
+pub(crate) mod runtime;
+mod store;
+
+use std::time::Duration;
+
+pub use record::{TaskRecord, TaskStatus};
+pub use store::{TaskChange, TaskInsert, TaskStore};
+
+/// The extension's identifier, under `capabilities.extensions`.
+pub const TASKS_EXTENSION: &str = "io.modelcontextprotocol/tasks";
+
+/// Whether a tool may run as a task.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum TaskSupport {
+    /// Never a task (the default): every call is answered when the tool finishes.
+    #[default]
+    Forbidden,
+    /// A task when the client declares the extension; synchronous otherwise.
+    Optional,
+    /// Only as a task: a client that does not declare the extension gets `-32021`.
+    Required,
+}
+
+/// How the server runs tasks.
+#[derive(Debug, Clone)]
+pub struct TaskOptions {
+    pub(crate) ttl: Duration,
+    pub(crate) poll_interval: Duration,
+    pub(crate) lease: Duration,
+    pub(crate) max_running: usize,
+    pub(crate) max_running_per_principal: usize,
+}
+
+impl Default for TaskOptions {
+    fn default() -> Self {
+        TaskOptions {
+            ttl: Duration::from_secs(3600),
+            poll_interval: Duration::from_millis(500),
+            lease: Duration::from_secs(10),
+            max_running: 64,
+            max_running_per_principal: 16,
+        }
+    }
+}
+
+impl TaskOptions {
+    /// How long a task stays readable after its creation, result included (default 1 hour).
+    /// Published as `ttlMs`; a task is never purged before it.
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        self.ttl = ttl;
+        self
+    }
+
+    /// How often clients should poll, published as `pollIntervalMs`, and how often a worker
+    /// renews its lease and picks up input and cancellations written on other replicas
+    /// (default 500 ms).
+    pub fn poll_interval(mut self, interval: Duration) -> Self {
+        self.poll_interval = interval;
+        self
+    }
+
+    /// How long a worker's lease lasts past its last renewal (default 10 s): a task whose
+    /// replica died is marked `failed` this long after its last renewal. At least twice the
+    /// poll interval.
+    pub fn lease(mut self, lease: Duration) -> Self {
+        self.lease = lease;
+        self
+    }
+
+    /// Tasks one replica runs at once (default 64); past it a task-mode call is refused with
+    /// HTTP 429 and `Retry-After`.
+    pub fn max_running(mut self, max: usize) -> Self {
+        self.max_running = max;
+        self
+    }
+
+    /// Tasks one principal runs at once on one replica (default 16); past it that principal's
+    /// task-mode calls are refused with HTTP 429 and `Retry-After`.
+    pub fn max_running_per_principal(mut self, max: usize) -> Self {
+        self.max_running_per_principal = max;
+        self
+    }
+
+    pub(crate) fn check(&self) -> Result<(), &'static str> {
+        if self.ttl.is_zero() || self.poll_interval.is_zero() {
+            return Err("task ttl and poll_interval must be longer than zero");
+        }
+        if self.lease < self.poll_interval * 2 {
+            return Err("the task lease must be at least twice the poll interval");
+        }
+        if self.max_running == 0 || self.max_running_per_principal == 0 {
+            return Err("task limits must allow at least one running task");
+        }
+        Ok(())
+    }
+}

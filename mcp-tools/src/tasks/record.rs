@@ -1,0 +1,364 @@
+//! A task's durable record: what every store keeps, the transitions every replica applies to it
+//! under the store's lock, and its wire forms.
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value, json};
+
+use crate::store::{StoreError, format_rfc3339};
+
+/// Where a task stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TaskStatus {
+    /// The tool is running.
+    Working,
+    /// The tool waits for the client's answers to `inputRequests`.
+    InputRequired,
+    /// The tool returned a result (an error result included).
+    Completed,
+    /// The task ended in a protocol error: the tool panicked, its replica stopped, or it could
+    /// not ask for what it needed.
+    Failed,
+    /// The client cancelled the task.
+    Cancelled,
+}
+
+impl TaskStatus {
+    /// Whether the status never changes again.
+    pub fn is_terminal(self) -> bool {
+        matches!(
+            self,
+            TaskStatus::Completed | TaskStatus::Failed | TaskStatus::Cancelled
+        )
+    }
+
+    fn as_str(self) -> &'static str {
+        match self {
+            TaskStatus::Working => "working",
+            TaskStatus::InputRequired => "input_required",
+            TaskStatus::Completed => "completed",
+            TaskStatus::Failed => "failed",
+            TaskStatus::Cancelled => "cancelled",
+        }
+    }
+}
+
+/// One task, as a store keeps it. Stores treat it as an opaque document with a few keys
+/// ([`id`](Self::id), [`owner`](Self::owner), [`operation_key`](Self::operation_key),
+/// [`expires_at_ms`](Self::expires_at_ms)); the runtime alone changes it, through a
+/// [`TaskChange`](crate::tasks::TaskChange).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TaskRecord {
+    pub(crate) id: String,
+    pub(crate) owner: String,
+    pub(crate) tool: String,
+    /// The tool name and the caller's `operation_id`, when the call carried one: a retry with
+    /// the same key gets this task back.
+    pub(crate) operation: Option<String>,
+    /// The arguments' fingerprint, to tell an honest retry from a reused operation id.
+    pub(crate) fingerprint: Option<String>,
+    pub(crate) status: TaskStatus,
+    pub(crate) status_message: Option<String>,
+    pub(crate) created_at_ms: u64,
+    pub(crate) updated_at_ms: u64,
+    pub(crate) ttl_ms: u64,
+    pub(crate) poll_interval_ms: u64,
+    /// The outstanding input requests, by wire key.
+    pub(crate) input_requests: Map<String, Value>,
+    /// Answers delivered by `tasks/update` that the worker has not taken yet, by wire key.
+    pub(crate) input_responses: Map<String, Value>,
+    pub(crate) result: Option<Value>,
+    pub(crate) error: Option<Value>,
+    /// The replica running the tool, and until when its lease holds.
+    pub(crate) worker: String,
+    pub(crate) lease_until_ms: u64,
+}
+
+impl TaskRecord {
+    /// The task id (server-minted, unguessable).
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// The key of the principal that created it (empty for the anonymous principal).
+    pub fn owner(&self) -> &str {
+        &self.owner
+    }
+
+    /// The tool name and operation id the task was created with, if any: unique per owner.
+    pub fn operation_key(&self) -> Option<&str> {
+        self.operation.as_deref()
+    }
+
+    /// When the task's time to live ends, in milliseconds since the Unix epoch; after it the
+    /// record may be deleted.
+    pub fn expires_at_ms(&self) -> u64 {
+        self.created_at_ms.saturating_add(self.ttl_ms)
+    }
+
+    /// The record as bytes, for a store's document column.
+    pub fn encode(&self) -> Vec<u8> {
+        serde_json::to_vec(self).expect("a task record is plain JSON")
+    }
+
+    /// A record from bytes [`encode`](Self::encode) produced.
+    pub fn decode(bytes: &[u8]) -> Result<TaskRecord, StoreError> {
+        serde_json::from_slice(bytes)
+            .map_err(|error| StoreError::Backend(format!("unreadable task record: {error}")))
+    }
+
+    pub(crate) fn status(&self) -> TaskStatus {
+        self.status
+    }
+
+    /// Whether the caller keyed `owner` may see the task at `now`: its own, within its TTL.
+    pub(crate) fn visible_to(&self, owner: &str, now_ms: u64) -> bool {
+        self.owner == owner && now_ms < self.expires_at_ms()
+    }
+
+    /// A task still open whose worker stopped renewing its lease.
+    pub(crate) fn lease_lapsed(&self, now_ms: u64) -> bool {
+        !self.status.is_terminal() && self.lease_until_ms < now_ms
+    }
+
+    fn touch(&mut self, now_ms: u64) {
+        self.updated_at_ms = self.updated_at_ms.max(now_ms);
+    }
+
+    /// Ends an open task; a terminal one never changes. Whether it changed.
+    pub(crate) fn end(&mut self, end: Ending, now_ms: u64) -> bool {
+        if self.status.is_terminal() {
+            return false;
+        }
+        let (status, message, result, error) = match end {
+            Ending::Completed(result) => (TaskStatus::Completed, None, Some(result), None),
+            Ending::Failed { code, message } => {
+                let error = json!({ "code": code, "message": message });
+                (TaskStatus::Failed, Some(message), None, Some(error))
+            }
+            Ending::Cancelled => (
+                TaskStatus::Cancelled,
+                Some("Cancelled by the client".to_owned()),
+                None,
+                None,
+            ),
+        };
+        self.status = status;
+        self.status_message = message;
+        self.result = result;
+        self.error = error;
+        self.input_requests.clear();
+        self.input_responses.clear();
+        self.touch(now_ms);
+        true
+    }
+
+    /// Fails a task whose worker's lease lapsed. Whether it changed.
+    pub(crate) fn expire_lease(&mut self, now_ms: u64) -> bool {
+        self.lease_lapsed(now_ms)
+            && self.end(
+                Ending::Failed {
+                    code: crate::protocol::codes::INTERNAL_ERROR,
+                    message: "The replica running this task stopped before it finished (its lease \
+                              expired); call the tool again"
+                        .to_owned(),
+                },
+                now_ms,
+            )
+    }
+
+    /// Delivers the client's answers to outstanding requests; answers to anything else are
+    /// ignored. Once nothing is outstanding the task is working again. Whether it changed.
+    pub(crate) fn deliver(&mut self, responses: &Map<String, Value>, now_ms: u64) -> bool {
+        if self.status != TaskStatus::InputRequired {
+            return false;
+        }
+        let mut changed = false;
+        for (key, response) in responses {
+            if self.input_requests.remove(key).is_some() {
+                self.input_responses.insert(key.clone(), response.clone());
+                changed = true;
+            }
+        }
+        if changed {
+            if self.input_requests.is_empty() {
+                self.status = TaskStatus::Working;
+                self.status_message = None;
+            }
+            self.touch(now_ms);
+        }
+        changed
+    }
+
+    /// The worker asks the client for input. Whether it changed (an ended task does not).
+    pub(crate) fn park(&mut self, requests: Map<String, Value>, now_ms: u64) -> bool {
+        if self.status.is_terminal() {
+            return false;
+        }
+        self.status = TaskStatus::InputRequired;
+        self.status_message = Some("Waiting for the client's input".to_owned());
+        self.input_requests = requests;
+        self.touch(now_ms);
+        true
+    }
+
+    /// The worker's heartbeat: renews its lease and takes the answers delivered since the last
+    /// one. Nothing changes for a task that ended or that another worker holds.
+    pub(crate) fn renew(&mut self, worker: &str, lease_until_ms: u64) -> Map<String, Value> {
+        if self.status.is_terminal() || self.worker != worker {
+            return Map::new();
+        }
+        self.lease_until_ms = self.lease_until_ms.max(lease_until_ms);
+        std::mem::take(&mut self.input_responses)
+    }
+
+    /// The `Task` members every form shares.
+    fn task_members(&self) -> Map<String, Value> {
+        let mut task = Map::new();
+        task.insert("taskId".into(), json!(self.id));
+        task.insert("status".into(), json!(self.status.as_str()));
+        if let Some(message) = &self.status_message {
+            task.insert("statusMessage".into(), json!(message));
+        }
+        task.insert("createdAt".into(), json!(rfc3339(self.created_at_ms)));
+        task.insert("lastUpdatedAt".into(), json!(rfc3339(self.updated_at_ms)));
+        task.insert("ttlMs".into(), json!(self.ttl_ms));
+        task.insert("pollIntervalMs".into(), json!(self.poll_interval_ms));
+        task
+    }
+
+    /// The `CreateTaskResult` body, without `resultType`.
+    pub(crate) fn created(&self) -> Map<String, Value> {
+        self.task_members()
+    }
+
+    /// The `DetailedTask`: the task, plus what its status carries (`inputRequests`, `result` or
+    /// `error`).
+    pub(crate) fn detailed(&self) -> Map<String, Value> {
+        let mut task = self.task_members();
+        match self.status {
+            TaskStatus::InputRequired => {
+                task.insert(
+                    "inputRequests".into(),
+                    Value::Object(self.input_requests.clone()),
+                );
+            }
+            TaskStatus::Completed => {
+                if let Some(result) = &self.result {
+                    task.insert("result".into(), result.clone());
+                }
+            }
+            TaskStatus::Failed => {
+                if let Some(error) = &self.error {
+                    task.insert("error".into(), error.clone());
+                }
+            }
+            TaskStatus::Working | TaskStatus::Cancelled => {}
+        }
+        task
+    }
+}
+
+/// How a task ends.
+#[derive(Clone)]
+pub(crate) enum Ending {
+    Completed(Value),
+    Failed { code: i32, message: String },
+    Cancelled,
+}
+
+fn rfc3339(ms: u64) -> String {
+    format_rfc3339(i64::try_from(ms).unwrap_or(i64::MAX))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record() -> TaskRecord {
+        TaskRecord {
+            id: "tsk_1".into(),
+            owner: "alice".into(),
+            tool: "slow".into(),
+            operation: None,
+            fingerprint: None,
+            status: TaskStatus::Working,
+            status_message: None,
+            created_at_ms: 1_000,
+            updated_at_ms: 1_000,
+            ttl_ms: 60_000,
+            poll_interval_ms: 500,
+            input_requests: Map::new(),
+            input_responses: Map::new(),
+            result: None,
+            error: None,
+            worker: "a".into(),
+            lease_until_ms: 5_000,
+        }
+    }
+
+    #[test]
+    fn a_terminal_task_never_changes() {
+        let mut task = record();
+        assert!(task.end(Ending::Cancelled, 2_000));
+        assert!(!task.end(Ending::Completed(json!({})), 3_000));
+        assert!(!task.park(Map::new(), 3_000));
+        assert!(!task.expire_lease(10_000));
+        assert_eq!(task.status, TaskStatus::Cancelled);
+        assert_eq!(task.updated_at_ms, 2_000);
+    }
+
+    #[test]
+    fn partial_answers_keep_the_task_waiting_for_the_rest() {
+        let mut task = record();
+        let mut requests = Map::new();
+        requests.insert("a".into(), json!({}));
+        requests.insert("b".into(), json!({}));
+        assert!(task.park(requests, 2_000));
+        let mut answers = Map::new();
+        answers.insert("a".into(), json!(1));
+        answers.insert("stray".into(), json!(2));
+        assert!(task.deliver(&answers, 2_500));
+        assert_eq!(task.status, TaskStatus::InputRequired);
+        assert_eq!(task.input_requests.keys().collect::<Vec<_>>(), ["b"]);
+        assert!(!task.input_responses.contains_key("stray"));
+        let mut rest = Map::new();
+        rest.insert("b".into(), json!(3));
+        assert!(task.deliver(&rest, 2_600));
+        assert_eq!(task.status, TaskStatus::Working);
+        let taken = task.renew("a", 9_000);
+        assert_eq!(taken.len(), 2);
+        assert!(task.renew("a", 9_000).is_empty(), "answers are taken once");
+    }
+
+    #[test]
+    fn only_the_holder_renews_and_a_lapsed_lease_fails_the_task() {
+        let mut task = record();
+        task.renew("b", 9_000);
+        assert_eq!(task.lease_until_ms, 5_000);
+        assert!(!task.expire_lease(5_000), "the lease holds up to its end");
+        assert!(task.expire_lease(5_001));
+        assert_eq!(task.status, TaskStatus::Failed);
+        assert_eq!(task.error.as_ref().unwrap()["code"], json!(-32603));
+    }
+
+    #[test]
+    fn visibility_is_the_owner_within_the_ttl() {
+        let task = record();
+        assert!(task.visible_to("alice", 60_999));
+        assert!(!task.visible_to("alice", 61_000));
+        assert!(!task.visible_to("bob", 2_000));
+    }
+
+    #[test]
+    fn the_detailed_form_carries_what_the_status_has() {
+        let mut task = record();
+        assert!(task.detailed().get("result").is_none());
+        task.end(Ending::Completed(json!({ "content": [] })), 2_000);
+        let detailed = task.detailed();
+        assert_eq!(detailed["status"], "completed");
+        assert_eq!(detailed["result"], json!({ "content": [] }));
+        assert_eq!(detailed["ttlMs"], 60_000);
+        assert!(task.created().get("result").is_none());
+    }
+}

@@ -1,0 +1,504 @@
+//! Running tasks on this replica: the worker that drives a tool's future, renews its lease and
+//! picks up input and cancellations from the store; the running-task limits; the purge.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde_json::{Map, Value};
+use tokio::sync::{Notify, mpsc, oneshot, watch};
+
+use crate::RpcError;
+use crate::context::{Context, RoundInput};
+use crate::tasks::record::Ending;
+use crate::tasks::{TaskChange, TaskInsert, TaskOptions, TaskRecord, TaskStatus, TaskStore};
+use crate::tools::BoxFuture;
+use crate::tools::content::ToolError;
+use crate::tools::input::{InputRequired, Reply};
+
+/// How often expired task records are purged.
+const PURGE_EVERY: Duration = Duration::from_secs(60);
+
+/// Milliseconds since the Unix epoch, by this replica's clock.
+pub(crate) fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |since| {
+            u64::try_from(since.as_millis()).unwrap_or(u64::MAX)
+        })
+}
+
+fn millis(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// The tasks of one server.
+pub(crate) struct Tasks {
+    pub(crate) store: Arc<dyn TaskStore>,
+    pub(crate) options: TaskOptions,
+    /// This replica's name on the leases it holds.
+    replica: String,
+    running: Mutex<Running>,
+    /// The workers running here, woken when a request on this replica changed their task.
+    local: Mutex<HashMap<String, Arc<Notify>>>,
+    purging: AtomicBool,
+}
+
+#[derive(Default)]
+struct Running {
+    total: usize,
+    by_owner: HashMap<String, usize>,
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// A running task's place under the limits, given back when the worker ends.
+pub(crate) struct Permit {
+    tasks: Arc<Tasks>,
+    owner: String,
+}
+
+impl Drop for Permit {
+    fn drop(&mut self) {
+        let mut running = lock(&self.tasks.running);
+        running.total -= 1;
+        if let Some(count) = running.by_owner.get_mut(&self.owner) {
+            *count -= 1;
+            if *count == 0 {
+                running.by_owner.remove(&self.owner);
+            }
+        }
+    }
+}
+
+/// What a task's tool asks through its context, answered by the worker.
+pub(crate) struct Ask {
+    input: InputRequired,
+    reply: oneshot::Sender<Result<Map<String, Value>, ToolError>>,
+}
+
+/// The tie between a running tool's context and its worker.
+#[derive(Clone)]
+pub(crate) struct TaskLink {
+    pub(crate) id: Arc<str>,
+    asks: mpsc::UnboundedSender<Ask>,
+}
+
+impl TaskLink {
+    pub(crate) fn new(id: &str) -> (TaskLink, mpsc::UnboundedReceiver<Ask>) {
+        let (asks, receiver) = mpsc::unbounded_channel();
+        (
+            TaskLink {
+                id: Arc::from(id),
+                asks,
+            },
+            receiver,
+        )
+    }
+
+    /// Asks the client for input and waits for every answer.
+    pub(crate) async fn ask(&self, input: InputRequired) -> Result<Map<String, Value>, ToolError> {
+        let (reply, answer) = oneshot::channel();
+        let gone = || ToolError::new("TASK_ENDED", "The task ended before its input arrived");
+        self.asks.send(Ask { input, reply }).map_err(|_| gone())?;
+        answer.await.map_err(|_| gone())?
+    }
+}
+
+/// Starts the tool again with a multi-round answer: what a tool that returned
+/// [`InputRequired`] as a task gets once the client answered.
+pub(crate) type Restart = Arc<dyn Fn(Context) -> BoxFuture<'static, Reply> + Send + Sync>;
+
+/// A tool's future, with a panic turned into a value.
+pub(crate) type ToolRun = BoxFuture<'static, std::thread::Result<Reply>>;
+
+impl Tasks {
+    pub(crate) fn new(store: Arc<dyn TaskStore>, options: TaskOptions) -> Arc<Tasks> {
+        let mut name = [0u8; 8];
+        // A replica without randomness still runs; its leases are told apart by time.
+        let _ = getrandom::fill(&mut name);
+        let replica = name.iter().map(|byte| format!("{byte:02x}")).collect();
+        Arc::new(Tasks {
+            store,
+            options,
+            replica,
+            running: Mutex::new(Running::default()),
+            local: Mutex::new(HashMap::new()),
+            purging: AtomicBool::new(false),
+        })
+    }
+
+    /// A fresh, unguessable task id.
+    pub(crate) fn random_id() -> Result<String, RpcError> {
+        let mut bytes = [0u8; 16];
+        getrandom::fill(&mut bytes)
+            .map_err(|_| RpcError::internal("No system randomness for a task id"))?;
+        let hex: String = bytes.iter().map(|byte| format!("{byte:02x}")).collect();
+        Ok(format!("tsk_{hex}"))
+    }
+
+    /// A place for one more running task of `owner`, or the refusal at the limits.
+    pub(crate) fn permit(self: &Arc<Self>, owner: &str) -> Result<Permit, RpcError> {
+        let mut running = lock(&self.running);
+        let of_owner = running.by_owner.get(owner).copied().unwrap_or(0);
+        let wait = self.options.poll_interval.max(Duration::from_secs(1));
+        if running.total >= self.options.max_running {
+            return Err(RpcError::rate_limited("running tasks on this server", wait));
+        }
+        if of_owner >= self.options.max_running_per_principal {
+            return Err(RpcError::rate_limited(
+                "running tasks for this caller",
+                wait,
+            ));
+        }
+        running.total += 1;
+        *running.by_owner.entry(owner.to_owned()).or_insert(0) += 1;
+        Ok(Permit {
+            tasks: Arc::clone(self),
+            owner: owner.to_owned(),
+        })
+    }
+
+    /// The record of a new task run here.
+    pub(crate) fn new_record(
+        &self,
+        id: String,
+        owner: &str,
+        tool: &str,
+        operation: Option<(String, String)>,
+    ) -> TaskRecord {
+        let now = now_ms();
+        let (operation, fingerprint) = operation.unzip();
+        TaskRecord {
+            id,
+            owner: owner.to_owned(),
+            tool: tool.to_owned(),
+            operation,
+            fingerprint,
+            status: TaskStatus::Working,
+            status_message: None,
+            created_at_ms: now,
+            updated_at_ms: now,
+            ttl_ms: millis(self.options.ttl),
+            poll_interval_ms: millis(self.options.poll_interval).max(1),
+            input_requests: Map::new(),
+            input_responses: Map::new(),
+            result: None,
+            error: None,
+            worker: self.replica.clone(),
+            lease_until_ms: now.saturating_add(millis(self.options.lease)),
+        }
+    }
+
+    /// Commits a new task's record, then runs its tool here in the background.
+    pub(crate) async fn start(
+        self: &Arc<Self>,
+        record: TaskRecord,
+        future: ToolRun,
+        run: Worker,
+    ) -> Result<TaskRecord, RpcError> {
+        self.start_purging();
+        match self.store.insert_task(record.clone()).await {
+            Ok(TaskInsert::Inserted) => {}
+            // A concurrent call with the same operation id made it first: answer with that
+            // one, and drop this call's tool before it goes further.
+            Ok(TaskInsert::Existing(existing)) => return Ok(*existing),
+            Err(error) => return Err(unavailable(&error)),
+        }
+        let wake = Arc::new(Notify::new());
+        lock(&self.local).insert(record.id.clone(), Arc::clone(&wake));
+        let tasks = Arc::clone(self);
+        let id = record.id.clone();
+        tokio::spawn(async move {
+            tasks.work(&id, future, run, wake).await;
+            lock(&tasks.local).remove(&id);
+        });
+        Ok(record)
+    }
+
+    /// Wakes this replica's worker of task `id`, if it runs here.
+    pub(crate) fn wake(&self, id: &str) {
+        if let Some(wake) = lock(&self.local).get(id) {
+            wake.notify_one();
+        }
+    }
+
+    /// The task `id` as `owner` may see it, with a lapsed lease turned into `failed`; the same
+    /// `-32602` for an unknown id, an expired task, and another principal's.
+    pub(crate) async fn get(&self, owner: &str, id: &str) -> Result<TaskRecord, RpcError> {
+        let record = self.visible(owner, id).await?;
+        if !record.lease_lapsed(now_ms()) {
+            return Ok(record);
+        }
+        let change = TaskChange::new(|record| record.expire_lease(now_ms()));
+        self.changed(id, change).await
+    }
+
+    /// Delivers the client's answers to a task's outstanding input requests.
+    pub(crate) async fn update(
+        &self,
+        owner: &str,
+        id: &str,
+        responses: Map<String, Value>,
+    ) -> Result<(), RpcError> {
+        self.visible(owner, id).await?;
+        self.changed(
+            id,
+            TaskChange::new(move |record| record.deliver(&responses, now_ms())),
+        )
+        .await?;
+        self.wake(id);
+        Ok(())
+    }
+
+    /// Cancels a task; a task that already ended stays as it is.
+    pub(crate) async fn cancel(&self, owner: &str, id: &str) -> Result<(), RpcError> {
+        self.visible(owner, id).await?;
+        self.changed(
+            id,
+            TaskChange::new(|record| record.end(Ending::Cancelled, now_ms())),
+        )
+        .await?;
+        self.wake(id);
+        Ok(())
+    }
+
+    async fn visible(&self, owner: &str, id: &str) -> Result<TaskRecord, RpcError> {
+        self.existing(owner, id).await?.ok_or_else(|| unknown(id))
+    }
+
+    /// The task `id`, if `owner` may see it.
+    pub(crate) async fn existing(
+        &self,
+        owner: &str,
+        id: &str,
+    ) -> Result<Option<TaskRecord>, RpcError> {
+        let record = self
+            .store
+            .load_task(id)
+            .await
+            .map_err(|error| unavailable(&error))?;
+        Ok(record.filter(|record| record.visible_to(owner, now_ms())))
+    }
+
+    async fn changed(&self, id: &str, change: TaskChange) -> Result<TaskRecord, RpcError> {
+        self.store
+            .update_task(id, change)
+            .await
+            .map_err(|error| unavailable(&error))?
+            .ok_or_else(|| unknown(id))
+    }
+
+    /// Starts the background purge once, on the first task.
+    fn start_purging(self: &Arc<Self>) {
+        if self.purging.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        let tasks: Weak<Tasks> = Arc::downgrade(self);
+        tokio::spawn(async move {
+            let mut every = tokio::time::interval(PURGE_EVERY);
+            every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                every.tick().await;
+                let Some(tasks) = tasks.upgrade() else { break };
+                if let Err(error) = tasks.store.purge_tasks(now_ms()).await {
+                    tracing::warn!(%error, "could not purge expired tasks; the next purge retries");
+                }
+            }
+        });
+    }
+
+    /// Drives task `id`'s tool to its end, renewing the lease and relaying input, until the
+    /// tool finishes, the task is cancelled or purged, or the server shuts down.
+    async fn work(&self, id: &str, mut future: ToolRun, run: Worker, wake: Arc<Notify>) {
+        let Worker {
+            restart,
+            context,
+            mut asks,
+            mut shutdown,
+            permit: _permit,
+        } = run;
+        let mut tick = tokio::time::interval(self.options.poll_interval);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut waiting: Option<Waiting> = None;
+        let mut round = 0u32;
+        let ending = loop {
+            tokio::select! {
+                done = &mut future => {
+                    future = Box::pin(std::future::pending());
+                    match done {
+                        Ok(Reply::Complete(result)) => break Ending::Completed(
+                            serde_json::to_value(&result).expect("a tool result is plain JSON"),
+                        ),
+                        Ok(Reply::InputRequired(input)) => {
+                            let state = input.state.clone();
+                            match self.park(id, input, &mut round, &context).await {
+                                Ok(keys) => waiting = Some(Waiting { keys, gathered: Map::new(), resume: Resume::Restart(state) }),
+                                Err(ending) => break ending,
+                            }
+                        }
+                        Err(_) => break Ending::Failed {
+                            code: crate::protocol::codes::INTERNAL_ERROR,
+                            message: "The tool panicked".to_owned(),
+                        },
+                    }
+                }
+                Some(ask) = asks.recv(), if waiting.is_none() => {
+                    match self.park(id, ask.input, &mut round, &context).await {
+                        Ok(keys) => waiting = Some(Waiting { keys, gathered: Map::new(), resume: Resume::Answer(ask.reply) }),
+                        Err(Ending::Failed { message, .. }) => {
+                            let _ = ask.reply.send(Err(ToolError::new("MISSING_CLIENT_CAPABILITY", message)));
+                        }
+                        Err(ending) => break ending,
+                    }
+                }
+                _ = tick.tick() => {}
+                () = wake.notified() => {}
+                () = async { drop(shutdown.wait_for(|closing| *closing).await) } => break Ending::Failed {
+                    code: crate::protocol::codes::INTERNAL_ERROR,
+                    message: "The server running this task shut down before it finished; call the tool again".to_owned(),
+                },
+            }
+            let until = now_ms().saturating_add(millis(self.options.lease));
+            let taken = Arc::new(Mutex::new(Map::new()));
+            let slot = Arc::clone(&taken);
+            let worker = self.replica.clone();
+            let renewal = TaskChange::new(move |record| {
+                *lock(&slot) = record.renew(&worker, until);
+                record.status() == TaskStatus::Working
+                    || record.status() == TaskStatus::InputRequired
+            });
+            match self.store.update_task(id, renewal).await {
+                // Purged (its time to live ended) or ended elsewhere (cancelled, or failed
+                // after a lapsed lease): dropping the future stops the tool.
+                Ok(None) => return,
+                Ok(Some(record)) if record.status().is_terminal() => return,
+                Ok(Some(_)) => {}
+                Err(error) => {
+                    tracing::warn!(%error, task = id, "could not renew a task's lease; retrying at the next poll");
+                    continue;
+                }
+            }
+            let taken = std::mem::take(&mut *lock(&taken));
+            if let Some(mut wait) = waiting.take() {
+                for (wire, key) in &wait.keys {
+                    if let Some(answer) = taken.get(wire) {
+                        wait.gathered.insert(key.clone(), answer.clone());
+                    }
+                }
+                if wait.gathered.len() < wait.keys.len() {
+                    waiting = Some(wait);
+                    continue;
+                }
+                match wait.resume {
+                    Resume::Answer(reply) => {
+                        let _ = reply.send(Ok(wait.gathered));
+                    }
+                    Resume::Restart(state) => {
+                        let cx = context.with_round_input(RoundInput {
+                            responses: wait.gathered,
+                            state,
+                        });
+                        future = catching(restart(cx));
+                    }
+                }
+            }
+        };
+        // The ending is written until it sticks: a worker that gives up leaves its task to the
+        // lease, which fails it later with a less precise message.
+        for attempt in 0..5u32 {
+            let ending = ending.clone();
+            let change = TaskChange::new(move |record| record.end(ending, now_ms()));
+            match self.store.update_task(id, change).await {
+                Ok(_) => return,
+                Err(error) => {
+                    tracing::warn!(%error, task = id, attempt, "could not record a task's end");
+                    tokio::time::sleep(self.options.poll_interval).await;
+                }
+            }
+        }
+    }
+
+    /// Parks the task on `input`'s requests under keys never used before in this task; the
+    /// wire keys mapped to the tool's own.
+    async fn park(
+        &self,
+        id: &str,
+        input: InputRequired,
+        round: &mut u32,
+        context: &Context,
+    ) -> Result<Vec<(String, String)>, Ending> {
+        let missing = input.missing_capabilities(context.client_capabilities());
+        if !missing.is_empty() {
+            return Err(Ending::Failed {
+                code: crate::protocol::codes::MISSING_REQUIRED_CLIENT_CAPABILITY,
+                message: format!(
+                    "The tool asked for input the client did not declare it can give: {}",
+                    Value::Object(missing)
+                ),
+            });
+        }
+        *round += 1;
+        let mut keys = Vec::new();
+        let mut requests = Map::new();
+        for (key, request) in input.requests {
+            let wire = format!("r{round}.{key}");
+            keys.push((wire.clone(), key));
+            requests.insert(wire, request);
+        }
+        let change = TaskChange::new(move |record| record.park(requests, now_ms()));
+        match self.store.update_task(id, change).await {
+            Ok(_) => Ok(keys),
+            Err(error) => Err(Ending::Failed {
+                code: crate::protocol::codes::INTERNAL_ERROR,
+                message: format!("The task could not record its input requests: {error}"),
+            }),
+        }
+    }
+}
+
+/// What a worker needs besides the tool's future.
+pub(crate) struct Worker {
+    pub(crate) restart: Restart,
+    pub(crate) context: Context,
+    pub(crate) asks: mpsc::UnboundedReceiver<Ask>,
+    pub(crate) shutdown: watch::Receiver<bool>,
+    pub(crate) permit: Permit,
+}
+
+struct Waiting {
+    /// (wire key, the tool's key) of each outstanding request.
+    keys: Vec<(String, String)>,
+    gathered: Map<String, Value>,
+    resume: Resume,
+}
+
+enum Resume {
+    /// The tool awaits [`Context::ask`].
+    Answer(oneshot::Sender<Result<Map<String, Value>, ToolError>>),
+    /// The tool returned [`InputRequired`]: it runs again with the answers and its state.
+    Restart(Option<Value>),
+}
+
+/// `future` with a panic caught.
+pub(crate) fn catching(future: BoxFuture<'static, Reply>) -> ToolRun {
+    use futures_util::FutureExt;
+    Box::pin(std::panic::AssertUnwindSafe(future).catch_unwind())
+}
+
+fn unknown(id: &str) -> RpcError {
+    RpcError::invalid_params(format!("Unknown task: {id}"))
+}
+
+/// A store failure on a task request: nothing changed, the caller may retry (HTTP 503).
+fn unavailable(error: &crate::store::StoreError) -> RpcError {
+    RpcError::internal(format!(
+        "The task store is unavailable ({error}); retry the request"
+    ))
+    .with_status(http::StatusCode::SERVICE_UNAVAILABLE)
+}

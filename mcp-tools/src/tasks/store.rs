@@ -1,0 +1,88 @@
+//! What a store does for tasks: four primitives over opaque records, so every store (memory,
+//! SQLite, PostgreSQL, yours) keeps tasks the same way and the lifecycle lives in one place.
+
+use crate::store::StoreFuture;
+use crate::tasks::TaskRecord;
+
+/// A change to one task, applied by a store under its lock on that task (see
+/// [`TaskStore::update_task`]).
+pub struct TaskChange(Box<dyn FnOnce(&mut TaskRecord) -> bool + Send>);
+
+impl TaskChange {
+    pub(crate) fn new(change: impl FnOnce(&mut TaskRecord) -> bool + Send + 'static) -> Self {
+        TaskChange(Box::new(change))
+    }
+
+    /// Applies the change; `true` when the record changed and must be written back.
+    pub fn apply(self, record: &mut TaskRecord) -> bool {
+        (self.0)(record)
+    }
+}
+
+impl std::fmt::Debug for TaskChange {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("TaskChange")
+    }
+}
+
+/// What [`TaskStore::insert_task`] did.
+#[derive(Debug)]
+pub enum TaskInsert {
+    /// The task is stored: a `tasks/get` on any replica sharing the store now finds it.
+    Inserted,
+    /// A task with this id is stored already (a retry's, or a concurrent call's with the same
+    /// operation id); nothing was stored.
+    Existing(Box<TaskRecord>),
+}
+
+/// Durable task records. Every method is atomic; a record is committed before the method
+/// answers, so a task created on one replica is visible to every replica sharing the store.
+///
+/// The built-in stores ([`MemoryStore`](crate::MemoryStore), `SqliteStore`, `PostgresStore`)
+/// implement it next to [`Store`](crate::Store). A store keeps, per task, the encoded record
+/// ([`TaskRecord::encode`]) under its id, and its expiry. A call with an operation id gets the
+/// same task id on every retry, so the unique id is what makes its task exactly once.
+pub trait TaskStore: Send + Sync + 'static {
+    /// Stores a new task, unless one with its id is stored: then that one is returned and
+    /// nothing is stored.
+    fn insert_task(&self, task: TaskRecord) -> StoreFuture<'_, TaskInsert>;
+
+    /// The task with this id, if it is stored.
+    fn load_task<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<TaskRecord>>;
+
+    /// Applies `change` to the task with this id while no other change to it can run, writes
+    /// the record back when the change says it changed, and returns the record as it now is
+    /// (`None` for an unknown id).
+    fn update_task<'a>(
+        &'a self,
+        id: &'a str,
+        change: TaskChange,
+    ) -> StoreFuture<'a, Option<TaskRecord>>;
+
+    /// Deletes the tasks whose [`expires_at_ms`](TaskRecord::expires_at_ms) is before
+    /// `now_ms`; how many it deleted.
+    fn purge_tasks(&self, now_ms: u64) -> StoreFuture<'_, u64>;
+}
+
+/// A shared task store is a task store.
+impl<S: TaskStore + ?Sized> TaskStore for std::sync::Arc<S> {
+    fn insert_task(&self, task: TaskRecord) -> StoreFuture<'_, TaskInsert> {
+        (**self).insert_task(task)
+    }
+
+    fn load_task<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<TaskRecord>> {
+        (**self).load_task(id)
+    }
+
+    fn update_task<'a>(
+        &'a self,
+        id: &'a str,
+        change: TaskChange,
+    ) -> StoreFuture<'a, Option<TaskRecord>> {
+        (**self).update_task(id, change)
+    }
+
+    fn purge_tasks(&self, now_ms: u64) -> StoreFuture<'_, u64> {
+        (**self).purge_tasks(now_ms)
+    }
+}
