@@ -6,8 +6,13 @@
 //! (and by the bare command) and `call`: `--db PATH` (another SQLite file), `--memory` (keep
 //! state in memory), `--postgres URL` (a PostgreSQL database shared by replicas on many hosts;
 //! a URL or libpq `key=value` string, completed from the `PG*` environment variables), and
-//! `--cursor-key-file PATH` (the secret replicas share to sign cursors, request states and
-//! validators). `schema`, `docs`, `list` and `contract` open no store.
+//! `--cursor-key-file PATH` (the secret replicas share to sign cursors, request states, validators
+//! and task ids), and `--task-lease-ms MS` (how soon a task whose replica died is marked failed).
+//! `schema`, `docs`, `list` and `contract` open no store.
+//!
+//! `basket_quote` runs as a task for clients that take tasks (the Tasks extension): the task
+//! record lives in the same store, so any replica answers `tasks/get`, `tasks/update` and
+//! `tasks/cancel` for it.
 //!
 //! Without OAuth every caller is the anonymous principal and a basket handle is a bearer
 //! capability: whoever holds it can use it. `--issuer URL --audience URI --jwks-url URL` (all
@@ -45,6 +50,10 @@ struct Options {
     /// load balancer share it (without it each process draws a random key).
     #[arg(long, value_name = "PATH")]
     cursor_key_file: Option<PathBuf>,
+    /// How long a task's lease lasts past its last renewal, in milliseconds: a task whose
+    /// replica died is marked failed this long after (default 10000).
+    #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u64).range(100..))]
+    task_lease_ms: Option<u64>,
     /// OAuth: the issuer identifier of the authorization server whose tokens are accepted.
     #[arg(long, value_name = "URL", requires_all = ["audience", "jwks_url"])]
     issuer: Option<String>,
@@ -91,7 +100,7 @@ async fn server(mode: Mode<Options>) -> Result<McpServer, BuildFailure> {
              version as expected_version; give every change a new operation_id and reuse it \
              only to retry the same change.",
         )
-        .tools(basket::tool_set());
+        .tools(basket::tool_set_with_quote());
     let Some(options) = mode.args() else {
         // Only the declarations are read: a memory store, which opens nothing, stands in.
         return Ok(builder.store(MemoryStore::default()).build()?);
@@ -108,6 +117,15 @@ async fn server(mode: Mode<Options>) -> Result<McpServer, BuildFailure> {
         Arc::new(SqliteStore::open(&options.db, StoreConfig::default())?)
     };
     let mut builder = builder.store(store);
+    if let Some(lease) = options.task_lease_ms {
+        // Renewals come four times per lease, so one late renewal does not lose it.
+        let lease = std::time::Duration::from_millis(lease);
+        builder = builder.task_options(
+            mcp_tools::tasks::TaskOptions::default()
+                .lease(lease)
+                .poll_interval(lease / 4),
+        );
+    }
     if let Some(path) = &options.cursor_key_file {
         let key = std::fs::read(path).map_err(|error| {
             BuildFailure::from(format!("--cursor-key-file {}: {error}", path.display()))

@@ -23,7 +23,7 @@ fn quickstart_server() -> McpServer {
 
 fn basket_server() -> McpServer {
     McpServer::builder("basket", "0.0.0")
-        .tools(basket::tool_set())
+        .tools(basket::tool_set_with_quote())
         .store(mcp_tools::MemoryStore::default())
         .build()
         .unwrap()

@@ -239,6 +239,57 @@ pub fn basket_add_note(
     basket.notes.len()
 }
 
+/// A price for a basket's configuration.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct Quote {
+    /// The configuration priced.
+    pub configuration: String,
+    /// The price, in euros.
+    pub price_eur: u32,
+    /// Whether the user accepted the price (always `true` unless `confirm` asked them).
+    pub accepted: bool,
+}
+
+/// Prices the laptop in a basket, which takes a while (`seconds`, default 3): a client that
+/// takes tasks gets a task id at once and polls it. With `confirm`, the user is asked to accept
+/// the price before the quote is final.
+#[tool(reads = Basket, task = optional, scopes = ["basket:read"])]
+pub async fn basket_quote(
+    basket: &Basket,
+    /// How long pricing takes, in seconds (default 3, at most 600).
+    seconds: Option<f64>,
+    /// Ask the user to accept the price.
+    confirm: Option<bool>,
+    cx: &mcp_tools::Context,
+) -> Result<Quote, ToolError> {
+    let seconds = seconds.unwrap_or(3.0).clamp(0.0, 600.0);
+    let configuration = format!(
+        "{} with {} GiB memory and {} GiB storage",
+        basket.model, basket.memory_gib, basket.storage_gib
+    );
+    let price_eur = 900 + basket.memory_gib * 6 + basket.storage_gib / 4;
+    tokio::time::sleep(std::time::Duration::from_secs_f64(seconds)).await;
+    let mut accepted = true;
+    if confirm == Some(true) {
+        let schema = serde_json::json!({ "type": "object",
+            "properties": { "accept": { "type": "boolean" } }, "required": ["accept"] });
+        let answers = cx
+            .ask(mcp_tools::InputRequired::new().elicit(
+                "accept",
+                format!("{configuration} costs {price_eur} EUR. Accept?"),
+                schema,
+            ))
+            .await?;
+        accepted = answers["accept"]["action"] == "accept"
+            && answers["accept"]["content"]["accept"] == true;
+    }
+    Ok(Quote {
+        configuration,
+        price_eur,
+        accepted,
+    })
+}
+
 /// The basket tools, in `tools/list` order.
 pub fn tool_set() -> ToolSet {
     tools![
@@ -250,4 +301,9 @@ pub fn tool_set() -> ToolSet {
         basket_checkout,
         basket_add_note,
     ]
+}
+
+/// The basket tools and `basket_quote`, which runs as a task: what the basket server offers.
+pub fn tool_set_with_quote() -> ToolSet {
+    tool_set().merge(tools![basket_quote])
 }

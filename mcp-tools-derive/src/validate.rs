@@ -96,7 +96,14 @@ pub fn tool(tool: &ToolFn, cx: &Ctxt) {
         };
         argument_type(&param.ty, cx);
         let wire = param.wire_name();
-        if is_reserved_argument(&wire) {
+        // A task tool's own `operation_id` is its retry key: a retry with it gets the same task.
+        let task_key = wire == "operation_id"
+            && tool.attrs.task.is_some()
+            && !matches!(
+                tool.kind(),
+                Some(StatefulKind::Creates | StatefulKind::Mutates)
+            );
+        if is_reserved_argument(&wire) && !task_key {
             cx.error_at(
                 param.wire_span(),
                 format!(

@@ -101,6 +101,104 @@ impl Filter {
     }
 }
 
+/// The tasks a stream follows: each id with the last (status, update time) sent for it.
+struct WatchedTasks {
+    watched: Vec<(String, Option<(crate::tasks::TaskStatus, String)>)>,
+}
+
+impl WatchedTasks {
+    /// The acknowledged filter, with the task ids accepted.
+    fn acknowledged(&self, mut honoured: Value) -> Value {
+        if !self.watched.is_empty() {
+            let ids: Vec<&str> = self.watched.iter().map(|(id, _)| id.as_str()).collect();
+            honoured["taskIds"] = json!(ids);
+        }
+        honoured
+    }
+
+    /// The `DetailedTask` of each followed task that changed since the last look; a task
+    /// that ended is followed no further.
+    async fn changes(&mut self, server: &McpServer, owner: &str) -> Vec<Map<String, Value>> {
+        let mut changed = Vec::new();
+        for (id, seen) in &mut self.watched {
+            let Ok(record) = server.shared.tasks.get(owner, id).await else {
+                continue;
+            };
+            let detailed = record.detailed();
+            let now = (
+                record.status(),
+                detailed["lastUpdatedAt"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned(),
+            );
+            if seen.as_ref() != Some(&now) {
+                *seen = Some(now);
+                changed.push(detailed);
+            }
+        }
+        self.watched.retain(|(_, seen)| {
+            !seen
+                .as_ref()
+                .is_some_and(|(status, _)| status.is_terminal())
+        });
+        changed
+    }
+}
+
+/// The tasks a `subscriptions/listen` filter names in `taskIds`: those the caller may see,
+/// each with its state now, so only later changes are sent. Naming any needs the extension.
+async fn watched_tasks(
+    server: &McpServer,
+    requested: &Map<String, Value>,
+    cx: &Context,
+) -> Result<WatchedTasks, RpcError> {
+    let ids = match requested.get("taskIds") {
+        None | Some(Value::Null) => {
+            return Ok(WatchedTasks {
+                watched: Vec::new(),
+            });
+        }
+        Some(Value::Array(ids)) => ids
+            .iter()
+            .map(|id| id.as_str().map(str::to_owned))
+            .collect::<Option<Vec<_>>>()
+            .ok_or_else(|| {
+                RpcError::invalid_params("`notifications.taskIds` must be an array of task ids")
+            })?,
+        Some(_) => {
+            return Err(RpcError::invalid_params(
+                "`notifications.taskIds` must be an array of task ids",
+            ));
+        }
+    };
+    if !super::tasks::declared(cx) {
+        return Err(RpcError::missing_capability(
+            json!({ "extensions": { crate::tasks::TASKS_EXTENSION: {} } }),
+        ));
+    }
+    let mut watched = Vec::new();
+    for id in ids {
+        if let Some(record) = server
+            .shared
+            .tasks
+            .existing(cx.principal().key(), &id)
+            .await?
+        {
+            let detailed = record.detailed();
+            let seen = (
+                record.status(),
+                detailed["lastUpdatedAt"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned(),
+            );
+            watched.push((id, Some(seen)));
+        }
+    }
+    Ok(WatchedTasks { watched })
+}
+
 pub(super) async fn listen(
     server: &McpServer,
     snapshot: &Snapshot,
@@ -116,6 +214,7 @@ pub(super) async fn listen(
         }
     };
     let filter = Filter::honoured(requested, &snapshot.capabilities)?;
+    let mut tasks = watched_tasks(server, requested, &cx).await?;
     // An update tells that a resource changed: only to callers who may read it.
     let access = server.access(cx.granted_scopes());
     let may_read = |uri: &str| {
@@ -135,14 +234,23 @@ pub(super) async fn listen(
         "method": "notifications/subscriptions/acknowledged",
         "params": {
             "_meta": { "io.modelcontextprotocol/subscriptionId": subscription_id },
-            "notifications": filter.to_json(),
+            "notifications": tasks.acknowledged(filter.to_json()),
         }
     }))
     .await;
+    let mut poll = tokio::time::interval(server.shared.tasks.options.poll_interval);
+    poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
             // The guard `wait_for` returns must not live across the awaits below.
             () = async { drop(shutdown.wait_for(|closing| *closing).await) } => break,
+            _ = poll.tick(), if !tasks.watched.is_empty() => {
+                for detailed in tasks.changes(server, cx.principal().key()).await {
+                    let mut params = detailed;
+                    params.insert("_meta".into(), json!({ "io.modelcontextprotocol/subscriptionId": subscription_id }));
+                    cx.send_notification(json!({ "jsonrpc": "2.0", "method": "notifications/tasks", "params": params })).await;
+                }
+            }
             change = changes.recv() => match change {
                 Ok((change, uri)) => {
                     if let Some((method, uri)) = filter.notification(change, uri.as_deref())

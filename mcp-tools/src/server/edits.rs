@@ -124,8 +124,9 @@ impl McpServer {
             .send((Change::ResourceUpdated, Some(uri.to_owned())));
     }
 
-    /// Ends open `subscriptions/listen` streams gracefully (each gets its final result). Called
-    /// by [`serve`](McpServer::serve) on shutdown.
+    /// Ends open `subscriptions/listen` streams gracefully (each gets its final result), and
+    /// ends the tasks running here as `failed` (see [`tasks`](crate::tasks)). Called by
+    /// [`serve`](McpServer::serve) on shutdown.
     pub fn close_subscriptions(&self) {
         self.shared.shutdown.send_replace(true);
     }

@@ -1,0 +1,570 @@
+//! The Tasks extension over real HTTP, on servers in this process: the task lifecycle, input
+//! through the context, cancellation dropping the tool's future, the limits, the refusals, and
+//! two servers sharing one store as replicas.
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use mcp_tools::store::MemoryStore;
+use mcp_tools::tasks::{TASKS_EXTENSION, TaskOptions};
+use mcp_tools::{Context, InputRequired, McpServer, Principal, ToolError, ToolReply, Unauthorized};
+use mcp_tools::{tool, tools};
+use serde_json::{Value, json};
+use tokio::sync::{Notify, mpsc};
+
+use common::{Call, TestServer, within};
+
+const POLL: Duration = Duration::from_millis(50);
+
+/// What the tools of these tests share with the test: a gate they wait on, and word of their
+/// futures being dropped.
+#[derive(Clone)]
+struct Probe {
+    gate: Arc<Notify>,
+    dropped: mpsc::UnboundedSender<&'static str>,
+    runs: Arc<AtomicUsize>,
+}
+
+/// Sends its name when dropped: the tool's future was dropped with it.
+struct DropSignal(&'static str, mpsc::UnboundedSender<&'static str>);
+
+impl Drop for DropSignal {
+    fn drop(&mut self) {
+        let _ = self.1.send(self.0);
+    }
+}
+
+/// Waits for the test to open the gate, then answers
+#[tool(task = optional)]
+async fn gated(label: String, cx: &Context) -> String {
+    let probe = cx.state::<Probe>().unwrap().clone();
+    probe.runs.fetch_add(1, Ordering::SeqCst);
+    let _signal = DropSignal("gated", probe.dropped.clone());
+    probe.gate.notified().await;
+    format!("opened for {label}")
+}
+
+/// Waits for the gate; retries with the same operation id get the same task
+#[tool(task = optional)]
+async fn keyed(operation_id: String, n: u32, cx: &Context) -> String {
+    let probe = cx.state::<Probe>().unwrap().clone();
+    probe.runs.fetch_add(1, Ordering::SeqCst);
+    probe.gate.notified().await;
+    format!("{operation_id}: {n}")
+}
+
+/// Answers at once, even for a client that takes tasks
+#[tool(task = optional)]
+fn instant() -> String {
+    "at once".into()
+}
+
+/// Only runs as a task
+#[tool(task = required)]
+async fn only_task(cx: &Context) -> String {
+    cx.state::<Probe>().unwrap().gate.notified().await;
+    "done".into()
+}
+
+/// Asks for a colour through its context, then reports it
+#[tool(task = optional)]
+async fn ask_colour(cx: &Context) -> Result<String, ToolError> {
+    let schema = json!({ "type": "object", "properties": { "colour": { "type": "string" } } });
+    let answers = cx
+        .ask(InputRequired::new().elicit("colour", "Which colour?", schema))
+        .await?;
+    Ok(format!(
+        "colour {}",
+        answers["colour"]["content"]["colour"]
+            .as_str()
+            .unwrap_or("?")
+    ))
+}
+
+/// Asks for a name in a multi-round call first, then works as a task
+#[tool(task = optional)]
+async fn rounds_then_task(cx: &Context) -> ToolReply<String> {
+    let Some(name) = cx
+        .input_response("name")
+        .and_then(|answer| answer["content"]["name"].as_str())
+        .map(str::to_owned)
+    else {
+        let schema = json!({ "type": "object", "properties": { "name": { "type": "string" } } });
+        return ToolReply::InputRequired(InputRequired::new().elicit("name", "Name?", schema));
+    };
+    cx.state::<Probe>().unwrap().gate.notified().await;
+    ToolReply::Complete(format!("hello {name}"))
+}
+
+/// Panics once the gate opens
+#[tool(task = optional)]
+async fn panics(cx: &Context) -> String {
+    cx.state::<Probe>().unwrap().gate.notified().await;
+    panic!("on purpose");
+}
+
+struct Harness {
+    probe: Probe,
+    dropped: mpsc::UnboundedReceiver<&'static str>,
+}
+
+fn harness() -> Harness {
+    let (dropped, receiver) = mpsc::unbounded_channel();
+    Harness {
+        probe: Probe {
+            gate: Arc::new(Notify::new()),
+            dropped,
+            runs: Arc::new(AtomicUsize::new(0)),
+        },
+        dropped: receiver,
+    }
+}
+
+fn server_with(probe: &Probe, store: Arc<MemoryStore>, options: TaskOptions) -> McpServer {
+    McpServer::builder("tasks", "1")
+        .tools(tools![
+            gated,
+            keyed,
+            instant,
+            only_task,
+            ask_colour,
+            rounds_then_task,
+            panics
+        ])
+        .state(probe.clone())
+        .store(store)
+        .task_options(options.poll_interval(POLL).lease(POLL * 8))
+        .authenticate(
+            |headers| match headers.get("authorization").map(|value| value.as_bytes()) {
+                Some(b"Bearer alice") => Ok(Principal::subject("alice")),
+                Some(b"Bearer bob") => Ok(Principal::subject("bob")),
+                _ => Err(Unauthorized::new("Bearer", "A bearer token is required")),
+            },
+        )
+        .build()
+        .unwrap()
+}
+
+async fn start(probe: &Probe) -> TestServer {
+    TestServer::start(server_with(
+        probe,
+        Arc::new(MemoryStore::default()),
+        TaskOptions::default(),
+    ))
+    .await
+}
+
+fn takes_tasks(call: Call) -> Call {
+    call.capabilities(json!({ "extensions": { TASKS_EXTENSION: {} }, "elicitation": {} }))
+        .header("authorization", "Bearer alice")
+}
+
+fn tool_call(name: &str, arguments: Value) -> Call {
+    takes_tasks(Call::call_tool(name, arguments))
+}
+
+fn task_call(method: &str, id: &str, extra: Value) -> Call {
+    let mut params = json!({ "taskId": id });
+    if let (Some(params), Value::Object(extra)) = (params.as_object_mut(), extra) {
+        params.extend(extra);
+    }
+    takes_tasks(Call::new(method, json!(3), params).header("mcp-name", id))
+}
+
+async fn created(server: &TestServer, name: &str, arguments: Value) -> String {
+    let reply = within("a tools/call", tool_call(name, arguments).send(server)).await;
+    assert_eq!(reply.status, 200, "{}", reply.text);
+    let result = reply.result();
+    assert_eq!(result["resultType"], "task", "{result}");
+    result["taskId"].as_str().unwrap().to_owned()
+}
+
+async fn get(server: &TestServer, id: &str) -> Value {
+    let reply = within(
+        "tasks/get",
+        task_call("tasks/get", id, json!({})).send(server),
+    )
+    .await;
+    assert_eq!(reply.status, 200, "{}", reply.text);
+    reply.result()
+}
+
+/// Polls `tasks/get` until the status is `status`.
+async fn until(server: &TestServer, id: &str, status: &str) -> Value {
+    within("the task's status", async {
+        loop {
+            let task = get(server, id).await;
+            if task["status"] == status {
+                return task;
+            }
+            tokio::time::sleep(POLL).await;
+        }
+    })
+    .await
+}
+
+#[tokio::test]
+async fn a_task_is_created_durably_runs_in_the_background_and_inlines_its_result() {
+    let h = harness();
+    let server = start(&h.probe).await;
+    let id = created(&server, "gated", json!({ "label": "x" })).await;
+    assert!(id.starts_with("tsk_") && id.len() == 36, "{id}");
+    let working = get(&server, &id).await;
+    assert_eq!(working["status"], "working");
+    assert_eq!(working["resultType"], "complete");
+    assert!(working.get("result").is_none(), "{working}");
+    h.probe.gate.notify_one();
+    let done = until(&server, &id, "completed").await;
+    assert_eq!(done["result"]["content"][0]["text"], "opened for x");
+    assert!(done["result"].get("resultType").is_none(), "{done}");
+    let ack = task_call("tasks/cancel", &id, json!({}))
+        .send(&server)
+        .await;
+    assert_eq!(
+        ack.result(),
+        json!({ "resultType": "complete", "_meta": ack.result()["_meta"] })
+    );
+    assert_eq!(
+        get(&server, &id).await["status"],
+        "completed",
+        "a finished task stays finished"
+    );
+}
+
+#[tokio::test]
+async fn a_tool_that_needs_no_wait_answers_as_a_plain_call() {
+    let h = harness();
+    let server = start(&h.probe).await;
+    let reply = tool_call("instant", json!({})).send(&server).await;
+    let result = reply.result();
+    assert_eq!(result["resultType"], "complete");
+    assert!(result.get("taskId").is_none());
+    assert_eq!(result["content"][0]["text"], "at once");
+}
+
+#[tokio::test]
+async fn cancelling_drops_the_tools_future_and_every_later_read_says_cancelled() {
+    let mut h = harness();
+    let server = start(&h.probe).await;
+    let id = created(&server, "gated", json!({ "label": "c" })).await;
+    let ack = task_call("tasks/cancel", &id, json!({}))
+        .send(&server)
+        .await;
+    assert_eq!(ack.result()["resultType"], "complete");
+    assert!(ack.result().get("status").is_none());
+    let dropped = within("the tool's future to be dropped", h.dropped.recv()).await;
+    assert_eq!(dropped, Some("gated"));
+    let task = get(&server, &id).await;
+    assert_eq!(task["status"], "cancelled");
+    assert!(task.get("result").is_none() && task.get("error").is_none());
+}
+
+#[tokio::test]
+async fn context_input_parks_the_task_and_an_update_resumes_it() {
+    let h = harness();
+    let server = start(&h.probe).await;
+    let id = created(&server, "ask_colour", json!({})).await;
+    let waiting = until(&server, &id, "input_required").await;
+    let requests = waiting["inputRequests"].as_object().unwrap().clone();
+    assert_eq!(requests.len(), 1, "{waiting}");
+    let (key, request) = requests.iter().next().unwrap();
+    assert_eq!(request["method"], "elicitation/create");
+    // Answers to keys that are not outstanding are ignored.
+    let stray = task_call(
+        "tasks/update",
+        &id,
+        json!({ "inputResponses": { "nope": { "action": "accept" } } }),
+    )
+    .send(&server)
+    .await;
+    assert_eq!(stray.result()["resultType"], "complete");
+    assert_eq!(get(&server, &id).await["status"], "input_required");
+    let answer = json!({ key.clone(): { "action": "accept", "content": { "colour": "teal" } } });
+    let ack = task_call("tasks/update", &id, json!({ "inputResponses": answer }))
+        .send(&server)
+        .await;
+    assert_eq!(ack.result()["resultType"], "complete");
+    let done = until(&server, &id, "completed").await;
+    assert_eq!(done["result"]["content"][0]["text"], "colour teal");
+}
+
+#[tokio::test]
+async fn multi_round_input_comes_before_the_task_is_made() {
+    let h = harness();
+    let server = start(&h.probe).await;
+    let first = tool_call("rounds_then_task", json!({}))
+        .send(&server)
+        .await
+        .result();
+    assert_eq!(first["resultType"], "input_required");
+    assert!(first.get("taskId").is_none());
+    let retry = tool_call("rounds_then_task", json!({})).body(|body| {
+        body["params"]["inputResponses"] =
+            json!({ "name": { "action": "accept", "content": { "name": "Ada" } } });
+        body["params"]["requestState"] = first["requestState"].clone();
+    });
+    let second = retry.send(&server).await.result();
+    assert_eq!(second["resultType"], "task", "{second}");
+    assert!(second.get("requestState").is_none());
+    h.probe.gate.notify_one();
+    let id = second["taskId"].as_str().unwrap();
+    let done = until(&server, id, "completed").await;
+    assert_eq!(done["result"]["content"][0]["text"], "hello Ada");
+}
+
+#[tokio::test]
+async fn a_panicking_tool_fails_its_task_with_a_protocol_error() {
+    let h = harness();
+    let server = start(&h.probe).await;
+    let id = created(&server, "panics", json!({})).await;
+    h.probe.gate.notify_one();
+    let failed = until(&server, &id, "failed").await;
+    assert_eq!(failed["error"]["code"], -32603, "{failed}");
+    assert!(failed.get("result").is_none());
+}
+
+#[tokio::test]
+async fn a_retry_with_the_same_operation_id_gets_the_same_task_and_runs_nothing_twice() {
+    let h = harness();
+    let server = start(&h.probe).await;
+    let arguments = json!({ "operation_id": "op-7f3a9c1e2b", "n": 1 });
+    let first = created(&server, "keyed", arguments.clone()).await;
+    let again = created(&server, "keyed", arguments).await;
+    assert_eq!(first, again);
+    assert_eq!(h.probe.runs.load(Ordering::SeqCst), 1);
+    let reused = tool_call("keyed", json!({ "operation_id": "op-7f3a9c1e2b", "n": 2 }))
+        .send(&server)
+        .await
+        .result();
+    assert_eq!(reused["isError"], true, "{reused}");
+    assert_eq!(reused["structuredContent"]["code"], "OPERATION_ID_REUSED");
+    h.probe.gate.notify_one();
+    until(&server, &first, "completed").await;
+}
+
+#[tokio::test]
+async fn running_tasks_are_capped_per_principal_with_a_retryable_refusal() {
+    let h = harness();
+    let server = TestServer::start(server_with(
+        &h.probe,
+        Arc::new(MemoryStore::default()),
+        TaskOptions::default().max_running_per_principal(1),
+    ))
+    .await;
+    let id = created(&server, "gated", json!({ "label": "1" })).await;
+    let refused = tool_call("gated", json!({ "label": "2" }))
+        .send(&server)
+        .await;
+    assert_eq!(refused.status, 429, "{}", refused.text);
+    assert_eq!(refused.error_code(), Some(-32000));
+    // Another principal is not held back by alice's tasks.
+    let bob = tool_call("gated", json!({ "label": "3" }))
+        .header("authorization", "Bearer bob")
+        .send(&server)
+        .await;
+    assert_eq!(bob.result()["resultType"], "task");
+    h.probe.gate.notify_waiters();
+    until(&server, &id, "completed").await;
+    within("a place to free up", async {
+        loop {
+            let reply = tool_call("gated", json!({ "label": "4" }))
+                .send(&server)
+                .await;
+            if reply.status == 200 {
+                return;
+            }
+            tokio::time::sleep(POLL).await;
+        }
+    })
+    .await;
+    h.probe.gate.notify_waiters();
+}
+
+#[tokio::test]
+async fn the_extension_is_advertised_and_required_for_task_methods_and_task_only_tools() {
+    let h = harness();
+    let server = start(&h.probe).await;
+    let discover = Call::discover()
+        .header("authorization", "Bearer alice")
+        .send(&server)
+        .await
+        .result();
+    assert_eq!(
+        discover["capabilities"]["extensions"],
+        json!({ TASKS_EXTENSION: {} })
+    );
+    assert!(discover["capabilities"].get("tasks").is_none());
+    let listed = Call::new("tools/list", json!(1), json!({}))
+        .header("authorization", "Bearer alice")
+        .send(&server)
+        .await
+        .result();
+    assert!(
+        listed["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|tool| tool.get("execution").is_none()),
+        "no taskSupport is published: {listed}"
+    );
+
+    let plain = |call: Call| call.header("authorization", "Bearer alice");
+    let required = plain(Call::call_tool("only_task", json!({})))
+        .send(&server)
+        .await;
+    assert_eq!(required.status, 400);
+    assert_eq!(required.error_code(), Some(-32021));
+    assert_eq!(
+        required.json()["error"]["data"]["requiredCapabilities"],
+        json!({ "extensions": { TASKS_EXTENSION: {} } })
+    );
+    let optional = plain(Call::call_tool("gated", json!({ "label": "sync" }))).body(|body| {
+        // A legacy `task` hint is no opt-in.
+        body["params"]["task"] = json!({ "ttl": 60000 });
+    });
+    let reply = within("a synchronous call", async {
+        let sent = tokio::spawn({
+            let url = server.url();
+            async move { optional.send_to(&url).await }
+        });
+        // The tool runs in the request: open its gate once it waits.
+        while h.probe.runs.load(Ordering::SeqCst) == 0 {
+            tokio::time::sleep(POLL).await;
+        }
+        h.probe.gate.notify_one();
+        sent.await.unwrap()
+    })
+    .await;
+    let result = reply.result();
+    assert_eq!(result["resultType"], "complete");
+    assert_eq!(result["content"][0]["text"], "opened for sync");
+
+    let id = created(&server, "gated", json!({ "label": "y" })).await;
+    for method in ["tasks/get", "tasks/update", "tasks/cancel"] {
+        let refused = plain(
+            Call::new(
+                method,
+                json!(4),
+                json!({ "taskId": id, "inputResponses": {} }),
+            )
+            .header("mcp-name", &id),
+        )
+        .send(&server)
+        .await;
+        assert_eq!(
+            refused.error_code(),
+            Some(-32021),
+            "{method}: {}",
+            refused.text
+        );
+    }
+    h.probe.gate.notify_one();
+}
+
+#[tokio::test]
+async fn bad_task_requests_get_typed_errors_and_nobody_reads_anothers_task() {
+    let h = harness();
+    let server = start(&h.probe).await;
+    let id = created(&server, "gated", json!({ "label": "mine" })).await;
+    let bob = task_call("tasks/get", &id, json!({}))
+        .header("authorization", "Bearer bob")
+        .send(&server)
+        .await;
+    let unknown = task_call(
+        "tasks/get",
+        "tsk_00000000000000000000000000000000",
+        json!({}),
+    )
+    .send(&server)
+    .await;
+    for reply in [&bob, &unknown] {
+        assert_eq!(reply.error_code(), Some(-32602), "{}", reply.text);
+    }
+    assert!(bob.text.contains("Unknown task"), "{}", bob.text);
+    let mismatched = task_call("tasks/get", &id, json!({}))
+        .header("mcp-name", "tsk_other")
+        .send(&server)
+        .await;
+    assert_eq!(
+        (mismatched.status, mismatched.error_code()),
+        (400, Some(-32020))
+    );
+    let not_a_string = takes_tasks(Call::new("tasks/get", json!(5), json!({ "taskId": 7 })))
+        .send(&server)
+        .await;
+    assert_eq!(
+        not_a_string.error_code(),
+        Some(-32602),
+        "{}",
+        not_a_string.text
+    );
+    let no_responses = task_call("tasks/update", &id, json!({}))
+        .send(&server)
+        .await;
+    assert_eq!(no_responses.error_code(), Some(-32602));
+    assert!(
+        no_responses.text.contains("inputResponses"),
+        "{}",
+        no_responses.text
+    );
+    for removed in ["tasks/result", "tasks/list"] {
+        let reply = takes_tasks(Call::new(removed, json!(6), json!({ "taskId": id })))
+            .header("mcp-name", &id)
+            .send(&server)
+            .await;
+        assert_eq!(
+            (reply.status, reply.error_code()),
+            (404, Some(-32601)),
+            "{removed}"
+        );
+    }
+    h.probe.gate.notify_one();
+}
+
+#[tokio::test]
+async fn servers_sharing_a_store_answer_for_each_others_tasks_and_a_shutdown_fails_its_own() {
+    let h = harness();
+    let store = Arc::new(MemoryStore::default());
+    let a = TestServer::start(server_with(
+        &h.probe,
+        Arc::clone(&store),
+        TaskOptions::default(),
+    ))
+    .await;
+    let b = TestServer::start(server_with(
+        &h.probe,
+        Arc::clone(&store),
+        TaskOptions::default(),
+    ))
+    .await;
+    let id = created(&a, "ask_colour", json!({})).await;
+    let waiting = until(&b, &id, "input_required").await;
+    let key = waiting["inputRequests"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .next()
+        .unwrap()
+        .clone();
+    let answer = json!({ key: { "action": "accept", "content": { "colour": "red" } } });
+    task_call("tasks/update", &id, json!({ "inputResponses": answer }))
+        .send(&b)
+        .await
+        .result();
+    let done = until(&a, &id, "completed").await;
+    assert_eq!(done["result"]["content"][0]["text"], "colour red");
+
+    let running = created(&a, "gated", json!({ "label": "shutdown" })).await;
+    drop(a);
+    let failed = until(&b, &running, "failed").await;
+    assert!(
+        failed["statusMessage"]
+            .as_str()
+            .unwrap()
+            .contains("shut down"),
+        "{failed}"
+    );
+}
