@@ -1559,6 +1559,57 @@ impl Fixture {
     }
 }
 
+/// The task primitives every store implements: insert once per id, load, change in place,
+/// purge what expired (strictly before the instant given).
+async fn tasks_are_kept_changed_under_lock_and_purged_after_their_ttl<S: Store>(open: Open<'_, S>) {
+    use mcp_tools::tasks::{TaskChange, TaskInsert, TaskRecord, TaskStatus};
+    let clock = ManualClock::at_millis(T0);
+    let store = open(config(&clock));
+    let short = TaskRecord::for_tests("tsk_short", "alice", 1_000, 100);
+    let long = TaskRecord::for_tests("tsk_long", "alice", 1_000, 1_000_000);
+    for task in [&short, &long] {
+        let inserted = store.insert_task(task.clone()).await.unwrap();
+        assert!(matches!(inserted, TaskInsert::Inserted), "{inserted:?}");
+    }
+    let again = TaskRecord::for_tests("tsk_short", "bob", 5, 5);
+    match store.insert_task(again).await.unwrap() {
+        TaskInsert::Existing(existing) => assert_eq!(*existing, short),
+        other => panic!("a second insert of one id stored something: {other:?}"),
+    }
+    assert_eq!(
+        store.load_task("tsk_short").await.unwrap(),
+        Some(short.clone())
+    );
+    assert_eq!(store.load_task("tsk_none").await.unwrap(), None);
+
+    let cancelled = store
+        .update_task("tsk_long", TaskChange::cancel_for_tests())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(cancelled.status(), TaskStatus::Cancelled);
+    assert_eq!(store.load_task("tsk_long").await.unwrap(), Some(cancelled));
+    let unchanged = store
+        .update_task("tsk_short", TaskChange::nothing_for_tests())
+        .await
+        .unwrap();
+    assert_eq!(unchanged, Some(short.clone()));
+    let missing = store
+        .update_task("tsk_none", TaskChange::cancel_for_tests())
+        .await
+        .unwrap();
+    assert_eq!(missing, None);
+
+    assert_eq!(
+        store.purge_tasks(1_100).await.unwrap(),
+        0,
+        "a task lives its whole ttl"
+    );
+    assert_eq!(store.purge_tasks(1_101).await.unwrap(), 1);
+    assert_eq!(store.load_task("tsk_short").await.unwrap(), None);
+    assert!(store.load_task("tsk_long").await.unwrap().is_some());
+}
+
 macro_rules! contract {
     ($module:ident, $open:ident) => {
         mod $module {
@@ -1599,6 +1650,7 @@ macro_rules! contract {
             case!(a_create_whose_claim_lapsed_gives_way);
             case!(a_create_that_did_not_finish_leaves_the_id_free);
             case!(views_shape_outcomes);
+            case!(tasks_are_kept_changed_under_lock_and_purged_after_their_ttl);
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
             async fn same_operation_id_create_storm_mints_one_resource() {

@@ -76,7 +76,15 @@ struct ContextInner {
     notifier: Option<Notifier>,
     input: RoundInput,
     /// The task this call runs as, once it is one.
-    task: std::sync::OnceLock<crate::tasks::runtime::TaskLink>,
+    task: std::sync::OnceLock<TaskSlot>,
+}
+
+/// A task's id and its tie to the worker, opaque here so the context does not depend on the
+/// tasks layer, which reads it back.
+#[derive(Clone)]
+pub(crate) struct TaskSlot {
+    pub(crate) id: Arc<str>,
+    pub(crate) link: Arc<dyn Any + Send + Sync>,
 }
 
 /// What the client sent back on a multi-round retry.
@@ -135,35 +143,19 @@ impl Context {
         }
     }
 
-    /// Makes this call's context the one of task `link`.
-    pub(crate) fn attach_task(&self, link: crate::tasks::runtime::TaskLink) {
-        let _ = self.inner.task.set(link);
+    /// Makes this call's context the one of task `slot`.
+    pub(crate) fn attach_task(&self, slot: TaskSlot) {
+        let _ = self.inner.task.set(slot);
+    }
+
+    /// The task this call runs as, if any.
+    pub(crate) fn task_slot(&self) -> Option<&TaskSlot> {
+        self.inner.task.get()
     }
 
     /// The id of the task this call runs as, when it runs as one.
     pub fn task_id(&self) -> Option<&str> {
-        self.inner.task.get().map(|link| &*link.id)
-    }
-
-    /// Asks the client for input while running as a task, and waits for every answer: the
-    /// task shows `input_required` with these requests until the client answers them all with
-    /// `tasks/update`, on any replica. The answers come back under the keys `input` used.
-    ///
-    /// Outside a task there is no one to wait for: the error says to return `input` instead
-    /// (a multi-round `input_required` result). It also fails when the client did not declare
-    /// the capabilities the requests need, and when the task ends first.
-    pub async fn ask(
-        &self,
-        input: crate::InputRequired,
-    ) -> Result<Map<String, Value>, crate::ToolError> {
-        match self.inner.task.get() {
-            Some(link) => link.ask(input).await,
-            None => Err(crate::ToolError::new(
-                "INPUT_UNAVAILABLE",
-                "This call is not running as a task, so it cannot wait for input; return the \
-                 InputRequired instead and read the answers from the retry",
-            )),
-        }
+        self.inner.task.get().map(|slot| &*slot.id)
     }
 
     /// The server behind [`Context::server`].

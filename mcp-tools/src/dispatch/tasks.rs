@@ -96,8 +96,7 @@ pub(super) async fn call(
         return Ok(created(server, &existing));
     }
     let permit = tasks.permit(&owner)?;
-    let (link, asks) = TaskLink::new(&id);
-    cx.attach_task(link);
+    let asks = TaskLink::attach(&cx, &id);
     let restart: Restart = {
         let snapshot = Arc::clone(&snapshot);
         let arguments = arguments.clone();

@@ -276,7 +276,7 @@ impl Base {
         let tasks = catalog
             .tools
             .iter()
-            .any(|tool| tool.definition.task_support != crate::tasks::TaskSupport::Forbidden);
+            .any(|tool| tool.definition.task_support != crate::tools::TaskSupport::Forbidden);
         if tasks {
             capabilities.insert(
                 "extensions".into(),

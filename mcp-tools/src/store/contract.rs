@@ -444,7 +444,7 @@ impl fmt::Debug for StoreConfig {
 ///
 /// A store also keeps the records of the Tasks extension ([`TaskStore`](crate::tasks::TaskStore)),
 /// so a server's versioned state and its tasks live, and are shared by replicas, in one place.
-pub trait Store: crate::tasks::TaskStore {
+pub trait Store: super::task_store::TaskStore {
     /// Mints a handle and stores version 1: `applied` with the handle and the view. With an
     /// operation id it consults and claims the ledger before it makes the state (see
     /// [`CreateRequest`]): a recorded outcome with the same fingerprint is `replayed` (nothing

@@ -18,6 +18,8 @@ use super::contract::{
 use super::history::Undo;
 use super::outcome::{MutationOutcome, ReadOutcome};
 use super::sweeper::Sweeper;
+use super::task_record::TaskRecord;
+use super::task_store::{TaskChange, TaskInsert, TaskStore};
 use crate::context::Principal;
 
 const SHARDS: usize = 64;
@@ -84,7 +86,7 @@ struct Inner {
     /// No resource is reclaimable before this instant (a lower bound).
     resources_due: AtomicI64,
     /// Task records by id: kept for as long as the process lives.
-    tasks: Mutex<std::collections::HashMap<String, crate::tasks::TaskRecord>>,
+    tasks: Mutex<std::collections::HashMap<String, TaskRecord>>,
     sweeper: Sweeper,
 }
 
@@ -130,25 +132,22 @@ impl MemoryStore {
 
 /// Tasks in a map: durable only within this process, and visible only to servers in it that
 /// share this store.
-impl crate::tasks::TaskStore for MemoryStore {
-    fn insert_task(
-        &self,
-        task: crate::tasks::TaskRecord,
-    ) -> StoreFuture<'_, crate::tasks::TaskInsert> {
+impl TaskStore for MemoryStore {
+    fn insert_task(&self, task: TaskRecord) -> StoreFuture<'_, TaskInsert> {
         let mut tasks = lock(&self.inner.tasks);
         let outcome = match tasks.entry(task.id().to_owned()) {
             std::collections::hash_map::Entry::Occupied(existing) => {
-                crate::tasks::TaskInsert::Existing(Box::new(existing.get().clone()))
+                TaskInsert::Existing(Box::new(existing.get().clone()))
             }
             std::collections::hash_map::Entry::Vacant(slot) => {
                 slot.insert(task);
-                crate::tasks::TaskInsert::Inserted
+                TaskInsert::Inserted
             }
         };
         Box::pin(std::future::ready(Ok(outcome)))
     }
 
-    fn load_task<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<crate::tasks::TaskRecord>> {
+    fn load_task<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<TaskRecord>> {
         let found = lock(&self.inner.tasks).get(id).cloned();
         Box::pin(std::future::ready(Ok(found)))
     }
@@ -156,8 +155,8 @@ impl crate::tasks::TaskStore for MemoryStore {
     fn update_task<'a>(
         &'a self,
         id: &'a str,
-        change: crate::tasks::TaskChange,
-    ) -> StoreFuture<'a, Option<crate::tasks::TaskRecord>> {
+        change: TaskChange,
+    ) -> StoreFuture<'a, Option<TaskRecord>> {
         let mut tasks = lock(&self.inner.tasks);
         let found = tasks.get_mut(id).map(|record| {
             // The change works on a copy, so a panic in it leaves the record as it was.

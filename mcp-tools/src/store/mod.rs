@@ -70,6 +70,8 @@ mod registry;
 #[cfg(feature = "sqlite")]
 mod sqlite;
 mod sweeper;
+pub(crate) mod task_record;
+pub(crate) mod task_store;
 pub(crate) mod tool_support;
 
 pub use clock::{Clock, ManualClock, SystemClock, format_rfc3339};

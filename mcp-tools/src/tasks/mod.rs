@@ -33,29 +33,16 @@
 //! Results stay with the task until its time to live ([`TaskOptions::ttl`]) ends; a background
 //! purge deletes expired records, off the request path.
 
-mod record;
 pub(crate) mod runtime;
-mod store;
 
 use std::time::Duration;
 
-pub use record::{TaskRecord, TaskStatus};
-pub use store::{TaskChange, TaskInsert, TaskStore};
+pub use crate::store::task_record::{TaskRecord, TaskStatus};
+pub use crate::store::task_store::{TaskChange, TaskInsert, TaskStore};
+pub use crate::tools::TaskSupport;
 
 /// The extension's identifier, under `capabilities.extensions`.
 pub const TASKS_EXTENSION: &str = "io.modelcontextprotocol/tasks";
-
-/// Whether a tool may run as a task.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum TaskSupport {
-    /// Never a task (the default): every call is answered when the tool finishes.
-    #[default]
-    Forbidden,
-    /// A task when the client declares the extension; synchronous otherwise.
-    Optional,
-    /// Only as a task: a client that does not declare the extension gets `-32021`.
-    Required,
-}
 
 /// How the server runs tasks.
 #[derive(Debug, Clone)]

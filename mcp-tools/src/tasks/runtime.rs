@@ -10,8 +10,8 @@ use serde_json::{Map, Value};
 use tokio::sync::{Notify, mpsc, oneshot, watch};
 
 use crate::RpcError;
-use crate::context::{Context, RoundInput};
-use crate::tasks::record::Ending;
+use crate::context::{Context, RoundInput, TaskSlot};
+use crate::store::task_record::Ending;
 use crate::tasks::{TaskChange, TaskInsert, TaskOptions, TaskRecord, TaskStatus, TaskStore};
 use crate::tools::BoxFuture;
 use crate::tools::content::ToolError;
@@ -83,22 +83,19 @@ pub(crate) struct Ask {
 }
 
 /// The tie between a running tool's context and its worker.
-#[derive(Clone)]
 pub(crate) struct TaskLink {
-    pub(crate) id: Arc<str>,
     asks: mpsc::UnboundedSender<Ask>,
 }
 
 impl TaskLink {
-    pub(crate) fn new(id: &str) -> (TaskLink, mpsc::UnboundedReceiver<Ask>) {
+    /// Makes `cx` the context of task `id`; what its tool asks arrives on the receiver.
+    pub(crate) fn attach(cx: &Context, id: &str) -> mpsc::UnboundedReceiver<Ask> {
         let (asks, receiver) = mpsc::unbounded_channel();
-        (
-            TaskLink {
-                id: Arc::from(id),
-                asks,
-            },
-            receiver,
-        )
+        cx.attach_task(TaskSlot {
+            id: Arc::from(id),
+            link: Arc::new(TaskLink { asks }),
+        });
+        receiver
     }
 
     /// Asks the client for input and waits for every answer.
@@ -107,6 +104,29 @@ impl TaskLink {
         let gone = || ToolError::new("TASK_ENDED", "The task ended before its input arrived");
         self.asks.send(Ask { input, reply }).map_err(|_| gone())?;
         answer.await.map_err(|_| gone())?
+    }
+}
+
+impl Context {
+    /// Asks the client for input while running as a task, and waits for every answer: the
+    /// task shows `input_required` with these requests until the client answers them all with
+    /// `tasks/update`, on any replica. The answers come back under the keys `input` used.
+    ///
+    /// Outside a task there is no one to wait for: the error says to return `input` instead
+    /// (a multi-round `input_required` result). It also fails when the client did not declare
+    /// the capabilities the requests need, and when the task ends first.
+    pub async fn ask(&self, input: InputRequired) -> Result<Map<String, Value>, ToolError> {
+        let link = self
+            .task_slot()
+            .and_then(|slot| slot.link.downcast_ref::<TaskLink>());
+        match link {
+            Some(link) => link.ask(input).await,
+            None => Err(ToolError::new(
+                "INPUT_UNAVAILABLE",
+                "This call is not running as a task, so it cannot wait for input; return the \
+                 InputRequired instead and read the answers from the retry",
+            )),
+        }
     }
 }
 

@@ -92,6 +92,18 @@ pub trait Tool: Send + Sync + 'static {
     fn call(&self, args: Self::Args, cx: Context) -> impl Future<Output = Self::Output> + Send;
 }
 
+/// Whether a tool may run as a task of the Tasks extension (see [`tasks`](crate::tasks)).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum TaskSupport {
+    /// Never a task (the default): every call is answered when the tool finishes.
+    #[default]
+    Forbidden,
+    /// A task when the client declares the extension; synchronous otherwise.
+    Optional,
+    /// Only as a task: a client that does not declare the extension gets `-32021`.
+    Required,
+}
+
 /// Arguments of a tool that takes none: accepts `{}` or no `arguments` at all.
 #[derive(Debug, Clone, Copy, Default, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -143,7 +155,7 @@ pub struct ToolInfo {
     /// ([`McpServerBuilder::oauth`](crate::McpServerBuilder::oauth)).
     pub scopes: Vec<Cow<'static, str>>,
     /// Whether calls may run as tasks (the Tasks extension); never by default.
-    pub task_support: crate::tasks::TaskSupport,
+    pub task_support: TaskSupport,
 }
 
 impl ToolInfo {
@@ -159,13 +171,13 @@ impl ToolInfo {
             annotations: ToolAnnotations::default(),
             meta: None,
             scopes: Vec::new(),
-            task_support: crate::tasks::TaskSupport::Forbidden,
+            task_support: TaskSupport::Forbidden,
         }
     }
 
     /// Lets calls run as tasks of the Tasks extension: the client gets a task id at once and
     /// polls for the result (see [`tasks`](crate::tasks)).
-    pub fn task_support(mut self, support: crate::tasks::TaskSupport) -> Self {
+    pub fn task_support(mut self, support: TaskSupport) -> Self {
         self.task_support = support;
         self
     }
@@ -231,7 +243,7 @@ pub(crate) struct ToolDefinition {
     pub scopes: crate::auth::scope::Required,
     /// Not published: the Tasks extension advertises itself once, on the server.
     #[serde(skip)]
-    pub task_support: crate::tasks::TaskSupport,
+    pub task_support: TaskSupport,
 }
 
 pub(crate) type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;

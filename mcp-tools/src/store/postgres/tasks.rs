@@ -5,7 +5,8 @@ use super::schema::backend;
 use super::{Inner, PostgresStore};
 use crate::store::StoreFuture;
 use crate::store::contract::StoreError;
-use crate::tasks::{TaskChange, TaskInsert, TaskRecord, TaskStore};
+use crate::store::task_record::TaskRecord;
+use crate::store::task_store::{TaskChange, TaskInsert, TaskStore};
 
 fn to_i64(ms: u64) -> i64 {
     i64::try_from(ms).unwrap_or(i64::MAX)

@@ -7,7 +7,8 @@ use rusqlite::{OptionalExtension, params};
 use super::SqliteStore;
 use crate::store::StoreFuture;
 use crate::store::contract::StoreError;
-use crate::tasks::{TaskChange, TaskInsert, TaskRecord, TaskStore};
+use crate::store::task_record::TaskRecord;
+use crate::store::task_store::{TaskChange, TaskInsert, TaskStore};
 
 const LOAD_SQL: &str = "SELECT record FROM mcp_tasks WHERE id = ?1";
 

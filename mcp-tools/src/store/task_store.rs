@@ -2,7 +2,7 @@
 //! SQLite, PostgreSQL, yours) keeps tasks the same way and the lifecycle lives in one place.
 
 use crate::store::StoreFuture;
-use crate::tasks::TaskRecord;
+use crate::store::task_record::TaskRecord;
 
 /// A change to one task, applied by a store under its lock on that task (see
 /// [`TaskStore::update_task`]).
@@ -11,6 +11,20 @@ pub struct TaskChange(Box<dyn FnOnce(&mut TaskRecord) -> bool + Send>);
 impl TaskChange {
     pub(crate) fn new(change: impl FnOnce(&mut TaskRecord) -> bool + Send + 'static) -> Self {
         TaskChange(Box::new(change))
+    }
+
+    /// A change that cancels the task, for the tests of a store.
+    #[cfg(feature = "test-hooks")]
+    #[doc(hidden)]
+    pub fn cancel_for_tests() -> TaskChange {
+        TaskChange::new(|record| record.end(crate::store::task_record::Ending::Cancelled, 1))
+    }
+
+    /// A change that changes nothing, for the tests of a store.
+    #[cfg(feature = "test-hooks")]
+    #[doc(hidden)]
+    pub fn nothing_for_tests() -> TaskChange {
+        TaskChange::new(|_| false)
     }
 
     /// Applies the change; `true` when the record changed and must be written back.

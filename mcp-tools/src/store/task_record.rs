@@ -107,8 +107,35 @@ impl TaskRecord {
             .map_err(|error| StoreError::Backend(format!("unreadable task record: {error}")))
     }
 
-    pub(crate) fn status(&self) -> TaskStatus {
+    /// Where the task stands.
+    pub fn status(&self) -> TaskStatus {
         self.status
+    }
+
+    /// A working task of `owner` made at `created_at_ms` living `ttl_ms`, for the tests of a
+    /// store.
+    #[cfg(feature = "test-hooks")]
+    #[doc(hidden)]
+    pub fn for_tests(id: &str, owner: &str, created_at_ms: u64, ttl_ms: u64) -> TaskRecord {
+        TaskRecord {
+            id: id.to_owned(),
+            owner: owner.to_owned(),
+            tool: "tool".to_owned(),
+            operation: None,
+            fingerprint: None,
+            status: TaskStatus::Working,
+            status_message: None,
+            created_at_ms,
+            updated_at_ms: created_at_ms,
+            ttl_ms,
+            poll_interval_ms: 100,
+            input_requests: Map::new(),
+            input_responses: Map::new(),
+            result: None,
+            error: None,
+            worker: "tests".to_owned(),
+            lease_until_ms: created_at_ms.saturating_add(1_000),
+        }
     }
 
     /// Whether the caller keyed `owner` may see the task at `now`: its own, within its TTL.
