@@ -210,8 +210,9 @@ async fn tasks_across_replicas(label: &str, mut replicas: Vec<Child>, restart: i
         "{failed}"
     );
     assert_eq!(failed["error"]["code"], -32603, "{failed}");
+    // The lease, a renewal that may have just happened, and a loaded machine's polling.
     assert!(
-        after <= LEASE + POLL * 4,
+        after <= LEASE * 3,
         "{label}: the orphaned task failed {after:?} after the kill, past the lease of {LEASE:?}"
     );
     println!("{label}: a killed replica's task failed {after:?} after SIGKILL (lease {LEASE:?})");

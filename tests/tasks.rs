@@ -136,7 +136,7 @@ fn server_with(probe: &Probe, store: Arc<MemoryStore>, options: TaskOptions) -> 
         ])
         .state(probe.clone())
         .store(store)
-        .task_options(options.poll_interval(POLL).lease(POLL * 8))
+        .task_options(options.poll_interval(POLL).lease(Duration::from_secs(10)))
         .authenticate(
             |headers| match headers.get("authorization").map(|value| value.as_bytes()) {
                 Some(b"Bearer alice") => Ok(Principal::subject("alice")),
@@ -200,6 +200,10 @@ async fn until(server: &TestServer, id: &str, status: &str) -> Value {
             if task["status"] == status {
                 return task;
             }
+            assert!(
+                !["completed", "failed", "cancelled"].contains(&task["status"].as_str().unwrap()),
+                "the task ended as {task} while {status} was awaited"
+            );
             tokio::time::sleep(POLL).await;
         }
     })

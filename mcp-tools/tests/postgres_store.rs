@@ -194,6 +194,51 @@ async fn tls_modes_are_honoured() {
     .await;
 }
 
+/// A schema of the release before (version 1, no task table) is upgraded in place, and its
+/// state kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_schema_of_the_release_before_gains_the_task_table() {
+    whole_test(async {
+        let Some(schema) = pg::Schema::new() else {
+            return;
+        };
+        let store = schema.connect(StoreConfig::default()).await;
+        let handle = create(&store).await;
+        drop(store);
+        let client = schema.client().await;
+        client
+            .batch_execute(&format!(
+                "DROP TABLE \"{0}\".mcp_tasks;
+                 DELETE FROM \"{0}\".mcp_migrations WHERE version = 2",
+                schema.name
+            ))
+            .await
+            .unwrap();
+        let store = schema.connect(StoreConfig::default()).await;
+        assert_eq!(read_count(&store, &handle).await, 0, "the state is kept");
+        let task = mcp_tools::tasks::TaskRecord::for_tests("tsk_upgraded", "", 1, 1_000);
+        let inserted = mcp_tools::tasks::TaskStore::insert_task(&store, task)
+            .await
+            .unwrap();
+        assert!(matches!(inserted, mcp_tools::tasks::TaskInsert::Inserted));
+        let versions: Vec<i32> = client
+            .query(
+                &format!(
+                    "SELECT version FROM \"{}\".mcp_migrations ORDER BY version",
+                    schema.name
+                ),
+                &[],
+            )
+            .await
+            .unwrap()
+            .iter()
+            .map(|row| row.get(0))
+            .collect();
+        assert_eq!(versions, [1, 2]);
+    })
+    .await;
+}
+
 /// A newer schema this code is compatible with is used as it is; one it is not, or a table no
 /// migration made, is refused and left as it was.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -208,7 +253,7 @@ async fn newer_or_unknown_schemas_are_refused() {
         client
             .batch_execute(&format!(
                 "INSERT INTO \"{}\".mcp_migrations (version, compatible_from, description)
-                 VALUES (2, 1, 'an additive change')",
+                 VALUES (3, 1, 'an additive change')",
                 schema.name
             ))
             .await
@@ -304,7 +349,7 @@ async fn replicas_starting_together_migrate_once_under_quoted_names() {
             .await
             .unwrap()
             .get(0);
-        assert_eq!(migrations, 1);
+        assert_eq!(migrations, 2, "each of the two migrations applied once");
     })
     .await;
 }

@@ -77,6 +77,8 @@ struct ContextInner {
     input: RoundInput,
     /// The task this call runs as, once it is one.
     task: std::sync::OnceLock<TaskSlot>,
+    /// Set once the call became a task: progress and log messages are not sent for tasks.
+    quiet: std::sync::atomic::AtomicBool,
 }
 
 /// A task's id and its tie to the worker, opaque here so the context does not depend on the
@@ -115,6 +117,7 @@ impl Context {
                 notifier,
                 input,
                 task: std::sync::OnceLock::new(),
+                quiet: std::sync::atomic::AtomicBool::new(false),
             }),
         }
     }
@@ -139,6 +142,7 @@ impl Context {
                 notifier: None,
                 input,
                 task,
+                quiet: std::sync::atomic::AtomicBool::new(true),
             }),
         }
     }
@@ -146,6 +150,21 @@ impl Context {
     /// Makes this call's context the one of task `slot`.
     pub(crate) fn attach_task(&self, slot: TaskSlot) {
         let _ = self.inner.task.set(slot);
+    }
+
+    /// Stops progress and log messages: the call became a task, whose client polls instead.
+    pub(crate) fn quiet(&self) {
+        self.inner
+            .quiet
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// The request's notification stream, while the call may still use it.
+    fn notifier(&self) -> Option<&Notifier> {
+        if self.inner.quiet.load(std::sync::atomic::Ordering::Relaxed) {
+            return None;
+        }
+        self.inner.notifier.as_ref()
     }
 
     /// The task this call runs as, if any.
@@ -181,14 +200,14 @@ impl Context {
     /// Reports progress, when the request asked for it with a `progressToken`; otherwise does
     /// nothing. Reports must strictly increase: one that does not is dropped.
     pub fn progress(&self, progress: f64, total: Option<f64>, message: Option<&str>) {
-        if let Some(notifier) = &self.inner.notifier {
+        if let Some(notifier) = self.notifier() {
             notifier.progress(progress, total, message);
         }
     }
 
     /// Queues a notification that must not be lost, waiting while the reader is behind.
     pub(crate) async fn send_notification(&self, message: Value) {
-        if let Some(notifier) = &self.inner.notifier {
+        if let Some(notifier) = self.notifier() {
             notifier.deliver(message).await;
         }
     }
@@ -196,14 +215,14 @@ impl Context {
     /// Sends a log message on this request's stream, when the request set a `logLevel` at or
     /// below `level`; otherwise does nothing.
     pub fn log(&self, level: LogLevel, data: impl Into<Value>) {
-        if let Some(notifier) = &self.inner.notifier {
+        if let Some(notifier) = self.notifier() {
             notifier.log(level, None, data.into());
         }
     }
 
     /// Like [`log`](Self::log), naming the logger.
     pub fn log_from(&self, logger: &str, level: LogLevel, data: impl Into<Value>) {
-        if let Some(notifier) = &self.inner.notifier {
+        if let Some(notifier) = self.notifier() {
             notifier.log(level, Some(logger), data.into());
         }
     }

@@ -120,9 +120,17 @@ impl WatchedTasks {
     /// that ended is followed no further.
     async fn changes(&mut self, server: &McpServer, owner: &str) -> Vec<Map<String, Value>> {
         let mut changed = Vec::new();
+        let mut gone = Vec::new();
         for (id, seen) in &mut self.watched {
-            let Ok(record) = server.shared.tasks.get(owner, id).await else {
-                continue;
+            let record = match server.shared.tasks.get(owner, id).await {
+                Ok(record) => record,
+                // Expired or purged: nothing more will happen to it.
+                Err(error) if error.code() == crate::protocol::codes::INVALID_PARAMS => {
+                    gone.push(id.clone());
+                    continue;
+                }
+                // The store is unavailable: look again at the next poll.
+                Err(_) => continue,
             };
             let detailed = record.detailed();
             let now = (
@@ -147,18 +155,22 @@ impl WatchedTasks {
 }
 
 /// The tasks a `subscriptions/listen` filter names in `taskIds`: those the caller may see,
-/// each with its state now, so only later changes are sent. Naming any needs the extension.
+/// each with its state now, so only later changes are sent. Naming any needs the extension;
+/// a server without task tools leaves `taskIds` out, as any kind it does not serve.
 async fn watched_tasks(
     server: &McpServer,
+    snapshot: &Snapshot,
     requested: &Map<String, Value>,
     cx: &Context,
 ) -> Result<WatchedTasks, RpcError> {
+    let none = WatchedTasks {
+        watched: Vec::new(),
+    };
+    if !super::has_tasks(&snapshot.capabilities) {
+        return Ok(none);
+    }
     let ids = match requested.get("taskIds") {
-        None | Some(Value::Null) => {
-            return Ok(WatchedTasks {
-                watched: Vec::new(),
-            });
-        }
+        None | Some(Value::Null) => return Ok(none),
         Some(Value::Array(ids)) => ids
             .iter()
             .map(|id| id.as_str().map(str::to_owned))
@@ -214,7 +226,7 @@ pub(super) async fn listen(
         }
     };
     let filter = Filter::honoured(requested, &snapshot.capabilities)?;
-    let mut tasks = watched_tasks(server, requested, &cx).await?;
+    let mut tasks = watched_tasks(server, snapshot, requested, &cx).await?;
     // An update tells that a resource changed: only to callers who may read it.
     let access = server.access(cx.granted_scopes());
     let may_read = |uri: &str| {

@@ -84,14 +84,7 @@ pub(super) async fn call(
     {
         // A retry of a call that already made its task gets that task, never a second run.
         if existing.fingerprint.as_deref() != Some(fingerprint.as_str()) {
-            return Ok(serialize_call_result(
-                server,
-                &crate::ToolError::new(
-                    "OPERATION_ID_REUSED",
-                    "This operation_id already made a task with other arguments; use a new operation_id for a new call",
-                )
-                .into_result(),
-            ));
+            return Ok(serialize_call_result(server, &operation_id_reused()));
         }
         return Ok(created(server, &existing));
     }
@@ -125,6 +118,7 @@ pub(super) async fn call(
         &name,
         operation.map(|operation| (format!("{name}\0{operation}"), fingerprint)),
     );
+    cx.quiet();
     let worker = Worker {
         restart,
         context: cx,
@@ -132,8 +126,21 @@ pub(super) async fn call(
         shutdown: shared.shutdown.subscribe(),
         permit,
     };
+    let fingerprint = record.fingerprint.clone();
     let record = tasks.start(record, future, worker).await?;
+    if record.fingerprint != fingerprint {
+        // A concurrent call with this operation id and other arguments made the task first.
+        return Ok(serialize_call_result(server, &operation_id_reused()));
+    }
     Ok(created(server, &record))
+}
+
+fn operation_id_reused() -> crate::CallToolResult {
+    crate::ToolError::new(
+        "OPERATION_ID_REUSED",
+        "This operation_id already made a task with other arguments; use a new operation_id for a new call",
+    )
+    .into_result()
 }
 
 /// The caller's `operation_id` argument, when the tool's input schema declares one.

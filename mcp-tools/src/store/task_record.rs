@@ -187,7 +187,7 @@ impl TaskRecord {
                 Ending::Failed {
                     code: crate::protocol::codes::INTERNAL_ERROR,
                     message: "The replica running this task stopped before it finished (its lease \
-                              expired); call the tool again"
+                              expired); call the tool again, with a new operation_id if it takes one"
                         .to_owned(),
                 },
                 now_ms,
@@ -225,18 +225,21 @@ impl TaskRecord {
         self.status = TaskStatus::InputRequired;
         self.status_message = Some("Waiting for the client's input".to_owned());
         self.input_requests = requests;
+        self.input_responses.clear();
         self.touch(now_ms);
         true
     }
 
-    /// The worker's heartbeat: renews its lease and takes the answers delivered since the last
-    /// one. Nothing changes for a task that ended or that another worker holds.
+    /// The worker's heartbeat: renews its lease and reads the answers delivered for this
+    /// round. The answers stay until the next round or the end (keys are never reused, so
+    /// reading one twice is harmless, and a renewal whose commit went unconfirmed loses none).
+    /// Nothing changes for a task that ended or that another worker holds.
     pub(crate) fn renew(&mut self, worker: &str, lease_until_ms: u64) -> Map<String, Value> {
         if self.status.is_terminal() || self.worker != worker {
             return Map::new();
         }
         self.lease_until_ms = self.lease_until_ms.max(lease_until_ms);
-        std::mem::take(&mut self.input_responses)
+        self.input_responses.clone()
     }
 
     /// The `Task` members every form shares.
@@ -353,9 +356,17 @@ mod tests {
         rest.insert("b".into(), json!(3));
         assert!(task.deliver(&rest, 2_600));
         assert_eq!(task.status, TaskStatus::Working);
-        let taken = task.renew("a", 9_000);
-        assert_eq!(taken.len(), 2);
-        assert!(task.renew("a", 9_000).is_empty(), "answers are taken once");
+        assert_eq!(task.renew("a", 9_000).len(), 2);
+        assert_eq!(
+            task.renew("a", 9_000).len(),
+            2,
+            "answers stay until the next round"
+        );
+        assert!(task.park(Map::new(), 9_500));
+        assert!(
+            task.renew("a", 9_000).is_empty(),
+            "a new round starts with no answers"
+        );
     }
 
     #[test]

@@ -43,6 +43,8 @@ pub(crate) struct Tasks {
     /// The workers running here, woken when a request on this replica changed their task.
     local: Mutex<HashMap<String, Arc<Notify>>>,
     purging: AtomicBool,
+    /// Notified each time a running task ends here.
+    ended: Notify,
 }
 
 #[derive(Default)]
@@ -73,6 +75,8 @@ impl Drop for Permit {
                 running.by_owner.remove(&self.owner);
             }
         }
+        drop(running);
+        self.tasks.ended.notify_waiters();
     }
 }
 
@@ -150,6 +154,7 @@ impl Tasks {
             running: Mutex::new(Running::default()),
             local: Mutex::new(HashMap::new()),
             purging: AtomicBool::new(false),
+            ended: Notify::new(),
         })
     }
 
@@ -334,8 +339,12 @@ impl Tasks {
     }
 
     /// Drives task `id`'s tool to its end, renewing the lease and relaying input, until the
-    /// tool finishes, the task is cancelled or purged, or the server shuts down.
-    async fn work(&self, id: &str, mut future: ToolRun, run: Worker, wake: Arc<Notify>) {
+    /// tool finishes, the task is cancelled or purged, the server shuts down, or the store
+    /// refuses renewals for a whole lease (the lease then lapses and any replica fails the task).
+    ///
+    /// The tool runs in a task of its own, so a tool that holds its thread cannot starve the
+    /// renewals; every way out of here aborts it, which drops its future.
+    async fn work(&self, id: &str, future: ToolRun, run: Worker, wake: Arc<Notify>) {
         let Worker {
             restart,
             context,
@@ -343,35 +352,34 @@ impl Tasks {
             mut shutdown,
             permit: _permit,
         } = run;
+        let mut tool = Some(Aborting(tokio::spawn(future)));
         let mut tick = tokio::time::interval(self.options.poll_interval);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut waiting: Option<Waiting> = None;
         let mut round = 0u32;
+        let mut renewed = tokio::time::Instant::now();
         let ending = loop {
             tokio::select! {
-                done = &mut future => {
-                    future = Box::pin(std::future::pending());
-                    match done {
-                        Ok(Reply::Complete(result)) => break Ending::Completed(
-                            serde_json::to_value(&result).expect("a tool result is plain JSON"),
-                        ),
-                        Ok(Reply::InputRequired(input)) => {
-                            let state = input.state.clone();
-                            match self.park(id, input, &mut round, &context).await {
-                                Ok(keys) => waiting = Some(Waiting { keys, gathered: Map::new(), resume: Resume::Restart(state) }),
-                                Err(ending) => break ending,
-                            }
+                done = async { (&mut tool.as_mut().expect("polled while running").0).await }, if tool.is_some() => { tool = None; match done {
+                    Ok(Ok(Reply::Complete(result))) => break Ending::Completed(
+                        serde_json::to_value(&result).expect("a tool result is plain JSON"),
+                    ),
+                    Ok(Ok(Reply::InputRequired(input))) => {
+                        let state = input.state.clone();
+                        match self.park(id, input, &mut round, &context).await {
+                            Ok(keys) => waiting = Some(Waiting { keys, gathered: Map::new(), resume: Resume::Restart(state) }),
+                            Err(ending) => break ending,
                         }
-                        Err(_) => break Ending::Failed {
-                            code: crate::protocol::codes::INTERNAL_ERROR,
-                            message: "The tool panicked".to_owned(),
-                        },
                     }
-                }
+                    Ok(Err(_)) | Err(_) => break Ending::Failed {
+                        code: crate::protocol::codes::INTERNAL_ERROR,
+                        message: "The tool panicked".to_owned(),
+                    },
+                }},
                 Some(ask) = asks.recv(), if waiting.is_none() => {
                     match self.park(id, ask.input, &mut round, &context).await {
                         Ok(keys) => waiting = Some(Waiting { keys, gathered: Map::new(), resume: Resume::Answer(ask.reply) }),
-                        Err(Ending::Failed { message, .. }) => {
+                        Err(Ending::Failed { code, message }) if code != crate::protocol::codes::INTERNAL_ERROR => {
                             let _ = ask.reply.send(Err(ToolError::new("MISSING_CLIENT_CAPABILITY", message)));
                         }
                         Err(ending) => break ending,
@@ -385,29 +393,32 @@ impl Tasks {
                 },
             }
             let until = now_ms().saturating_add(millis(self.options.lease));
-            let taken = Arc::new(Mutex::new(Map::new()));
-            let slot = Arc::clone(&taken);
+            let answers = Arc::new(Mutex::new(Map::new()));
+            let slot = Arc::clone(&answers);
             let worker = self.replica.clone();
             let renewal = TaskChange::new(move |record| {
                 *lock(&slot) = record.renew(&worker, until);
-                record.status() == TaskStatus::Working
-                    || record.status() == TaskStatus::InputRequired
+                !record.status().is_terminal()
             });
             match self.store.update_task(id, renewal).await {
                 // Purged (its time to live ended) or ended elsewhere (cancelled, or failed
-                // after a lapsed lease): dropping the future stops the tool.
+                // after a lapsed lease): aborting the tool drops its future.
                 Ok(None) => return,
                 Ok(Some(record)) if record.status().is_terminal() => return,
-                Ok(Some(_)) => {}
-                Err(error) => {
+                Ok(Some(_)) => renewed = tokio::time::Instant::now(),
+                Err(error) if renewed.elapsed() < self.options.lease => {
                     tracing::warn!(%error, task = id, "could not renew a task's lease; retrying at the next poll");
                     continue;
                 }
+                Err(error) => {
+                    tracing::error!(%error, task = id, "no lease renewal for a whole lease: stopping the task's tool; the lease lapses");
+                    return;
+                }
             }
-            let taken = std::mem::take(&mut *lock(&taken));
+            let answers = std::mem::take(&mut *lock(&answers));
             if let Some(mut wait) = waiting.take() {
                 for (wire, key) in &wait.keys {
-                    if let Some(answer) = taken.get(wire) {
+                    if let Some(answer) = answers.get(wire) {
                         wait.gathered.insert(key.clone(), answer.clone());
                     }
                 }
@@ -424,11 +435,12 @@ impl Tasks {
                             responses: wait.gathered,
                             state,
                         });
-                        future = catching(restart(cx));
+                        tool = Some(Aborting(tokio::spawn(catching(restart(cx)))));
                     }
                 }
             }
         };
+        drop(tool);
         // The ending is written until it sticks: a worker that gives up leaves its task to the
         // lease, which fails it later with a less precise message.
         for attempt in 0..5u32 {
@@ -442,6 +454,21 @@ impl Tasks {
                 }
             }
         }
+    }
+
+    /// Waits, at most `limit`, until no task runs here: on shutdown, so each worker records
+    /// how its task ended before the process exits.
+    pub(crate) async fn drained(&self, limit: Duration) {
+        let drained = async {
+            loop {
+                let ended = self.ended.notified();
+                if lock(&self.running).total == 0 {
+                    return;
+                }
+                ended.await;
+            }
+        };
+        let _ = tokio::time::timeout(limit, drained).await;
     }
 
     /// Parks the task on `input`'s requests under keys never used before in this task; the
@@ -489,6 +516,15 @@ pub(crate) struct Worker {
     pub(crate) asks: mpsc::UnboundedReceiver<Ask>,
     pub(crate) shutdown: watch::Receiver<bool>,
     pub(crate) permit: Permit,
+}
+
+/// A tool's task, aborted when dropped.
+struct Aborting(tokio::task::JoinHandle<std::thread::Result<Reply>>);
+
+impl Drop for Aborting {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 struct Waiting {

@@ -119,6 +119,13 @@ pub(crate) struct Sql {
     pub(crate) prune_resources: String,
     #[cfg_attr(not(feature = "test-hooks"), allow(dead_code))]
     pub(crate) resource_count: String,
+    /// The task statements: by id, by id locking the row, insert unless present, write back,
+    /// purge what expired.
+    pub(crate) task_load: String,
+    pub(crate) task_lock: String,
+    pub(crate) task_insert: String,
+    pub(crate) task_update: String,
+    pub(crate) task_purge: String,
 }
 
 /// The database's clock in milliseconds since the epoch, read when the statement runs (after
@@ -132,6 +139,7 @@ impl Sql {
     pub(crate) fn new(schema: &str, prefix: &str) -> Self {
         let table = |name: &str| format!("{}.{}", quote(schema), quote(&format!("{prefix}{name}")));
         let (resources, changes, ledger) = (table("resources"), table("changes"), table("ledger"));
+        let tasks = table("tasks");
         let columns = |alias: &str| {
             RESOURCE_COLUMNS
                 .split(", ")
@@ -274,10 +282,18 @@ impl Sql {
                  SELECT count(*) FROM gone"
             ),
             resource_count: format!("SELECT count(*) FROM {resources}"),
+            task_load: format!("SELECT record FROM {tasks} WHERE id = $1"),
+            task_lock: format!("SELECT record FROM {tasks} WHERE id = $1 FOR UPDATE"),
+            task_insert: format!(
+                "INSERT INTO {tasks} (id, expires_at, record) VALUES ($1, $2, $3)
+                 ON CONFLICT (id) DO NOTHING"
+            ),
+            task_update: format!("UPDATE {tasks} SET record = $2 WHERE id = $1"),
+            task_purge: format!("DELETE FROM {tasks} WHERE expires_at < $1"),
             resources,
             changes,
             ledger,
-            tasks: table("tasks"),
+            tasks,
         }
     }
 

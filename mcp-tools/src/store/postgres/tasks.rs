@@ -19,12 +19,12 @@ impl Inner {
         id: &str,
         lock: bool,
     ) -> Result<Option<TaskRecord>, StoreError> {
-        let sql = format!(
-            "SELECT record FROM {} WHERE id = $1{}",
-            self.sql.tasks,
-            if lock { " FOR UPDATE" } else { "" }
-        );
-        let statement = client.prepare_cached(&sql).await.map_err(backend)?;
+        let sql = if lock {
+            &self.sql.task_lock
+        } else {
+            &self.sql.task_load
+        };
+        let statement = client.prepare_cached(sql).await.map_err(backend)?;
         let row = client
             .query_opt(&statement, &[&id])
             .await
@@ -41,11 +41,7 @@ impl TaskStore for PostgresStore {
             let session = inner.session().await?;
             let client = session.client();
             let insert = client
-                .prepare_cached(&format!(
-                    "INSERT INTO {} (id, expires_at, record) VALUES ($1, $2, $3)
-                     ON CONFLICT (id) DO NOTHING",
-                    inner.sql.tasks
-                ))
+                .prepare_cached(&inner.sql.task_insert)
                 .await
                 .map_err(backend)?;
             let inserted = client
@@ -97,10 +93,7 @@ impl TaskStore for PostgresStore {
             };
             if change.apply(&mut record) {
                 let update = client
-                    .prepare_cached(&format!(
-                        "UPDATE {} SET record = $2 WHERE id = $1",
-                        inner.sql.tasks
-                    ))
+                    .prepare_cached(&inner.sql.task_update)
                     .await
                     .map_err(backend)?;
                 client
@@ -120,10 +113,7 @@ impl TaskStore for PostgresStore {
             let session = inner.session().await?;
             let deleted = session
                 .client()
-                .execute(
-                    &format!("DELETE FROM {} WHERE expires_at < $1", inner.sql.tasks),
-                    &[&to_i64(now_ms)],
-                )
+                .execute(&inner.sql.task_purge, &[&to_i64(now_ms)])
                 .await
                 .map_err(backend)?;
             session.release();

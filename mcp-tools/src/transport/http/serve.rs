@@ -12,6 +12,9 @@ use tokio::sync::Semaphore;
 
 use crate::server::McpServer;
 
+/// How long a shutdown waits for the tasks running here to record their end.
+const TASK_DRAIN: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// How long a connection may take to send a request's headers by default: also how long a
 /// kept-alive connection may stay idle between requests.
 pub const DEFAULT_HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
@@ -103,6 +106,9 @@ impl McpServer {
         // Open subscriptions never end by themselves: close them (each gets its final result)
         // so draining can finish.
         self.close_subscriptions();
+        // The same signal ends the tasks running here: let each record that it failed, so
+        // clients learn it now rather than when its lease lapses.
+        self.shared.tasks.drained(TASK_DRAIN).await;
         graceful.shutdown().await;
         Ok(())
     }
