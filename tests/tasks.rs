@@ -388,6 +388,67 @@ async fn running_tasks_are_capped_per_principal_with_a_retryable_refusal() {
 }
 
 #[tokio::test]
+async fn running_tasks_are_capped_per_replica_for_every_principal() {
+    let h = harness();
+    let server = TestServer::start(server_with(
+        &h.probe,
+        Arc::new(MemoryStore::default()),
+        TaskOptions::default().max_running(1),
+    ))
+    .await;
+    let id = created(&server, "gated", json!({ "label": "1" })).await;
+    let bob = tool_call("gated", json!({ "label": "2" }))
+        .header("authorization", "Bearer bob")
+        .send(&server)
+        .await;
+    assert_eq!(
+        (bob.status, bob.error_code()),
+        (429, Some(-32000)),
+        "{}",
+        bob.text
+    );
+    assert!(
+        bob.text.contains("running tasks on this server"),
+        "{}",
+        bob.text
+    );
+    h.probe.gate.notify_one();
+    until(&server, &id, "completed").await;
+}
+
+#[tokio::test]
+async fn following_tasks_on_a_listen_stream_needs_the_extension() {
+    let h = harness();
+    let server = start(&h.probe).await;
+    let id = created(&server, "gated", json!({ "label": "listened" })).await;
+    let listen = Call::new(
+        "subscriptions/listen",
+        json!(12),
+        json!({ "notifications": { "taskIds": [id] } }),
+    )
+    .header("authorization", "Bearer alice");
+    let mut events = common::events::Events::open(&server.url(), &listen).await;
+    let refused = events.next().await;
+    assert_eq!(refused["error"]["code"], -32021, "{refused}");
+    events.end().await;
+
+    let mut events = common::events::Events::open(&server.url(), &takes_tasks(listen)).await;
+    let acknowledged = events.next().await;
+    assert_eq!(
+        acknowledged["params"]["notifications"]["taskIds"],
+        json!([id])
+    );
+    h.probe.gate.notify_one();
+    let heard = events.next().await;
+    assert_eq!(heard["method"], "notifications/tasks", "{heard}");
+    assert_eq!(heard["params"]["status"], "completed", "{heard}");
+    assert_eq!(
+        heard["params"]["result"]["content"][0]["text"],
+        "opened for listened"
+    );
+}
+
+#[tokio::test]
 async fn the_extension_is_advertised_and_required_for_task_methods_and_task_only_tools() {
     let h = harness();
     let server = start(&h.probe).await;
