@@ -103,7 +103,7 @@ impl Filter {
 
 /// The tasks a stream follows: each id with the last (status, update time) sent for it.
 struct WatchedTasks {
-    watched: Vec<(String, Option<(crate::tasks::TaskStatus, String)>)>,
+    watched: Vec<(String, crate::store::task_record::Revision)>,
 }
 
 impl WatchedTasks {
@@ -120,36 +120,27 @@ impl WatchedTasks {
     /// that ended is followed no further.
     async fn changes(&mut self, server: &McpServer, owner: &str) -> Vec<Map<String, Value>> {
         let mut changed = Vec::new();
-        let mut gone = Vec::new();
-        for (id, seen) in &mut self.watched {
-            let record = match server.shared.tasks.get(owner, id).await {
+        let mut followed = Vec::with_capacity(self.watched.len());
+        for (id, seen) in std::mem::take(&mut self.watched) {
+            let record = match server.shared.tasks.get(owner, &id).await {
                 Ok(record) => record,
                 // Expired or purged: nothing more will happen to it.
-                Err(error) if error.code() == crate::protocol::codes::INVALID_PARAMS => {
-                    gone.push(id.clone());
+                Err(error) if error.code() == crate::protocol::codes::INVALID_PARAMS => continue,
+                // The store is unavailable: look again at the next poll.
+                Err(_) => {
+                    followed.push((id, seen));
                     continue;
                 }
-                // The store is unavailable: look again at the next poll.
-                Err(_) => continue,
             };
-            let detailed = record.detailed();
-            let now = (
-                record.status(),
-                detailed["lastUpdatedAt"]
-                    .as_str()
-                    .unwrap_or_default()
-                    .to_owned(),
-            );
-            if seen.as_ref() != Some(&now) {
-                *seen = Some(now);
-                changed.push(detailed);
+            let now = record.revision();
+            if now != seen {
+                changed.push(record.detailed());
+            }
+            if !record.status().is_terminal() {
+                followed.push((id, now));
             }
         }
-        self.watched.retain(|(_, seen)| {
-            !seen
-                .as_ref()
-                .is_some_and(|(status, _)| status.is_terminal())
-        });
+        self.watched = followed;
         changed
     }
 }
@@ -197,15 +188,7 @@ async fn watched_tasks(
             .existing(cx.principal().key(), &id)
             .await?
         {
-            let detailed = record.detailed();
-            let seen = (
-                record.status(),
-                detailed["lastUpdatedAt"]
-                    .as_str()
-                    .unwrap_or_default()
-                    .to_owned(),
-            );
-            watched.push((id, Some(seen)));
+            watched.push((id, record.revision()));
         }
     }
     Ok(WatchedTasks { watched })

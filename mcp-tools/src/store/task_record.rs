@@ -138,6 +138,11 @@ impl TaskRecord {
         }
     }
 
+    /// What tells one state of the task from the next, for those who follow it.
+    pub(crate) fn revision(&self) -> Revision {
+        (self.status, self.updated_at_ms, self.input_requests.len())
+    }
+
     /// Whether the caller keyed `owner` may see the task at `now`: its own, within its TTL.
     pub(crate) fn visible_to(&self, owner: &str, now_ms: u64) -> bool {
         self.owner == owner && now_ms < self.expires_at_ms()
@@ -288,6 +293,9 @@ impl TaskRecord {
         task
     }
 }
+
+/// A task's status, last update and outstanding request count: a change of any is news.
+pub(crate) type Revision = (TaskStatus, u64, usize);
 
 /// How a task ends.
 #[derive(Clone)]
