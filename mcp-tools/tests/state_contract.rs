@@ -1600,12 +1600,24 @@ async fn tasks_are_kept_changed_under_lock_and_purged_after_their_ttl<S: Store>(
         .unwrap();
     assert_eq!(missing, None);
 
+    // A task whose time to live ended before a new one with its id is made gives way to it.
+    let short_again = TaskRecord::for_tests("tsk_short", "alice", 1_101, 100);
+    let replaced = store.insert_task(short_again.clone()).await.unwrap();
+    assert!(matches!(replaced, TaskInsert::Inserted), "{replaced:?}");
     assert_eq!(
-        store.purge_tasks(1_100).await.unwrap(),
+        store.load_task("tsk_short").await.unwrap(),
+        Some(short_again)
+    );
+    let early = TaskRecord::for_tests("tsk_long", "alice", 1_100, 100);
+    let kept = store.insert_task(early).await.unwrap();
+    assert!(matches!(kept, TaskInsert::Existing(_)), "{kept:?}");
+
+    assert_eq!(
+        store.purge_tasks(1_201).await.unwrap(),
         0,
         "a task lives its whole ttl"
     );
-    assert_eq!(store.purge_tasks(1_101).await.unwrap(), 1);
+    assert_eq!(store.purge_tasks(1_202).await.unwrap(), 1);
     assert_eq!(store.load_task("tsk_short").await.unwrap(), None);
     assert!(store.load_task("tsk_long").await.unwrap().is_some());
 }

@@ -136,6 +136,12 @@ impl TaskStore for MemoryStore {
     fn insert_task(&self, task: TaskRecord) -> StoreFuture<'_, TaskInsert> {
         let mut tasks = lock(&self.inner.tasks);
         let outcome = match tasks.entry(task.id().to_owned()) {
+            std::collections::hash_map::Entry::Occupied(mut existing)
+                if existing.get().expires_at_ms() < task.created_at_ms() =>
+            {
+                existing.insert(task);
+                TaskInsert::Inserted
+            }
             std::collections::hash_map::Entry::Occupied(existing) => {
                 TaskInsert::Existing(Box::new(existing.get().clone()))
             }

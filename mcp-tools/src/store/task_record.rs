@@ -96,6 +96,11 @@ impl TaskRecord {
         self.created_at_ms.saturating_add(self.ttl_ms)
     }
 
+    /// When the task was made, in milliseconds since the Unix epoch.
+    pub fn created_at_ms(&self) -> u64 {
+        self.created_at_ms
+    }
+
     /// The record as bytes, for a store's document column.
     pub fn encode(&self) -> Vec<u8> {
         serde_json::to_vec(self).expect("a task record is plain JSON")

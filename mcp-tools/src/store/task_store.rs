@@ -57,8 +57,9 @@ pub enum TaskInsert {
 /// ([`TaskRecord::encode`]) under its id, and its expiry. A call with an operation id gets the
 /// same task id on every retry, so the unique id is what makes its task exactly once.
 pub trait TaskStore: Send + Sync + 'static {
-    /// Stores a new task, unless one with its id is stored: then that one is returned and
-    /// nothing is stored.
+    /// Stores a new task, unless one with its id is stored that has not expired by the new
+    /// one's creation: then that one is returned and nothing is stored. (An expired one is
+    /// replaced: a retry after the time to live makes a new task.)
     fn insert_task(&self, task: TaskRecord) -> StoreFuture<'_, TaskInsert>;
 
     /// The task with this id, if it is stored.

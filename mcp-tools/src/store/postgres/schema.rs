@@ -285,8 +285,10 @@ impl Sql {
             task_load: format!("SELECT record FROM {tasks} WHERE id = $1"),
             task_lock: format!("SELECT record FROM {tasks} WHERE id = $1 FOR UPDATE"),
             task_insert: format!(
-                "INSERT INTO {tasks} (id, expires_at, record) VALUES ($1, $2, $3)
-                 ON CONFLICT (id) DO NOTHING"
+                "INSERT INTO {tasks} AS t (id, expires_at, record) VALUES ($1, $2, $3)
+                 ON CONFLICT (id) DO UPDATE
+                     SET expires_at = excluded.expires_at, record = excluded.record
+                     WHERE t.expires_at < $4"
             ),
             task_update: format!("UPDATE {tasks} SET record = $2 WHERE id = $1"),
             task_purge: format!("DELETE FROM {tasks} WHERE expires_at < $1"),

@@ -47,7 +47,12 @@ impl TaskStore for PostgresStore {
             let inserted = client
                 .execute(
                     &insert,
-                    &[&task.id(), &to_i64(task.expires_at_ms()), &task.encode()],
+                    &[
+                        &task.id(),
+                        &to_i64(task.expires_at_ms()),
+                        &task.encode(),
+                        &to_i64(task.created_at_ms()),
+                    ],
                 )
                 .await
                 .map_err(backend)?;

@@ -35,9 +35,17 @@ impl TaskStore for SqliteStore {
                     let inserted = txn
                         .connection
                         .prepare_cached(
-                            "INSERT OR IGNORE INTO mcp_tasks (id, expires_at, record) VALUES (?1, ?2, ?3)",
+                            "INSERT INTO mcp_tasks (id, expires_at, record) VALUES (?1, ?2, ?3)
+                             ON CONFLICT (id) DO UPDATE
+                                 SET expires_at = excluded.expires_at, record = excluded.record
+                                 WHERE mcp_tasks.expires_at < ?4",
                         )?
-                        .execute(params![task.id(), to_i64(task.expires_at_ms()), task.encode()])?;
+                        .execute(params![
+                            task.id(),
+                            to_i64(task.expires_at_ms()),
+                            task.encode(),
+                            to_i64(task.created_at_ms())
+                        ])?;
                     if inserted == 1 {
                         return Ok(TaskInsert::Inserted);
                     }
