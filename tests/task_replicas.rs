@@ -227,6 +227,66 @@ async fn tasks_across_replicas(label: &str, mut replicas: Vec<Child>, restart: i
     replicas.push(fresh);
 }
 
+/// The basket example, as its users run it, on the SQLite file `path`.
+fn basket_process(path: &std::path::Path, port: u16) -> common::examples::Process {
+    let process = std::process::Command::new(common::examples::binary("basket"))
+        .args(["--db", &path.display().to_string()])
+        .args(["--bind", &format!("127.0.0.1:{port}")])
+        // A lease far longer than the test: only the shutdown itself can end the task soon.
+        .args(["--task-lease-ms", "600000"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    common::examples::Process(process)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_ends_the_replicas_running_tasks_as_failed_before_it_exits() {
+    use common::examples::{free_port, healthy};
+    let path = temp_db("tasks-sigterm");
+    drop(SqliteStore::open(&path, StoreConfig::default()).unwrap());
+    let (port_a, port_b) = (free_port(), free_port());
+    let mut a = basket_process(&path, port_a);
+    let _b = basket_process(&path, port_b);
+    healthy(port_a).await;
+    healthy(port_b).await;
+    let (url_a, url_b) = (
+        format!("http://127.0.0.1:{port_a}/mcp"),
+        format!("http://127.0.0.1:{port_b}/mcp"),
+    );
+    let basket = new_basket(&url_a).await;
+    let id = quote(&url_a, &basket, 600.0, false).await;
+    until_status(&url_b, &id, "working").await;
+
+    let terminated = std::process::Command::new("kill")
+        .args(["-TERM", &a.0.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(terminated.success());
+    let exit = within("the replica to exit after SIGTERM", async {
+        loop {
+            if let Some(status) = a.0.try_wait().unwrap() {
+                return status;
+            }
+            tokio::time::sleep(POLL / 5).await;
+        }
+    })
+    .await;
+    assert!(exit.success(), "{exit:?}");
+    // Recorded before the process exited: no lease had to lapse.
+    let failed = task_method(&url_b, "tasks/get", &id, json!({})).await;
+    assert_eq!(failed["status"], "failed", "{failed}");
+    assert!(
+        failed["statusMessage"]
+            .as_str()
+            .unwrap()
+            .contains("shut down"),
+        "{failed}"
+    );
+    remove_db(&path);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tasks_are_shared_by_processes_on_one_sqlite_file() {
     let path = temp_db("tasks");
