@@ -15,6 +15,7 @@ const VERSION: &str = "2026-07-28";
 /// JSON pointers into a tool (the `/` in the key escaped as `~1`).
 const STATE: &str = "/_meta/io.github.mcp-tools~1state";
 const SCOPES: &str = "/_meta/io.github.mcp-tools~1scopes";
+const TASK: &str = "/_meta/io.github.mcp-tools~1task";
 const INPUT: &str = "/inputSchema/properties";
 const VIEW: &str = "/outputSchema/$defs/BasketView";
 
@@ -801,6 +802,27 @@ fn rows() -> Vec<Row> {
             &[
                 (Breaking, "_meta[\"io.github.mcp-tools/scopes\"]"),
                 (Compatible, "_meta[\"io.github.mcp-tools/scopes\"]"),
+            ],
+        ),
+        row(
+            "a tool that may now run as a task is compatible; one that must is breaking",
+            base(),
+            edited(|parts| {
+                set(parts.tool("basket_get"), TASK, json!("optional"));
+                set(parts.tool("basket_add_note"), TASK, json!("required"));
+            }),
+            &[
+                (Breaking, "_meta[\"io.github.mcp-tools/task\"]"),
+                (Compatible, "_meta[\"io.github.mcp-tools/task\"]"),
+            ],
+        ),
+        row(
+            "a task tool that stops being one is compatible; an unknown mode is unclassified",
+            edited(|parts| set(parts.tool("basket_get"), TASK, json!("required"))),
+            edited(|parts| set(parts.tool("basket_add_note"), TASK, json!("sometimes"))),
+            &[
+                (Breaking, "_meta[\"io.github.mcp-tools/task\"]"),
+                (Compatible, "_meta[\"io.github.mcp-tools/task\"]"),
             ],
         ),
         // Annotations: an absent hint has the schema's default.

@@ -10,6 +10,7 @@ use super::schema::{self, Direction};
 use super::{Change, Contract, Severity};
 use crate::auth::SCOPES_META_KEY;
 use crate::store::STATE_CONTRACT_META_KEY;
+use crate::tools::TASK_SUPPORT_META_KEY;
 
 /// Values longer than this (as compact JSON) are left out of messages.
 const SHORT: usize = 60;
@@ -328,6 +329,7 @@ fn meta(sink: &mut Sink, entity: &str, old: &Map<String, Value>, new: &Map<Strin
         let path = child("_meta", key);
         match key {
             SCOPES_META_KEY => scopes(sink, &at(entity, &path), o, n),
+            TASK_SUPPORT_META_KEY => task_support(sink, &at(entity, &path), o, n),
             STATE_CONTRACT_META_KEY => {
                 match (o.and_then(Value::as_object), n.and_then(Value::as_object)) {
                     (Some(o), Some(n)) => state(sink, entity, &path, o, n),
@@ -337,6 +339,39 @@ fn meta(sink: &mut Sink, entity: &str, old: &Map<String, Value>, new: &Map<Strin
             _ => sink.unclassified(at(entity, &path), &format!("_meta {key:?}"), o, n),
         }
     }
+}
+
+/// How a tool runs as a task: a client that does not take tasks loses a tool that becomes
+/// `required`; one that does copes with either answer, so other moves are compatible.
+fn task_support(sink: &mut Sink, location: &str, old: Option<&Value>, new: Option<&Value>) {
+    fn mode(value: Option<&Value>) -> Option<&str> {
+        match value {
+            None => Some("never"),
+            Some(value) => value
+                .as_str()
+                .filter(|mode| ["optional", "required"].contains(mode)),
+        }
+    }
+    let (Some(was), Some(now)) = (mode(old), mode(new)) else {
+        sink.unclassified(location.to_owned(), "the task support", old, new);
+        return;
+    };
+    let (severity, consequence) = match now {
+        "required" => (
+            Severity::Breaking,
+            "clients without the Tasks extension are now refused",
+        ),
+        "optional" => (
+            Severity::Compatible,
+            "clients with the Tasks extension may get a task",
+        ),
+        _ => (Severity::Compatible, "calls are answered when they finish"),
+    };
+    sink.push(
+        severity,
+        location.to_owned(),
+        format!("task support {was} -> {now}: {consequence}"),
+    );
 }
 
 /// A list of strings read as a set; an absent list is empty.

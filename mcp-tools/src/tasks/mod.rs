@@ -39,7 +39,7 @@ use std::time::Duration;
 
 pub use crate::store::task_record::{TaskRecord, TaskStatus};
 pub use crate::store::task_store::{TaskChange, TaskInsert, TaskStore};
-pub use crate::tools::TaskSupport;
+pub use crate::tools::{TASK_SUPPORT_META_KEY, TaskSupport};
 
 /// The extension's identifier, under `capabilities.extensions`.
 pub const TASKS_EXTENSION: &str = "io.modelcontextprotocol/tasks";

@@ -57,6 +57,25 @@ fn render_tool(out: &mut String, tool: &Value) {
             let _ = writeln!(out, "\nAnnotations: {}", hints.join(", "));
         }
     }
+    match tool
+        .get("_meta")
+        .and_then(|meta| meta.get(crate::tools::TASK_SUPPORT_META_KEY))
+        .and_then(Value::as_str)
+    {
+        Some("required") => {
+            let _ = writeln!(
+                out,
+                "\nRuns only as a task: clients must take the Tasks extension."
+            );
+        }
+        Some(_) => {
+            let _ = writeln!(
+                out,
+                "\nRuns as a task for clients that take the Tasks extension."
+            );
+        }
+        None => {}
+    }
     if let Some(Value::Array(scopes)) = tool
         .get("_meta")
         .and_then(|meta| meta.get(crate::auth::SCOPES_META_KEY))

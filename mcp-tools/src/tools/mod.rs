@@ -92,6 +92,11 @@ pub trait Tool: Send + Sync + 'static {
     fn call(&self, args: Self::Args, cx: Context) -> impl Future<Output = Self::Output> + Send;
 }
 
+/// The `_meta` key under which `tools/list` publishes whether a tool runs as a task
+/// (`"optional"` or `"required"`; absent for a tool that never does), so a client knows before
+/// calling, and the contract file records it.
+pub const TASK_SUPPORT_META_KEY: &str = "io.github.mcp-tools/task";
+
 /// Whether a tool may run as a task of the Tasks extension (see [`tasks`](crate::tasks)).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum TaskSupport {
@@ -102,6 +107,17 @@ pub enum TaskSupport {
     Optional,
     /// Only as a task: a client that does not declare the extension gets `-32021`.
     Required,
+}
+
+impl TaskSupport {
+    /// How [`TASK_SUPPORT_META_KEY`] publishes it; `None` for a tool that never runs as a task.
+    pub(crate) fn published(self) -> Option<&'static str> {
+        match self {
+            TaskSupport::Forbidden => None,
+            TaskSupport::Optional => Some("optional"),
+            TaskSupport::Required => Some("required"),
+        }
+    }
 }
 
 /// Arguments of a tool that takes none: accepts `{}` or no `arguments` at all.
@@ -241,7 +257,7 @@ pub(crate) struct ToolDefinition {
     /// Published in `_meta` under [`SCOPES_META_KEY`](crate::auth::SCOPES_META_KEY).
     #[serde(skip)]
     pub scopes: crate::auth::scope::Required,
-    /// Not published: the Tasks extension advertises itself once, on the server.
+    /// Published in `_meta` under [`TASK_SUPPORT_META_KEY`].
     #[serde(skip)]
     pub task_support: TaskSupport,
 }

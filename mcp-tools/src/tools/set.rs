@@ -78,6 +78,10 @@ impl ToolSet {
                 scopes.iter().collect::<Vec<_>>().into(),
             );
         }
+        if let Some(mode) = info.task_support.published() {
+            meta.get_or_insert_with(Default::default)
+                .insert(crate::tools::TASK_SUPPORT_META_KEY.into(), mode.into());
+        }
         self.entries.push(Entry {
             definition: ToolDefinition {
                 name: info.name,
