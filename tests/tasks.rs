@@ -239,6 +239,33 @@ async fn a_task_is_created_durably_runs_in_the_background_and_inlines_its_result
 }
 
 #[tokio::test]
+async fn a_task_is_readable_for_its_ttl_and_unknown_after_it() {
+    let h = harness();
+    let ttl = Duration::from_secs(2);
+    let server = TestServer::start(server_with(
+        &h.probe,
+        Arc::new(MemoryStore::default()),
+        TaskOptions::default().ttl(ttl),
+    ))
+    .await;
+    let id = created(&server, "gated", json!({ "label": "brief" })).await;
+    h.probe.gate.notify_one();
+    let done = until(&server, &id, "completed").await;
+    assert_eq!(done["ttlMs"], 2_000);
+    let expired = within("the task to expire", async {
+        loop {
+            let reply = task_call("tasks/get", &id, json!({})).send(&server).await;
+            if reply.error_code().is_some() {
+                return reply;
+            }
+            tokio::time::sleep(POLL).await;
+        }
+    })
+    .await;
+    assert_eq!(expired.error_code(), Some(-32602), "{}", expired.text);
+}
+
+#[tokio::test]
 async fn a_tool_that_needs_no_wait_answers_as_a_plain_call() {
     let h = harness();
     let server = start(&h.probe).await;
