@@ -459,6 +459,23 @@ async fn following_tasks_on_a_listen_stream_needs_the_extension() {
     assert_eq!(refused["error"]["code"], -32021, "{refused}");
     events.end().await;
 
+    let malformed = takes_tasks(Call::new(
+        "subscriptions/listen",
+        json!(13),
+        json!({ "notifications": { "taskIds": id } }),
+    ));
+    let mut events = common::events::Events::open(&server.url(), &malformed).await;
+    let refused = events.next().await;
+    assert_eq!(refused["error"]["code"], -32602, "{refused}");
+    assert!(
+        refused["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("taskIds"),
+        "{refused}"
+    );
+    events.end().await;
+
     let mut events = common::events::Events::open(&server.url(), &takes_tasks(listen)).await;
     let acknowledged = events.next().await;
     assert_eq!(

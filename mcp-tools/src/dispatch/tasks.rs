@@ -73,13 +73,15 @@ pub(super) async fn call(
         Some(arguments @ Value::Object(_)) => arguments.clone(),
         _ => Value::Object(Map::new()),
     };
-    let operation = operation_id(&tool.definition.input_schema, &arguments);
-    let fingerprint = Fingerprint::of_call(&name, &arguments).to_hex();
+    // Only a call with an operation id can be retried into its task: only it needs the
+    // arguments' fingerprint and a derived id.
+    let operation = operation_id(&tool.definition.input_schema, &arguments)
+        .map(|operation| (operation, Fingerprint::of_call(&name, &arguments).to_hex()));
     let id = match &operation {
-        Some(operation) => shared.base.seal.task_id(&owner, &name, operation),
+        Some((operation, _)) => shared.base.seal.task_id(&owner, &name, operation),
         None => Tasks::random_id()?,
     };
-    if operation.is_some()
+    if let Some((_, fingerprint)) = &operation
         && let Some(existing) = tasks.existing(&owner, &id).await?
     {
         // A retry of a call that already made its task gets that task, never a second run.
@@ -116,7 +118,7 @@ pub(super) async fn call(
         id,
         &owner,
         &name,
-        operation.map(|operation| (format!("{name}\0{operation}"), fingerprint)),
+        operation.map(|(operation, fingerprint)| (format!("{name}\0{operation}"), fingerprint)),
     );
     cx.quiet();
     let worker = Worker {
