@@ -34,7 +34,7 @@
 //! After the run the server still serves and the JWKS was fetched no more often than its
 //! refresh age and the 30 s cooldown on unknown key ids allow.
 //!
-//! The default 1,000 cases take a few seconds, so CI runs them. Outside CI, raise the count with
+//! The default 2,000 cases take a few seconds, so CI runs them. Outside CI, raise the count with
 //! `MCP_OAUTH_FUZZ_CASES` (`MCP_OAUTH_FUZZ_CASES=100000 cargo test --release --test oauth_fuzz --
 //! --nocapture` also prints the distribution); `PROPTEST_RNG_SEED=<n>` replays a run. Tokens are
 //! re-issued as they age, so a campaign may run for any length of time.
@@ -64,7 +64,7 @@ use proptest::sample::{Index, select};
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 use serde_json::{Value, json};
 
-const DEFAULT_CASES: u32 = 1_000;
+const DEFAULT_CASES: u32 = 2_000;
 
 const PARSE_ERROR: i64 = -32700;
 const INVALID_REQUEST: i64 = -32600;
@@ -726,14 +726,14 @@ fn auth() -> impl Strategy<Value = Auth> {
 fn plan() -> impl Strategy<Value = Plan> {
     let method = prop_oneof![
         20 => Just(MethodHeader::Exact),
-        2 => Just(MethodHeader::Sentinel),
+        4 => Just(MethodHeader::Sentinel),
         1 => Just(MethodHeader::Absent),
         2 => select(vec!["tools/list", "prompts/get", "resources/read", "TOOLS/CALL"])
             .prop_map(MethodHeader::Other),
     ];
     let name = prop_oneof![
         10 => Just(NameHeader::Body),
-        3 => Just(NameHeader::Sentinel),
+        6 => Just(NameHeader::Sentinel),
         3 => (0..TOOLS.len()).prop_map(NameHeader::Tool),
         2 => select(UNKNOWN_TOOLS.to_vec()).prop_map(NameHeader::Unknown),
         2 => Just(NameHeader::Absent),
