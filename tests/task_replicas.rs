@@ -14,12 +14,12 @@ use std::time::{Duration, Instant};
 
 use mcp_tools::McpServer;
 use mcp_tools::store::{PostgresOptions, SqliteStore, Store, StoreConfig};
-use mcp_tools::tasks::{TASKS_EXTENSION, TaskOptions};
+use mcp_tools::tasks::TaskOptions;
 use serde_json::{Value, json};
 
 use basket_client::{remove_db, temp_db};
 use common::children::{self, Child};
-use common::{Call, within};
+use common::{Call, tasks, within};
 
 const CHILD_TEST: &str = "a_child_process_serves_basket_tasks_from_the_store_it_is_given";
 const CHILD_DB: &str = "MCP_TOOLS_TEST_TASK_CHILD_DB";
@@ -51,17 +51,10 @@ fn a_child_process_serves_basket_tasks_from_the_store_it_is_given() {
     children::serve_postgres(server, StoreConfig::default(), PostgresOptions::default());
 }
 
-/// Client capabilities that take tasks and can answer elicitations.
-fn taking_tasks() -> Value {
-    json!({ "extensions": { TASKS_EXTENSION: {} }, "elicitation": {} })
-}
-
 async fn call_tool(url: &str, tool: &str, arguments: Value) -> Value {
     let reply = within(
         "a tool call",
-        Call::call_tool(tool, arguments)
-            .capabilities(taking_tasks())
-            .send_to(url),
+        tasks::tool_call(tool, arguments).send_to(url),
     )
     .await;
     assert_eq!(reply.status, 200, "{tool}: {}", reply.text);
@@ -69,36 +62,15 @@ async fn call_tool(url: &str, tool: &str, arguments: Value) -> Value {
 }
 
 async fn task_method(url: &str, method: &str, id: &str, extra: Value) -> Value {
-    let mut params = json!({ "taskId": id });
-    if let (Some(params), Value::Object(extra)) = (params.as_object_mut(), extra) {
-        params.extend(extra);
-    }
-    let reply = within(
-        method,
-        Call::new(method, json!(9), params)
-            .header("mcp-name", id)
-            .capabilities(taking_tasks())
-            .send_to(url),
-    )
-    .await;
+    let reply = within(method, tasks::method_call(method, id, extra).send_to(url)).await;
     assert_eq!(reply.status, 200, "{method}: {}", reply.text);
     reply.result()
 }
 
 /// Polls `tasks/get` on `url`, as a client would, until the task's status is `status`.
 async fn until_status(url: &str, id: &str, status: &str) -> Value {
-    within("the task to reach its status", async {
-        loop {
-            let task = task_method(url, "tasks/get", id, json!({})).await;
-            if task["status"] == status {
-                return task;
-            }
-            assert!(
-                !["completed", "failed", "cancelled"].contains(&task["status"].as_str().unwrap()),
-                "the task ended as {task} while {status} was awaited"
-            );
-            tokio::time::sleep(POLL / 2).await;
-        }
+    tasks::until_status(status, POLL / 2, || {
+        task_method(url, "tasks/get", id, json!({}))
     })
     .await
 }
@@ -144,7 +116,7 @@ async fn tasks_across_replicas(label: &str, mut replicas: Vec<Child>, restart: i
         json!(11),
         json!({ "notifications": { "taskIds": [id, "tsk_not_mine"] } }),
     )
-    .capabilities(taking_tasks());
+    .capabilities(tasks::taking_tasks());
     let mut events = common::events::Events::open(&b, &listen).await;
     let acknowledged = events.next().await;
     assert_eq!(

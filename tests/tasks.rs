@@ -15,7 +15,7 @@ use mcp_tools::{tool, tools};
 use serde_json::{Value, json};
 use tokio::sync::{Notify, mpsc};
 
-use common::{Call, TestServer, within};
+use common::{Call, TestServer, tasks, within};
 
 const POLL: Duration = Duration::from_millis(50);
 
@@ -157,21 +157,21 @@ async fn start(probe: &Probe) -> TestServer {
     .await
 }
 
+/// Every request of these tests is alice's unless it says otherwise.
+fn as_alice(call: Call) -> Call {
+    call.header("authorization", "Bearer alice")
+}
+
 fn takes_tasks(call: Call) -> Call {
-    call.capabilities(json!({ "extensions": { TASKS_EXTENSION: {} }, "elicitation": {} }))
-        .header("authorization", "Bearer alice")
+    as_alice(call.capabilities(tasks::taking_tasks()))
 }
 
 fn tool_call(name: &str, arguments: Value) -> Call {
-    takes_tasks(Call::call_tool(name, arguments))
+    as_alice(tasks::tool_call(name, arguments))
 }
 
 fn task_call(method: &str, id: &str, extra: Value) -> Call {
-    let mut params = json!({ "taskId": id });
-    if let (Some(params), Value::Object(extra)) = (params.as_object_mut(), extra) {
-        params.extend(extra);
-    }
-    takes_tasks(Call::new(method, json!(3), params).header("mcp-name", id))
+    as_alice(tasks::method_call(method, id, extra))
 }
 
 async fn created(server: &TestServer, name: &str, arguments: Value) -> String {
@@ -194,20 +194,7 @@ async fn get(server: &TestServer, id: &str) -> Value {
 
 /// Polls `tasks/get` until the status is `status`.
 async fn until(server: &TestServer, id: &str, status: &str) -> Value {
-    within("the task's status", async {
-        loop {
-            let task = get(server, id).await;
-            if task["status"] == status {
-                return task;
-            }
-            assert!(
-                !["completed", "failed", "cancelled"].contains(&task["status"].as_str().unwrap()),
-                "the task ended as {task} while {status} was awaited"
-            );
-            tokio::time::sleep(POLL).await;
-        }
-    })
-    .await
+    tasks::until_status(status, POLL, || get(server, id)).await
 }
 
 #[tokio::test]
