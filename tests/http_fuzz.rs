@@ -1635,13 +1635,20 @@ fn predict_route(
         }
         _ => {}
     }
-    // What a retry carries.
+    // What a retry carries, read only by the methods that can ask for one; the others ignore
+    // these params as they do any param they do not define.
+    let takes_rounds = matches!(
+        route,
+        Route::CallTool | Route::GetPrompt | Route::ReadResource
+    );
     match params.get("inputResponses") {
         None | Some(Value::Null | Value::Object(_)) => {}
+        Some(_) if !takes_rounds => {}
         Some(_) => return p.answer(in_band),
     }
     match params.get("requestState") {
         None | Some(Value::Null) => {}
+        Some(_) if !takes_rounds => {}
         Some(Value::String(state)) if state_is_genuine(state, route, params, world) => {}
         Some(_) => return p.answer(in_band),
     }

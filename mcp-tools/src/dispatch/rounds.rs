@@ -12,15 +12,17 @@ use crate::tools::input::InputRequired;
 
 use super::Route;
 
-/// Reads `inputResponses` and verifies `requestState` of a multi-round retry.
+/// Reads `inputResponses` and verifies `requestState` of a multi-round retry. Only the
+/// methods that can answer `input_required` take a retry; every other method leaves these
+/// params to its own reading (`tasks/update` has an `inputResponses` of its own) or ignores
+/// them, as it does any param it does not define.
 pub(super) fn round_input(
     server: &McpServer,
     route: Route,
     params: &mut Map<String, Value>,
     principal: &Principal,
 ) -> Result<RoundInput, RpcError> {
-    // `tasks/update` carries a task's answers as its own params, not a multi-round retry.
-    if route == Route::TaskUpdate {
+    if !takes_rounds(route) {
         return Ok(RoundInput::default());
     }
     let responses = match params.remove("inputResponses") {
@@ -35,11 +37,8 @@ pub(super) fn round_input(
     let state = match params.remove("requestState") {
         None | Some(Value::Null) => None,
         Some(Value::String(sealed)) => {
-            let Some(target) = round_target(route, params) else {
-                return Err(RpcError::invalid_params(
-                    "`requestState` is only accepted on tools/call, prompts/get and resources/read",
-                ));
-            };
+            // The target was resolved before: an unnamed one never gets this far.
+            let target = round_target(route, params).unwrap_or_default();
             let arguments = round_arguments(route, params);
             let binding = Binding {
                 target: &target,
@@ -94,6 +93,14 @@ pub(super) fn input_required(
 }
 
 /// What a multi-round state is bound to: the tool, prompt or resource.
+/// Whether `route` may answer `input_required`, and so take a multi-round retry.
+fn takes_rounds(route: Route) -> bool {
+    matches!(
+        route,
+        Route::CallTool | Route::GetPrompt | Route::ReadResource
+    )
+}
+
 pub(super) fn round_target(route: Route, params: &Map<String, Value>) -> Option<String> {
     let field = match route {
         Route::CallTool | Route::GetPrompt => "name",
