@@ -40,11 +40,13 @@ pub(super) enum Mode {
 
 /// Decides how a call runs: as a task when the tool may be one and the client declared the
 /// extension; `-32021` when the tool must be a task and the client cannot take one.
+/// A tool that is never a task decides without reading the client's extensions.
 pub(super) fn mode(support: TaskSupport, cx: &Context) -> Result<Mode, RpcError> {
-    match (support, declared(cx)) {
-        (TaskSupport::Forbidden, _) | (TaskSupport::Optional, false) => Ok(Mode::Synchronous),
-        (TaskSupport::Required, false) => Err(extension_required()),
-        (_, true) => Ok(Mode::Task),
+    match support {
+        TaskSupport::Forbidden => Ok(Mode::Synchronous),
+        _ if declared(cx) => Ok(Mode::Task),
+        TaskSupport::Optional => Ok(Mode::Synchronous),
+        TaskSupport::Required => Err(extension_required()),
     }
 }
 
