@@ -7,7 +7,8 @@
 //! state in memory), `--postgres URL` (a PostgreSQL database shared by replicas on many hosts;
 //! a URL or libpq `key=value` string, completed from the `PG*` environment variables), and
 //! `--cursor-key-file PATH` (the secret replicas share to sign cursors, request states, validators
-//! and task ids), and `--task-lease-ms MS` (how soon a task whose replica died is marked failed).
+//! and task ids), `--task-lease-ms MS` (how soon a task whose replica died is marked failed), and
+//! `--max-running-tasks N` / `--max-running-tasks-per-principal N` (the caps on running tasks).
 //! `schema`, `docs`, `list` and `contract` open no store.
 //!
 //! `basket_quote` runs as a task for clients that take tasks (the Tasks extension): the task
@@ -54,6 +55,14 @@ struct Options {
     /// replica died is marked failed this long after (default 10000).
     #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u64).range(100..))]
     task_lease_ms: Option<u64>,
+    /// How many tasks may run at once on this process (default 64); past it a new task is
+    /// refused with 429 and Retry-After.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    max_running_tasks: Option<u64>,
+    /// How many tasks one principal may have running at once on this process (default 16;
+    /// without OAuth every caller is the one anonymous principal).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    max_running_tasks_per_principal: Option<u64>,
     /// OAuth: the issuer identifier of the authorization server whose tokens are accepted.
     #[arg(long, value_name = "URL", requires_all = ["audience", "jwks_url"])]
     issuer: Option<String>,
@@ -116,16 +125,19 @@ async fn server(mode: Mode<Options>) -> Result<McpServer, BuildFailure> {
         tracing::info!(path = %options.db.display(), "state in a SQLite file");
         Arc::new(SqliteStore::open(&options.db, StoreConfig::default())?)
     };
-    let mut builder = builder.store(store);
+    let mut tasks = mcp_tools::tasks::TaskOptions::default();
     if let Some(lease) = options.task_lease_ms {
         // Renewals come four times per lease, so one late renewal does not lose it.
         let lease = std::time::Duration::from_millis(lease);
-        builder = builder.task_options(
-            mcp_tools::tasks::TaskOptions::default()
-                .lease(lease)
-                .poll_interval(lease / 4),
-        );
+        tasks = tasks.lease(lease).poll_interval(lease / 4);
     }
+    if let Some(max) = options.max_running_tasks {
+        tasks = tasks.max_running(usize::try_from(max).unwrap_or(usize::MAX));
+    }
+    if let Some(max) = options.max_running_tasks_per_principal {
+        tasks = tasks.max_running_per_principal(usize::try_from(max).unwrap_or(usize::MAX));
+    }
+    let mut builder = builder.store(store).task_options(tasks);
     if let Some(path) = &options.cursor_key_file {
         let key = std::fs::read(path).map_err(|error| {
             BuildFailure::from(format!("--cursor-key-file {}: {error}", path.display()))

@@ -200,12 +200,12 @@ async fn tasks_across_replicas(label: &str, mut replicas: Vec<Child>, restart: i
 }
 
 /// The basket example, as its users run it, on the SQLite file `path`.
-fn basket_process(path: &std::path::Path, port: u16) -> common::examples::Process {
+/// A basket example process on `port` with `store` (`--db PATH` or `--memory`) and `options`.
+fn basket_process(port: u16, store: &[&str], options: &[&str]) -> common::examples::Process {
     let process = std::process::Command::new(common::examples::binary("basket"))
-        .args(["--db", &path.display().to_string()])
+        .args(store)
         .args(["--bind", &format!("127.0.0.1:{port}")])
-        // A lease far longer than the test: only the shutdown itself can end the task soon.
-        .args(["--task-lease-ms", "600000"])
+        .args(options)
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn()
@@ -219,8 +219,11 @@ async fn sigterm_ends_the_replicas_running_tasks_as_failed_before_it_exits() {
     let path = temp_db("tasks-sigterm");
     drop(SqliteStore::open(&path, StoreConfig::default()).unwrap());
     let (port_a, port_b) = (free_port(), free_port());
-    let mut a = basket_process(&path, port_a);
-    let _b = basket_process(&path, port_b);
+    let db = ["--db", path.to_str().unwrap()];
+    // A lease far longer than the test: only the shutdown itself can end the task soon.
+    let long_lease = ["--task-lease-ms", "600000"];
+    let mut a = basket_process(port_a, &db, &long_lease);
+    let _b = basket_process(port_b, &db, &long_lease);
     healthy(port_a).await;
     healthy(port_b).await;
     let (url_a, url_b) = (
@@ -257,6 +260,48 @@ async fn sigterm_ends_the_replicas_running_tasks_as_failed_before_it_exits() {
         "{failed}"
     );
     remove_db(&path);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_basket_servers_task_caps_are_set_on_its_command_line() {
+    use common::examples::{free_port, healthy};
+    for cap in ["--max-running-tasks", "--max-running-tasks-per-principal"] {
+        let port = free_port();
+        let _server = basket_process(port, &["--memory"], &[cap, "1"]);
+        healthy(port).await;
+        let url = format!("http://127.0.0.1:{port}/mcp");
+        let basket = new_basket(&url).await;
+        let running = quote(&url, &basket, 600.0, false).await;
+        let arguments = json!({ "basket_id": basket, "seconds": 600 });
+        let refused = within(
+            "a quote past the cap",
+            tasks::tool_call("basket_quote", arguments).send_to(&url),
+        )
+        .await;
+        assert_eq!(refused.status, 429, "{cap}: {}", refused.text);
+        assert_eq!(
+            refused.error_code(),
+            Some(-32000),
+            "{cap}: {}",
+            refused.text
+        );
+        assert!(refused.headers.contains_key("retry-after"), "{cap}");
+        task_method(&url, "tasks/cancel", &running, json!({})).await;
+        let after = within("a place to free up", async {
+            loop {
+                let arguments = json!({ "basket_id": basket, "seconds": 600 });
+                let reply = tasks::tool_call("basket_quote", arguments)
+                    .send_to(&url)
+                    .await;
+                if reply.status == 200 {
+                    return reply.result();
+                }
+                tokio::time::sleep(POLL / 5).await;
+            }
+        })
+        .await;
+        assert_eq!(after["resultType"], "task", "{cap}: {after}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
