@@ -85,8 +85,9 @@ struct Inner {
     ledger_due: AtomicI64,
     /// No resource is reclaimable before this instant (a lower bound).
     resources_due: AtomicI64,
-    /// Task records by id: kept for as long as the process lives.
-    tasks: Mutex<std::collections::HashMap<String, TaskRecord>>,
+    /// Task records by id, sharded like the resources: a shard's table grows (and rehashes)
+    /// under its own lock, so a growing table stalls only the tasks that hash to it.
+    tasks: Box<[Mutex<HashMap<String, TaskRecord>>]>,
     sweeper: Sweeper,
 }
 
@@ -107,7 +108,7 @@ impl MemoryStore {
             ledger: (0..SHARDS).map(|_| Mutex::default()).collect(),
             ledger_due: AtomicI64::new(i64::MAX),
             resources_due: AtomicI64::new(i64::MAX),
-            tasks: Mutex::default(),
+            tasks: (0..SHARDS).map(|_| Mutex::default()).collect(),
             sweeper: Sweeper::spawn(weak.clone(), Inner::sweep, SWEEP_EVERY),
         });
         MemoryStore { inner }
@@ -134,7 +135,7 @@ impl MemoryStore {
 /// share this store.
 impl TaskStore for MemoryStore {
     fn insert_task(&self, task: TaskRecord) -> StoreFuture<'_, TaskInsert> {
-        let mut tasks = lock(&self.inner.tasks);
+        let mut tasks = lock(self.inner.task_shard(task.id()));
         let outcome = match tasks.entry(task.id().to_owned()) {
             std::collections::hash_map::Entry::Occupied(mut existing)
                 if existing.get().expires_at_ms() < task.created_at_ms() =>
@@ -154,7 +155,7 @@ impl TaskStore for MemoryStore {
     }
 
     fn load_task<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<TaskRecord>> {
-        let found = lock(&self.inner.tasks).get(id).cloned();
+        let found = lock(self.inner.task_shard(id)).get(id).cloned();
         Box::pin(std::future::ready(Ok(found)))
     }
 
@@ -163,7 +164,7 @@ impl TaskStore for MemoryStore {
         id: &'a str,
         change: TaskChange,
     ) -> StoreFuture<'a, Option<TaskRecord>> {
-        let mut tasks = lock(&self.inner.tasks);
+        let mut tasks = lock(self.inner.task_shard(id));
         let found = tasks.get_mut(id).map(|record| {
             // The change works on a copy, so a panic in it leaves the record as it was.
             let mut changed = record.clone();
@@ -176,10 +177,14 @@ impl TaskStore for MemoryStore {
     }
 
     fn purge_tasks(&self, now_ms: u64) -> StoreFuture<'_, u64> {
-        let mut tasks = lock(&self.inner.tasks);
-        let before = tasks.len();
-        tasks.retain(|_, record| record.expires_at_ms() >= now_ms);
-        Box::pin(std::future::ready(Ok((before - tasks.len()) as u64)))
+        let mut purged = 0;
+        for shard in &self.inner.tasks {
+            let mut tasks = lock(shard);
+            let before = tasks.len();
+            tasks.retain(|_, record| record.expires_at_ms() >= now_ms);
+            purged += (before - tasks.len()) as u64;
+        }
+        Box::pin(std::future::ready(Ok(purged)))
     }
 }
 
@@ -190,6 +195,10 @@ impl Default for MemoryStore {
 }
 
 impl Inner {
+    fn task_shard(&self, id: &str) -> &Mutex<HashMap<String, TaskRecord>> {
+        &self.tasks[self.shard_of(&id)]
+    }
+
     fn shard_of<K: std::hash::Hash>(&self, key: &K) -> usize {
         (self.hasher.hash_one(key) % SHARDS as u64) as usize
     }
