@@ -664,3 +664,48 @@ async fn servers_sharing_a_store_answer_for_each_others_tasks_and_a_shutdown_fai
         "{failed}"
     );
 }
+
+#[tokio::test]
+async fn a_server_that_is_shutting_down_takes_no_new_task_and_still_answers_the_rest() {
+    let h = harness();
+    let handle = server_with(
+        &h.probe,
+        Arc::new(MemoryStore::default()),
+        TaskOptions::default(),
+    );
+    let server = TestServer::start(handle.clone()).await;
+    let running = created(&server, "gated", json!({ "label": "before" })).await;
+
+    // What `serve` does when its shutdown signal comes, while connections still drain.
+    handle.close_subscriptions();
+    let refused = within(
+        "a task call during the shutdown",
+        tool_call("gated", json!({ "label": "after" })).send(&server),
+    )
+    .await;
+    assert_eq!(refused.status, 503, "{}", refused.text);
+    assert_eq!(refused.error_code(), Some(-32603), "{}", refused.text);
+    assert!(refused.text.contains("shutting down"), "{}", refused.text);
+
+    let failed = until(&server, &running, "failed").await;
+    assert!(
+        failed["statusMessage"]
+            .as_str()
+            .unwrap()
+            .contains("shut down"),
+        "{failed}"
+    );
+    // A call that is no task still runs: only new tasks would outlive the process.
+    let plain = within(
+        "a plain call during the shutdown",
+        as_alice(Call::call_tool("instant", json!({}))).send(&server),
+    )
+    .await;
+    assert_eq!(plain.status, 200, "{}", plain.text);
+    assert_eq!(plain.result()["content"][0]["text"], "at once");
+    assert_eq!(
+        h.probe.runs.load(Ordering::SeqCst),
+        1,
+        "the refused call never ran"
+    );
+}
