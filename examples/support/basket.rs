@@ -268,7 +268,10 @@ pub async fn basket_quote(
         basket.model, basket.memory_gib, basket.storage_gib
     );
     let price_eur = 900 + basket.memory_gib * 6 + basket.storage_gib / 4;
-    tokio::time::sleep(std::time::Duration::from_secs_f64(seconds)).await;
+    // A zero-length sleep still waits for the timer's next tick (a millisecond): none is taken.
+    if seconds > 0.0 {
+        tokio::time::sleep(std::time::Duration::from_secs_f64(seconds)).await;
+    }
     let mut accepted = true;
     if confirm == Some(true) {
         let schema = serde_json::json!({ "type": "object",
