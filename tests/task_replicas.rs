@@ -167,6 +167,9 @@ async fn tasks_across_replicas(label: &str, mut replicas: Vec<Child>, restart: i
     let finished = quote(&b, &basket, 0.1, false).await;
     until_status(&a, &finished, "completed").await;
 
+    // A task that runs for three leases on a live replica keeps renewing its lease.
+    let long = quote(&b, &basket, (LEASE * 3).as_secs_f64(), false).await;
+
     // A's tasks fail once its lease lapses after a SIGKILL.
     let orphan = quote(&a, &basket, 600.0, false).await;
     until_status(&b, &orphan, "working").await;
@@ -195,6 +198,11 @@ async fn tasks_across_replicas(label: &str, mut replicas: Vec<Child>, restart: i
     assert!(
         read["result"]["structuredContent"]["state"]["price_eur"].is_u64(),
         "{read}"
+    );
+    let outlived = until_status(&fresh.url, &long, "completed").await;
+    assert!(
+        outlived["result"]["structuredContent"]["state"]["price_eur"].is_u64(),
+        "{outlived}"
     );
     replicas.push(fresh);
 }

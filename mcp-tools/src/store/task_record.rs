@@ -240,16 +240,31 @@ impl TaskRecord {
         true
     }
 
-    /// The worker's heartbeat: renews its lease and reads the answers delivered for this
-    /// round. The answers stay until the next round or the end (keys are never reused, so
-    /// reading one twice is harmless, and a renewal whose commit went unconfirmed loses none).
-    /// Nothing changes for a task that ended or that another worker holds.
-    pub(crate) fn renew(&mut self, worker: &str, lease_until_ms: u64) -> Map<String, Value> {
+    /// The answers delivered for this round, as `worker` reads them on its heartbeat: none for
+    /// a task that ended or that another worker holds. They stay until the next round or the
+    /// end (keys are never reused, so reading one twice is harmless, and a heartbeat that
+    /// failed loses none).
+    pub(crate) fn answers_for(&self, worker: &str) -> Map<String, Value> {
         if self.status.is_terminal() || self.worker != worker {
             return Map::new();
         }
-        self.lease_until_ms = self.lease_until_ms.max(lease_until_ms);
         self.input_responses.clone()
+    }
+
+    /// Whether `worker` holds this open task's lease and less than `due_ms` is left of it:
+    /// only then does a heartbeat write, so most heartbeats are reads.
+    pub(crate) fn lease_due(&self, worker: &str, due_ms: u64) -> bool {
+        !self.status.is_terminal() && self.worker == worker && self.lease_until_ms < due_ms
+    }
+
+    /// Extends `worker`'s lease to `lease_until_ms`; `false` (nothing to write) for a task
+    /// that ended or that another worker holds.
+    pub(crate) fn renew(&mut self, worker: &str, lease_until_ms: u64) -> bool {
+        if self.status.is_terminal() || self.worker != worker {
+            return false;
+        }
+        self.lease_until_ms = self.lease_until_ms.max(lease_until_ms);
+        true
     }
 
     /// The `Task` members every form shares.
@@ -369,15 +384,16 @@ mod tests {
         rest.insert("b".into(), json!(3));
         assert!(task.deliver(&rest, 2_600));
         assert_eq!(task.status, TaskStatus::Working);
-        assert_eq!(task.renew("a", 9_000).len(), 2);
+        assert_eq!(task.answers_for("a").len(), 2);
         assert_eq!(
-            task.renew("a", 9_000).len(),
+            task.answers_for("a").len(),
             2,
             "answers stay until the next round"
         );
+        assert!(task.answers_for("b").is_empty(), "b holds no lease");
         assert!(task.park(Map::new(), 9_500));
         assert!(
-            task.renew("a", 9_000).is_empty(),
+            task.answers_for("a").is_empty(),
             "a new round starts with no answers"
         );
     }
@@ -385,8 +401,16 @@ mod tests {
     #[test]
     fn only_the_holder_renews_and_a_lapsed_lease_fails_the_task() {
         let mut task = record();
-        task.renew("b", 9_000);
+        assert!(!task.lease_due("b", 9_000));
+        assert!(!task.renew("b", 9_000));
         assert_eq!(task.lease_until_ms, 5_000);
+        assert!(!task.lease_due("a", 5_000), "5 s are left: not due yet");
+        assert!(task.lease_due("a", 5_001));
+        let mut renewed = task.clone();
+        assert!(renewed.renew("a", 9_000));
+        assert_eq!(renewed.lease_until_ms, 9_000);
+        assert!(renewed.renew("a", 8_000));
+        assert_eq!(renewed.lease_until_ms, 9_000, "a lease never shrinks");
         assert!(!task.expire_lease(5_000), "the lease holds up to its end");
         assert!(task.expire_lease(5_001));
         assert_eq!(task.status, TaskStatus::Failed);

@@ -21,10 +21,11 @@
 //! process) before the `CreateTaskResult` is sent, so any replica sharing the store answers
 //! `tasks/get`, `tasks/update` and `tasks/cancel` for it right away.
 //!
-//! The tool runs on the replica that accepted the call. That replica's worker renews a lease on
-//! the record every [`poll_interval`](TaskOptions::poll_interval), and at each renewal picks up
-//! what other replicas wrote: answers to its input requests, or a cancellation, which drops the
-//! tool's future. If the replica dies, the lease lapses and the next `tasks/get` on any replica
+//! The tool runs on the replica that accepted the call. That replica's worker reads the record
+//! every [`poll_interval`](TaskOptions::poll_interval), picking up what other replicas wrote:
+//! answers to its input requests, or a cancellation, which drops the tool's future. It holds a
+//! [`lease`](TaskOptions::lease) on the record and extends it once less than half a lease and a
+//! poll are left, so a running task costs a read per poll and a write about twice per lease. If the replica dies, the lease lapses and the next `tasks/get` on any replica
 //! marks the task `failed` with a message saying so. When a replica shuts down gracefully
 //! (SIGTERM through [`McpServer::serve`](crate::McpServer::serve)), it takes no new tasks
 //! (a task-mode call is refused with HTTP 503, so the client retries elsewhere) and ends its
@@ -75,8 +76,7 @@ impl TaskOptions {
     }
 
     /// How often clients should poll, published as `pollIntervalMs`, and how often a worker
-    /// renews its lease and picks up input and cancellations written on other replicas
-    /// (default 500 ms).
+    /// reads its task for input and cancellations written on other replicas (default 500 ms).
     pub fn poll_interval(mut self, interval: Duration) -> Self {
         self.poll_interval = interval;
         self

@@ -11,6 +11,7 @@ use tokio::sync::{Notify, mpsc, oneshot, watch};
 
 use crate::RpcError;
 use crate::context::{Context, RoundInput, TaskSlot};
+use crate::store::StoreError;
 use crate::store::task_record::Ending;
 use crate::tasks::{TaskChange, TaskInsert, TaskOptions, TaskRecord, TaskStatus, TaskStore};
 use crate::tools::BoxFuture;
@@ -392,30 +393,24 @@ impl Tasks {
                     message: "The server running this task shut down before it finished; call the tool again".to_owned(),
                 },
             }
-            let until = now_ms().saturating_add(millis(self.options.lease));
-            let answers = Arc::new(Mutex::new(Map::new()));
-            let slot = Arc::clone(&answers);
-            let worker = self.replica.clone();
-            let renewal = TaskChange::new(move |record| {
-                *lock(&slot) = record.renew(&worker, until);
-                !record.status().is_terminal()
-            });
-            match self.store.update_task(id, renewal).await {
+            let answers = match self.heartbeat(id).await {
                 // Purged (its time to live ended) or ended elsewhere (cancelled, or failed
                 // after a lapsed lease): aborting the tool drops its future.
                 Ok(None) => return,
                 Ok(Some(record)) if record.status().is_terminal() => return,
-                Ok(Some(_)) => renewed = tokio::time::Instant::now(),
+                Ok(Some(record)) => {
+                    renewed = tokio::time::Instant::now();
+                    record.answers_for(&self.replica)
+                }
                 Err(error) if renewed.elapsed() < self.options.lease => {
-                    tracing::warn!(%error, task = id, "could not renew a task's lease; retrying at the next poll");
+                    tracing::warn!(%error, task = id, "could not read or renew a task; retrying at the next poll");
                     continue;
                 }
                 Err(error) => {
-                    tracing::error!(%error, task = id, "no lease renewal for a whole lease: stopping the task's tool; the lease lapses");
+                    tracing::error!(%error, task = id, "no heartbeat for a whole lease: stopping the task's tool; the lease lapses");
                     return;
                 }
-            }
-            let answers = std::mem::take(&mut *lock(&answers));
+            };
             if let Some(mut wait) = waiting.take() {
                 for (wire, key) in &wait.keys {
                     if let Some(answer) = answers.get(wire) {
@@ -473,6 +468,24 @@ impl Tasks {
 
     /// Parks the task on `input`'s requests under keys never used before in this task; the
     /// wire keys mapped to the tool's own.
+    /// One poll of the worker: reads the task, which brings answers and cancellations written
+    /// on any replica, and extends the lease once less than half a lease and a poll are left
+    /// of it. So the lease is written about twice per lease rather than at every poll, and
+    /// never lapses between two polls of a live worker.
+    async fn heartbeat(&self, id: &str) -> Result<Option<TaskRecord>, StoreError> {
+        let now = now_ms();
+        let due = now.saturating_add(millis(self.options.lease / 2 + self.options.poll_interval));
+        match self.store.load_task(id).await? {
+            Some(record) if record.lease_due(&self.replica, due) => {
+                let until = now.saturating_add(millis(self.options.lease));
+                let worker = self.replica.clone();
+                let renewal = TaskChange::new(move |record| record.renew(&worker, until));
+                self.store.update_task(id, renewal).await
+            }
+            read => Ok(read),
+        }
+    }
+
     async fn park(
         &self,
         id: &str,
