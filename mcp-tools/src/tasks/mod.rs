@@ -104,6 +104,15 @@ impl TaskOptions {
         self
     }
 
+    /// The instant before which a lease must run for a heartbeat at `now_ms` to leave it
+    /// alone: half a lease and a poll from now. A lease is extended only once less than that is
+    /// left, so it is written about twice per lease rather than at every poll, and it never
+    /// lapses between two polls of a live worker (the lease is at least two polls).
+    pub(crate) fn renewal_due(&self, now_ms: u64) -> u64 {
+        let margin = self.lease / 2 + self.poll_interval;
+        now_ms.saturating_add(u64::try_from(margin.as_millis()).unwrap_or(u64::MAX))
+    }
+
     pub(crate) fn check(&self) -> Result<(), &'static str> {
         if self.ttl.is_zero() || self.poll_interval.is_zero() {
             return Err("task ttl and poll_interval must be longer than zero");
@@ -115,5 +124,44 @@ impl TaskOptions {
             return Err("task limits must allow at least one running task");
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A live worker polling every `poll_ms` for `polls` polls after its lease was written at
+    /// 0: when it writes the lease again, and the least lease it has left at any poll.
+    fn heartbeats(lease_ms: u64, poll_ms: u64, polls: u64) -> (Vec<u64>, u64) {
+        let options = TaskOptions::default()
+            .lease(Duration::from_millis(lease_ms))
+            .poll_interval(Duration::from_millis(poll_ms));
+        let (mut until, mut writes, mut least) = (lease_ms, Vec::new(), u64::MAX);
+        for now in (1..=polls).map(|k| k * poll_ms) {
+            assert!(until >= now, "the lease lapsed before the poll at {now} ms");
+            least = least.min(until - now);
+            if until < options.renewal_due(now) {
+                until = now + lease_ms;
+                writes.push(now);
+            }
+        }
+        (writes, least)
+    }
+
+    #[test]
+    fn a_live_worker_writes_its_lease_twice_per_lease_and_never_lets_it_run_short() {
+        // The defaults: a 10 s lease and a poll every 500 ms, for 50 s.
+        let (writes, least) = heartbeats(10_000, 500, 100);
+        assert_eq!(writes, (1..=10).map(|k| k * 5_000).collect::<Vec<_>>());
+        assert_eq!(least, 5_000, "half a lease is always left");
+        // A lease of 1.5 s, a poll every 250 ms: a write every third poll.
+        let (writes, least) = heartbeats(1_500, 250, 12);
+        assert_eq!(writes, [750, 1_500, 2_250, 3_000]);
+        assert_eq!(least, 750);
+        // The shortest lease allowed, two polls: a write at every poll, a poll's worth left.
+        let (writes, least) = heartbeats(1_000, 500, 8);
+        assert_eq!(writes.len(), 8);
+        assert_eq!(least, 500);
     }
 }

@@ -466,17 +466,12 @@ impl Tasks {
         let _ = tokio::time::timeout(limit, drained).await;
     }
 
-    /// Parks the task on `input`'s requests under keys never used before in this task; the
-    /// wire keys mapped to the tool's own.
     /// One poll of the worker: reads the task, which brings answers and cancellations written
-    /// on any replica, and extends the lease once less than half a lease and a poll are left
-    /// of it. So the lease is written about twice per lease rather than at every poll, and
-    /// never lapses between two polls of a live worker.
+    /// on any replica, and extends the lease when [`TaskOptions::renewal_due`] says so.
     async fn heartbeat(&self, id: &str) -> Result<Option<TaskRecord>, StoreError> {
         let now = now_ms();
-        let due = now.saturating_add(millis(self.options.lease / 2 + self.options.poll_interval));
         match self.store.load_task(id).await? {
-            Some(record) if record.lease_due(&self.replica, due) => {
+            Some(record) if record.lease_due(&self.replica, self.options.renewal_due(now)) => {
                 let until = now.saturating_add(millis(self.options.lease));
                 let worker = self.replica.clone();
                 let renewal = TaskChange::new(move |record| record.renew(&worker, until));
@@ -486,6 +481,8 @@ impl Tasks {
         }
     }
 
+    /// Parks the task on `input`'s requests under keys never used before in this task; the
+    /// wire keys mapped to the tool's own.
     async fn park(
         &self,
         id: &str,
