@@ -1600,8 +1600,9 @@ async fn tasks_are_kept_changed_under_lock_and_purged_after_their_ttl<S: Store>(
         .unwrap();
     assert_eq!(missing, None);
 
-    // A task whose time to live ended before a new one with its id is made gives way to it.
-    let short_again = TaskRecord::for_tests("tsk_short", "alice", 1_101, 100);
+    // A task whose time to live ended by the time a new one with its id is made (it is no
+    // longer visible at its expiry instant) gives way to it.
+    let short_again = TaskRecord::for_tests("tsk_short", "alice", 1_100, 100);
     let replaced = store.insert_task(short_again.clone()).await.unwrap();
     assert!(matches!(replaced, TaskInsert::Inserted), "{replaced:?}");
     assert_eq!(
@@ -1611,13 +1612,19 @@ async fn tasks_are_kept_changed_under_lock_and_purged_after_their_ttl<S: Store>(
     let early = TaskRecord::for_tests("tsk_long", "alice", 1_100, 100);
     let kept = store.insert_task(early).await.unwrap();
     assert!(matches!(kept, TaskInsert::Existing(_)), "{kept:?}");
+    let last_moment = TaskRecord::for_tests("tsk_long", "bob", 1_000_999, 100);
+    let kept = store.insert_task(last_moment).await.unwrap();
+    assert!(
+        matches!(kept, TaskInsert::Existing(_)),
+        "a task keeps its id up to its last millisecond: {kept:?}"
+    );
 
     assert_eq!(
-        store.purge_tasks(1_201).await.unwrap(),
+        store.purge_tasks(1_200).await.unwrap(),
         0,
         "a task lives its whole ttl"
     );
-    assert_eq!(store.purge_tasks(1_202).await.unwrap(), 1);
+    assert_eq!(store.purge_tasks(1_201).await.unwrap(), 1);
     assert_eq!(store.load_task("tsk_short").await.unwrap(), None);
     assert!(store.load_task("tsk_long").await.unwrap().is_some());
 }

@@ -138,7 +138,7 @@ impl TaskStore for MemoryStore {
         let mut tasks = lock(self.inner.task_shard(task.id()));
         let outcome = match tasks.entry(task.id().to_owned()) {
             std::collections::hash_map::Entry::Occupied(mut existing)
-                if existing.get().expires_at_ms() < task.created_at_ms() =>
+                if existing.get().expires_at_ms() <= task.created_at_ms() =>
             {
                 existing.insert(task);
                 TaskInsert::Inserted

@@ -58,8 +58,9 @@ pub enum TaskInsert {
 /// same task id on every retry, so the unique id is what makes its task exactly once.
 pub trait TaskStore: Send + Sync + 'static {
     /// Stores a new task, unless one with its id is stored that has not expired by the new
-    /// one's creation: then that one is returned and nothing is stored. (An expired one is
-    /// replaced: a retry after the time to live makes a new task.)
+    /// one's creation (its expiry instant is later): then that one is returned and nothing is
+    /// stored. An expired one is replaced, from the instant it stops being visible: a retry
+    /// after the time to live makes a new task.
     fn insert_task(&self, task: TaskRecord) -> StoreFuture<'_, TaskInsert>;
 
     /// The task with this id, if it is stored.

@@ -288,7 +288,7 @@ impl Sql {
                 "INSERT INTO {tasks} AS t (id, expires_at, record) VALUES ($1, $2, $3)
                  ON CONFLICT (id) DO UPDATE
                      SET expires_at = excluded.expires_at, record = excluded.record
-                     WHERE t.expires_at < $4"
+                     WHERE t.expires_at <= $4"
             ),
             task_update: format!("UPDATE {tasks} SET record = $2 WHERE id = $1"),
             task_purge: format!("DELETE FROM {tasks} WHERE expires_at < $1"),

@@ -38,7 +38,7 @@ impl TaskStore for SqliteStore {
                             "INSERT INTO mcp_tasks (id, expires_at, record) VALUES (?1, ?2, ?3)
                              ON CONFLICT (id) DO UPDATE
                                  SET expires_at = excluded.expires_at, record = excluded.record
-                                 WHERE mcp_tasks.expires_at < ?4",
+                                 WHERE mcp_tasks.expires_at <= ?4",
                         )?
                         .execute(params![
                             task.id(),
