@@ -398,6 +398,45 @@ mod tests {
         );
     }
 
+    /// A live worker polling every `poll_ms` for `polls` polls after its lease was written at
+    /// 0, deciding as the worker does: when it writes the lease, and the least it has left.
+    fn heartbeats(lease_ms: u64, poll_ms: u64, polls: u64) -> (Vec<u64>, u64) {
+        let options = crate::tasks::TaskOptions::default()
+            .lease(std::time::Duration::from_millis(lease_ms))
+            .poll_interval(std::time::Duration::from_millis(poll_ms));
+        let mut task = record();
+        task.lease_until_ms = lease_ms;
+        let (mut writes, mut least) = (Vec::new(), u64::MAX);
+        for now in (1..=polls).map(|k| k * poll_ms) {
+            assert!(
+                !task.lease_lapsed(now),
+                "the lease lapsed before the poll at {now} ms"
+            );
+            least = least.min(task.lease_until_ms - now);
+            if task.lease_due("a", options.renewal_due(now)) {
+                assert!(task.renew("a", now + lease_ms));
+                writes.push(now);
+            }
+        }
+        (writes, least)
+    }
+
+    #[test]
+    fn a_live_worker_writes_its_lease_twice_per_lease_and_never_lets_it_run_short() {
+        // The defaults: a 10 s lease and a poll every 500 ms, for 50 s.
+        let (writes, least) = heartbeats(10_000, 500, 100);
+        assert_eq!(writes, (1..=10).map(|k| k * 5_000).collect::<Vec<_>>());
+        assert_eq!(least, 5_000, "half a lease is always left");
+        // A lease of 1.5 s, a poll every 250 ms: a write every third poll.
+        let (writes, least) = heartbeats(1_500, 250, 12);
+        assert_eq!(writes, [750, 1_500, 2_250, 3_000]);
+        assert_eq!(least, 750);
+        // The shortest lease allowed, two polls: a write at every poll, a poll's worth left.
+        let (writes, least) = heartbeats(1_000, 500, 8);
+        assert_eq!(writes.len(), 8);
+        assert_eq!(least, 500);
+    }
+
     #[test]
     fn only_the_holder_renews_and_a_lapsed_lease_fails_the_task() {
         let mut task = record();

@@ -25,8 +25,9 @@
 //! every [`poll_interval`](TaskOptions::poll_interval), picking up what other replicas wrote:
 //! answers to its input requests, or a cancellation, which drops the tool's future. It holds a
 //! [`lease`](TaskOptions::lease) on the record and extends it once less than half a lease and a
-//! poll are left, so a running task costs a read per poll and a write about twice per lease. If the replica dies, the lease lapses and the next `tasks/get` on any replica
-//! marks the task `failed` with a message saying so. When a replica shuts down gracefully
+//! poll are left, so a running task costs a read per poll and a write about twice per lease.
+//! If the replica dies, the lease lapses and the next `tasks/get` on any replica marks the task
+//! `failed` with a message saying so. When a replica shuts down gracefully
 //! (SIGTERM through [`McpServer::serve`](crate::McpServer::serve)), it takes no new tasks
 //! (a task-mode call is refused with HTTP 503, so the client retries elsewhere) and ends its
 //! running tasks as `failed` at once, telling the client to call the tool again.
@@ -124,44 +125,5 @@ impl TaskOptions {
             return Err("task limits must allow at least one running task");
         }
         Ok(())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// A live worker polling every `poll_ms` for `polls` polls after its lease was written at
-    /// 0: when it writes the lease again, and the least lease it has left at any poll.
-    fn heartbeats(lease_ms: u64, poll_ms: u64, polls: u64) -> (Vec<u64>, u64) {
-        let options = TaskOptions::default()
-            .lease(Duration::from_millis(lease_ms))
-            .poll_interval(Duration::from_millis(poll_ms));
-        let (mut until, mut writes, mut least) = (lease_ms, Vec::new(), u64::MAX);
-        for now in (1..=polls).map(|k| k * poll_ms) {
-            assert!(until >= now, "the lease lapsed before the poll at {now} ms");
-            least = least.min(until - now);
-            if until < options.renewal_due(now) {
-                until = now + lease_ms;
-                writes.push(now);
-            }
-        }
-        (writes, least)
-    }
-
-    #[test]
-    fn a_live_worker_writes_its_lease_twice_per_lease_and_never_lets_it_run_short() {
-        // The defaults: a 10 s lease and a poll every 500 ms, for 50 s.
-        let (writes, least) = heartbeats(10_000, 500, 100);
-        assert_eq!(writes, (1..=10).map(|k| k * 5_000).collect::<Vec<_>>());
-        assert_eq!(least, 5_000, "half a lease is always left");
-        // A lease of 1.5 s, a poll every 250 ms: a write every third poll.
-        let (writes, least) = heartbeats(1_500, 250, 12);
-        assert_eq!(writes, [750, 1_500, 2_250, 3_000]);
-        assert_eq!(least, 750);
-        // The shortest lease allowed, two polls: a write at every poll, a poll's worth left.
-        let (writes, least) = heartbeats(1_000, 500, 8);
-        assert_eq!(writes.len(), 8);
-        assert_eq!(least, 500);
     }
 }

@@ -341,10 +341,11 @@ impl Tasks {
 
     /// Drives task `id`'s tool to its end, renewing the lease and relaying input, until the
     /// tool finishes, the task is cancelled or purged, the server shuts down, or the store
-    /// refuses renewals for a whole lease (the lease then lapses and any replica fails the task).
+    /// fails its heartbeats until the lease it last saw is a poll from its end (the lease then
+    /// lapses and any replica fails the task, so the tool must not outlive it).
     ///
     /// The tool runs in a task of its own, so a tool that holds its thread cannot starve the
-    /// renewals; every way out of here aborts it, which drops its future.
+    /// heartbeats; every way out of here aborts it, which drops its future.
     async fn work(&self, id: &str, future: ToolRun, run: Worker, wake: Arc<Notify>) {
         let Worker {
             restart,
@@ -358,7 +359,9 @@ impl Tasks {
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut waiting: Option<Waiting> = None;
         let mut round = 0u32;
-        let mut renewed = tokio::time::Instant::now();
+        // The end of the lease as last read: the record was inserted with a whole lease.
+        let mut lease_end = now_ms().saturating_add(millis(self.options.lease));
+        let margin = millis(self.options.poll_interval);
         let ending = loop {
             tokio::select! {
                 done = async { (&mut tool.as_mut().expect("polled while running").0).await }, if tool.is_some() => { tool = None; match done {
@@ -399,15 +402,15 @@ impl Tasks {
                 Ok(None) => return,
                 Ok(Some(record)) if record.status().is_terminal() => return,
                 Ok(Some(record)) => {
-                    renewed = tokio::time::Instant::now();
+                    lease_end = record.lease_until_ms;
                     record.answers_for(&self.replica)
                 }
-                Err(error) if renewed.elapsed() < self.options.lease => {
+                Err(error) if now_ms().saturating_add(margin) < lease_end => {
                     tracing::warn!(%error, task = id, "could not read or renew a task; retrying at the next poll");
                     continue;
                 }
                 Err(error) => {
-                    tracing::error!(%error, task = id, "no heartbeat for a whole lease: stopping the task's tool; the lease lapses");
+                    tracing::error!(%error, task = id, "no heartbeat before the lease's end: stopping the task's tool; the lease lapses");
                     return;
                 }
             };
