@@ -127,7 +127,8 @@ async fn server(mode: Mode<Options>) -> Result<McpServer, BuildFailure> {
     };
     let mut tasks = mcp_tools::tasks::TaskOptions::default();
     if let Some(lease) = options.task_lease_ms {
-        // Renewals come four times per lease, so one late renewal does not lose it.
+        // Four polls per lease: the lease is written every other poll, so one late poll does
+        // not lose it.
         let lease = std::time::Duration::from_millis(lease);
         tasks = tasks.lease(lease).poll_interval(lease / 4);
     }

@@ -24,7 +24,7 @@ use common::{Call, tasks, within};
 const CHILD_TEST: &str = "a_child_process_serves_basket_tasks_from_the_store_it_is_given";
 const CHILD_DB: &str = "MCP_TOOLS_TEST_TASK_CHILD_DB";
 
-/// The lease the replicas hold on their tasks, and how often they renew it.
+/// The lease the replicas hold on their tasks, and how often they poll them.
 const LEASE: Duration = Duration::from_millis(1_500);
 const POLL: Duration = Duration::from_millis(250);
 
@@ -167,8 +167,13 @@ async fn tasks_across_replicas(label: &str, mut replicas: Vec<Child>, restart: i
     let finished = quote(&b, &basket, 0.1, false).await;
     until_status(&a, &finished, "completed").await;
 
-    // A task that runs for three leases on a live replica keeps renewing its lease.
+    // A task that runs for three leases on a live replica keeps renewing its lease. It is read
+    // all along, so a lapse would be seen (and written as `failed`) as soon as it happened.
     let long = quote(&b, &basket, (LEASE * 3).as_secs_f64(), false).await;
+    let watched = tokio::spawn({
+        let (b, long) = (b.clone(), long.clone());
+        async move { until_status(&b, &long, "completed").await }
+    });
 
     // A's tasks fail once its lease lapses after a SIGKILL.
     let orphan = quote(&a, &basket, 600.0, false).await;
@@ -199,7 +204,7 @@ async fn tasks_across_replicas(label: &str, mut replicas: Vec<Child>, restart: i
         read["result"]["structuredContent"]["state"]["price_eur"].is_u64(),
         "{read}"
     );
-    let outlived = until_status(&fresh.url, &long, "completed").await;
+    let outlived = within("the long task to complete", watched).await.unwrap();
     assert!(
         outlived["result"]["structuredContent"]["state"]["price_eur"].is_u64(),
         "{outlived}"
@@ -273,7 +278,13 @@ async fn sigterm_ends_the_replicas_running_tasks_as_failed_before_it_exits() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_basket_servers_task_caps_are_set_on_its_command_line() {
     use common::examples::{free_port, healthy};
-    for cap in ["--max-running-tasks", "--max-running-tasks-per-principal"] {
+    for (cap, limit) in [
+        ("--max-running-tasks", "running tasks on this server"),
+        (
+            "--max-running-tasks-per-principal",
+            "running tasks for this caller",
+        ),
+    ] {
         let port = free_port();
         let _server = basket_process(port, &["--memory"], &[cap, "1"]);
         healthy(port).await;
@@ -294,6 +305,7 @@ async fn the_basket_servers_task_caps_are_set_on_its_command_line() {
             refused.text
         );
         assert!(refused.headers.contains_key("retry-after"), "{cap}");
+        assert!(refused.text.contains(limit), "{cap}: {}", refused.text);
         task_method(&url, "tasks/cancel", &running, json!({})).await;
         let after = within("a place to free up", async {
             loop {

@@ -92,7 +92,6 @@ pub(super) fn input_required(
         .input_required(sealed, input.requests))
 }
 
-/// What a multi-round state is bound to: the tool, prompt or resource.
 /// Whether `route` may answer `input_required`, and so take a multi-round retry.
 fn takes_rounds(route: Route) -> bool {
     matches!(
@@ -101,6 +100,7 @@ fn takes_rounds(route: Route) -> bool {
     )
 }
 
+/// What a multi-round state is bound to: the tool, prompt or resource.
 pub(super) fn round_target(route: Route, params: &Map<String, Value>) -> Option<String> {
     let field = match route {
         Route::CallTool | Route::GetPrompt => "name",
