@@ -85,10 +85,14 @@ make_tasks() {
   local h out id status
   : >"$3"
   while read -r h; do
-    out="$(task_request "$1" tools/call basket_quote \
-      "{\"name\":\"basket_quote\",\"arguments\":{\"basket_id\":\"$h\",\"seconds\":0.001}}")"
-    id="$(jq -er 'select(.result.resultType == "task") | .result.taskId' <<<"$out")" \
-      || { echo "basket_quote did not make a task: $out" >&2; exit 1; }
+    # A quote the server first polls after its millisecond has passed is answered inline.
+    for _ in 1 2 3; do
+      out="$(task_request "$1" tools/call basket_quote \
+        "{\"name\":\"basket_quote\",\"arguments\":{\"basket_id\":\"$h\",\"seconds\":0.001}}")"
+      id="$(jq -r 'select(.result.resultType == "task") | .result.taskId' <<<"$out")"
+      [[ -n "$id" ]] && break
+    done
+    [[ -n "$id" ]] || { echo "basket_quote did not make a task: $out" >&2; exit 1; }
     echo "$id" >>"$3"
   done <"$2"
   while read -r id; do
@@ -114,7 +118,7 @@ declare -A created_of=() inline_of=()
 
 # run CASE SECONDS -> sets result_line: the RESULT line of the run, with cpu_us=... appended
 run() {
-  local case="$1" d="$2" kind store url pid out line t0 t1 cpu env=()
+  local case="$1" d="$2" kind store url pid script url_var pid_var out line t0 t1 cpu env=()
   kind="${case%%/*}"; store="${case#*/}"
   case "$kind" in
     add) url="$url_add"; pid="$pid_add"; env=(BENCH_VERIFY=1); script="$harness/call.lua" ;;
@@ -132,7 +136,7 @@ run() {
   line="$(grep '^RESULT ' <<<"$out" | tail -n1)"
   [[ -n "$line" ]] || { echo "no RESULT line from wrk on $case: $out" >&2; exit 1; }
   cpu="$(awk -v d="$((t1 - t0))" -v hz="$clk_tck" -v n="$(field requests "$line")" \
-    'BEGIN{printf "%.2f", d * 1e6 / hz / n}')"
+    'BEGIN{printf "%.2f", n ? d * 1e6 / hz / n : 0}')"
   if [[ "$kind" == quote-task ]]; then
     created_of[$store]=$(( ${created_of[$store]:-0} + $(field ok "$line") ))
     inline_of[$store]=$(( ${inline_of[$store]:-0} + $(field inline "$line") ))
@@ -144,8 +148,7 @@ run() {
 verdict() {
   local kind="${1%%/*}" bad="" k v keys
   case "$kind" in
-    add) echo ok; return ;;  # call.lua's own checks: see check in lib.sh
-    get) check "$1" "$2"; return ;;
+    add|get) check "$1" "$2"; return ;;
   esac
   keys="limited rpcerror non200 badbody err_connect err_read err_write err_status err_timeout"
   for k in $keys; do
@@ -156,7 +159,7 @@ verdict() {
 }
 
 rss_bytes() { awk '/^VmRSS:/ {print $2 * 1024}' "/proc/$1/status"; }
-sqlite_bytes() { cat "$work"/basket.db "$work"/basket.db-wal 2>/dev/null | wc -c; }
+sqlite_bytes() { { cat "$work"/basket.db "$work"/basket.db-wal 2>/dev/null || true; } | wc -c; }
 
 cases=(add get/sqlite quote-sync/sqlite quote-task/sqlite task-get/sqlite
   get/memory quote-sync/memory quote-task/memory task-get/memory)
