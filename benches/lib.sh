@@ -5,6 +5,7 @@
 #   work     a temp folder for logs and basket lists
 #   pids     an array; every process started here is appended, and `cleanup` ends them
 #   baskets  how many baskets `make_baskets` creates
+#   threads, conns  wrk's threads and connections, for `wrk_run`
 # and installs `trap cleanup EXIT` itself, so that it can add its own processes to `pids`.
 
 cleanup() {
@@ -91,4 +92,37 @@ check() {
   v="$(sed -n 's/.* codes=\([^ ]*\).*/\1/p' <<<" $line")"
   [[ -n "$v" && "$v" != - ]] && bad+=" rejected_codes=$v"
   if [[ -n "$bad" ]]; then echo "FAIL$bad"; else echo ok; fi
+}
+
+numeric_settings() { # numeric_settings VALUE...: exit 2 unless every VALUE is a whole number
+  local n
+  for n in "$@"; do
+    [[ "$n" =~ ^[0-9]+$ ]] || { echo "numeric settings expected, got '$n'" >&2; exit 2; }
+  done
+}
+
+require_tools() { # require_tools TOOL...: exit 2 naming the first one not installed
+  local tool
+  for tool in "$@"; do
+    command -v "$tool" >/dev/null || { echo "$tool not found (apt-get install -y $tool)" >&2; exit 2; }
+  done
+}
+
+# wrk_run LABEL PID URL SECONDS SCRIPT [NAME=VALUE ...] -> sets wrk_result: the RESULT line of one
+# wrk run (`threads` threads, `conns` connections, the Lua SCRIPT with NAME=VALUE in its
+# environment) with cpu_us=... appended, PID's user+sys time per request; exit 1 with wrk's
+# output on a failed run, a missing RESULT line or no request completed
+wrk_run() {
+  local label="$1" pid="$2" url="$3" d="$4" script="$5" out line t0 t1 requests
+  shift 5
+  t0="$(proc_cpu_ticks "$pid")"
+  out="$(env "$@" timeout $((d + 30)) wrk -t"$threads" -c"$conns" -d"${d}s" --timeout 5s \
+    --latency -s "$script" "$url" 2>&1)" || { echo "wrk failed on $label: $out" >&2; exit 1; }
+  t1="$(proc_cpu_ticks "$pid")"
+  line="$(grep '^RESULT ' <<<"$out" | tail -n1)"
+  [[ -n "$line" ]] || { echo "no RESULT line from wrk on $label: $out" >&2; exit 1; }
+  requests="$(field requests "$line")"
+  (( requests > 0 )) || { echo "no requests completed on $label: $out" >&2; exit 1; }
+  wrk_result="$line cpu_us=$(awk -v d="$((t1 - t0))" -v hz="$clk_tck" -v n="$requests" \
+    'BEGIN{printf "%.2f", d * 1e6 / hz / n}')"
 }

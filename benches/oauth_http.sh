@@ -52,14 +52,11 @@ threads="${THREADS:-1}"
 baskets="${BASKETS:-64}"
 port="${PORT:-19300}"
 
-for n in "$secs" "$rounds" "$warmup" "$conns" "$threads" "$baskets" "$port"; do
-  [[ "$n" =~ ^[0-9]+$ ]] || { echo "numeric settings expected, got '$n'" >&2; exit 2; }
-done
+source "$root/benches/lib.sh"
+numeric_settings "$secs" "$rounds" "$warmup" "$conns" "$threads" "$baskets" "$port"
 (( secs >= 1 && secs <= 120 && rounds >= 1 && rounds <= 20 && threads >= 1 && conns >= threads \
   && baskets >= 1 && baskets <= 1000 )) || { echo "setting out of range" >&2; exit 2; }
-for tool in wrk curl jq openssl python3; do
-  command -v "$tool" >/dev/null || { echo "$tool not found" >&2; exit 2; }
-done
+require_tools wrk curl jq openssl python3
 
 echo "== building the basket example (release)" >&2
 (cd "$root" && cargo build --release --quiet --example basket) >&2
@@ -68,7 +65,6 @@ bin="${CARGO_TARGET_DIR:-$root/target}/release/examples"
 
 work="$(mktemp -d)"
 pids=()
-source "$root/benches/lib.sh"
 trap cleanup EXIT
 
 b64url() { openssl base64 -A | tr '+/' '-_' | tr -d '='; }

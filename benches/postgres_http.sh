@@ -31,13 +31,10 @@ baskets="${BASKETS:-64}"
 port="${PORT:-19390}"
 url="${MCP_TOOLS_POSTGRES_URL:?set MCP_TOOLS_POSTGRES_URL (eval \"\$(bash .ci/postgres start)\")}"
 
-for n in "$secs" "$rounds" "$conns" "$baskets" "$port"; do
-  [[ "$n" =~ ^[0-9]+$ ]] || { echo "numeric settings expected, got '$n'" >&2; exit 2; }
-done
+source "$root/benches/lib.sh"
+numeric_settings "$secs" "$rounds" "$conns" "$baskets" "$port"
 (( secs >= 1 && rounds >= 1 && conns >= 3 && baskets >= 1 )) || { echo "setting out of range" >&2; exit 2; }
-for tool in wrk curl jq psql; do
-  command -v "$tool" >/dev/null || { echo "$tool not found (apt-get install -y $tool)" >&2; exit 2; }
-done
+require_tools wrk curl jq psql
 
 echo "== building the basket example (release)" >&2
 (cd "$root" && cargo build --release --quiet --example basket) >&2
@@ -46,7 +43,6 @@ bin="${CARGO_TARGET_DIR:-$root/target}/release/examples"
 
 work="$(mktemp -d)"
 pids=()
-source "$root/benches/lib.sh"
 database="bench_$$"
 base="${url%%\?*}"
 bench_url="${base%/*}/$database"

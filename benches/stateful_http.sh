@@ -45,14 +45,11 @@ threads="${THREADS:-1}"
 baskets="${BASKETS:-64}"
 port="${PORT:-19290}"
 
-for n in "$secs" "$rounds" "$warmup" "$conns" "$threads" "$baskets" "$port"; do
-  [[ "$n" =~ ^[0-9]+$ ]] || { echo "numeric settings expected, got '$n'" >&2; exit 2; }
-done
+source "$root/benches/lib.sh"
+numeric_settings "$secs" "$rounds" "$warmup" "$conns" "$threads" "$baskets" "$port"
 (( secs >= 1 && secs <= 120 && rounds >= 1 && rounds <= 20 && threads >= 1 && conns >= threads \
   && baskets >= 1 && baskets <= 1000 )) || { echo "setting out of range" >&2; exit 2; }
-for tool in wrk curl jq; do
-  command -v "$tool" >/dev/null || { echo "$tool not found (apt-get install -y $tool)" >&2; exit 2; }
-done
+require_tools wrk curl jq
 [[ -r "$harness/call.lua" ]] || { echo "no call.lua in $harness (set HARNESS)" >&2; exit 2; }
 
 echo "== building the examples (release)" >&2
@@ -62,7 +59,6 @@ bin="${CARGO_TARGET_DIR:-$root/target}/release/examples"
 
 work="$(mktemp -d)"
 pids=()
-source "$root/benches/lib.sh"
 trap cleanup EXIT
 
 start quickstart "$port"; pid_add=$started_pid; url_add="http://127.0.0.1:$port/mcp"
@@ -89,27 +85,20 @@ run_seq=0
 # run CASE SECONDS -> sets result_line: the RESULT line of the run, with cpu_us=... appended
 # (not called in a subshell: it keeps the applied answers per case)
 run() {
-  local case="$1" d="$2" tool store url pid script out line t0 t1 cpu
+  local case="$1" d="$2" tool store url pid script url_var pid_var
   tool="${case%%/*}"; store="${case#*/}"
   case "$tool" in
     add) url="$url_add"; pid="$pid_add"; script="$harness/call.lua" ;;
     *) url_var="url_$store"; pid_var="pid_$store"; url="${!url_var}"; pid="${!pid_var}"; script="$lua" ;;
   esac
   run_seq=$((run_seq + 1))
-  t0="$(proc_cpu_ticks "$pid")"
-  out="$(BENCH_VERIFY=1 BENCH_TOOL="$tool" BENCH_BASKETS="$work/$tool-$store.txt" \
-    BENCH_RUN="r$run_seq$RANDOM" timeout $((d + 30)) wrk -t"$threads" -c"$conns" -d"${d}s" \
-    --timeout 5s --latency -s "$script" "$url" 2>&1)" || { echo "wrk failed on $case: $out" >&2; exit 1; }
-  t1="$(proc_cpu_ticks "$pid")"
-  line="$(grep '^RESULT ' <<<"$out" | tail -n1)"
-  [[ -n "$line" ]] || { echo "no RESULT line from wrk on $case: $out" >&2; exit 1; }
-  cpu="$(awk -v d="$((t1 - t0))" -v hz="$clk_tck" -v n="$(field requests "$line")" \
-    'BEGIN{printf "%.2f", d * 1e6 / hz / n}')"
+  wrk_run "$case" "$pid" "$url" "$d" "$script" BENCH_VERIFY=1 BENCH_TOOL="$tool" \
+    BENCH_BASKETS="$work/$tool-$store.txt" BENCH_RUN="r$run_seq$RANDOM"
   if [[ "$tool" != add ]]; then
-    applied_total[$case]=$(( ${applied_total[$case]:-0} + $(field applied "$line") ))
+    applied_total[$case]=$(( ${applied_total[$case]:-0} + $(field applied "$wrk_result") ))
     runs_of[$case]=$(( ${runs_of[$case]:-0} + 1 ))
   fi
-  result_line="$line cpu_us=$cpu"
+  result_line="$wrk_result"
 }
 
 

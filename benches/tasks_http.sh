@@ -11,7 +11,7 @@
 #   WARMUP    seconds of unrecorded load per case before round 1 (default 2)
 #   CONNS     keep-alive connections (default 32); THREADS wrk threads (default 1)
 #   BASKETS   baskets, and completed tasks read by task-get, per store (default 64)
-#   PORT      first of three loopback ports (default 19390)
+#   PORT      first of three loopback ports (default 19420)
 #   HARNESS   the side-by-side harness folder, for its call.lua (default ../shared/bench beside
 #             the project root)
 #
@@ -38,16 +38,13 @@ warmup="${WARMUP:-2}"
 conns="${CONNS:-32}"
 threads="${THREADS:-1}"
 baskets="${BASKETS:-64}"
-port="${PORT:-19390}"
+port="${PORT:-19420}"
 
-for n in "$secs" "$rounds" "$warmup" "$conns" "$threads" "$baskets" "$port"; do
-  [[ "$n" =~ ^[0-9]+$ ]] || { echo "numeric settings expected, got '$n'" >&2; exit 2; }
-done
+source "$root/benches/lib.sh"
+numeric_settings "$secs" "$rounds" "$warmup" "$conns" "$threads" "$baskets" "$port"
 (( secs >= 1 && secs <= 120 && rounds >= 1 && rounds <= 20 && threads >= 1 && conns >= threads \
   && baskets >= 1 && baskets <= 1000 )) || { echo "setting out of range" >&2; exit 2; }
-for tool in wrk curl jq; do
-  command -v "$tool" >/dev/null || { echo "$tool not found (apt-get install -y $tool)" >&2; exit 2; }
-done
+require_tools wrk curl jq
 [[ -r "$harness/call.lua" ]] || { echo "no call.lua in $harness (set HARNESS)" >&2; exit 2; }
 
 echo "== building the examples (release)" >&2
@@ -57,7 +54,6 @@ bin="${CARGO_TARGET_DIR:-$root/target}/release/examples"
 
 work="$(mktemp -d)"
 pids=()
-source "$root/benches/lib.sh"
 trap cleanup EXIT
 
 caps=(--max-running-tasks 1000000 --max-running-tasks-per-principal 1000000)
@@ -118,7 +114,7 @@ declare -A created_of=() inline_of=()
 
 # run CASE SECONDS -> sets result_line: the RESULT line of the run, with cpu_us=... appended
 run() {
-  local case="$1" d="$2" kind store url pid script url_var pid_var out line t0 t1 cpu env=()
+  local case="$1" d="$2" kind store url pid script url_var pid_var env=()
   kind="${case%%/*}"; store="${case#*/}"
   case "$kind" in
     add) url="$url_add"; pid="$pid_add"; env=(BENCH_VERIFY=1); script="$harness/call.lua" ;;
@@ -129,19 +125,12 @@ run() {
   if [[ "$kind" != add ]]; then
     url_var="url_$store"; pid_var="pid_$store"; url="${!url_var}"; pid="${!pid_var}"
   fi
-  t0="$(proc_cpu_ticks "$pid")"
-  out="$(env "${env[@]}" timeout $((d + 30)) wrk -t"$threads" -c"$conns" -d"${d}s" \
-    --timeout 5s --latency -s "$script" "$url" 2>&1)" || { echo "wrk failed on $case: $out" >&2; exit 1; }
-  t1="$(proc_cpu_ticks "$pid")"
-  line="$(grep '^RESULT ' <<<"$out" | tail -n1)"
-  [[ -n "$line" ]] || { echo "no RESULT line from wrk on $case: $out" >&2; exit 1; }
-  cpu="$(awk -v d="$((t1 - t0))" -v hz="$clk_tck" -v n="$(field requests "$line")" \
-    'BEGIN{printf "%.2f", n ? d * 1e6 / hz / n : 0}')"
+  wrk_run "$case" "$pid" "$url" "$d" "$script" "${env[@]}"
   if [[ "$kind" == quote-task ]]; then
-    created_of[$store]=$(( ${created_of[$store]:-0} + $(field ok "$line") ))
-    inline_of[$store]=$(( ${inline_of[$store]:-0} + $(field inline "$line") ))
+    created_of[$store]=$(( ${created_of[$store]:-0} + $(field ok "$wrk_result") ))
+    inline_of[$store]=$(( ${inline_of[$store]:-0} + $(field inline "$wrk_result") ))
   fi
-  result_line="$line cpu_us=$cpu"
+  result_line="$wrk_result"
 }
 
 # verdict CASE LINE -> "ok", or FAIL and the counts of incorrect answers
