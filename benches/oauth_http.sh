@@ -153,22 +153,13 @@ run_seq=0
 
 # run CASE SECONDS -> sets result_line: the RESULT line of the run, with cpu_us=... appended
 run() {
-  local case="$1" d="$2" tool store url_var pid_var token_var out line t0 t1 requests
+  local case="$1" d="$2" tool store url_var pid_var token_var
   tool="${case%%/*}"; store="${case#*/}"
   url_var="url_$store"; pid_var="pid_$store"; token_var="token_$store"
   run_seq=$((run_seq + 1))
-  t0="$(proc_cpu_ticks "${!pid_var}")"
-  out="$(BENCH_TOOL="$tool" BENCH_BASKETS="$work/$tool-$store.txt" \
-    BENCH_RUN="r$run_seq$RANDOM" BENCH_TOKEN="${!token_var}" timeout $((d + 30)) \
-    wrk -t"$threads" -c"$conns" -d"${d}s" --timeout 5s --latency -s "$lua" "${!url_var}" 2>&1)" \
-    || { echo "wrk failed on $case: $out" >&2; exit 1; }
-  t1="$(proc_cpu_ticks "${!pid_var}")"
-  line="$(grep '^RESULT ' <<<"$out" | tail -n1)"
-  [[ -n "$line" ]] || { echo "no RESULT line from wrk on $case: $out" >&2; exit 1; }
-  requests="$(field requests "$line")"
-  (( requests > 0 )) || { echo "no requests completed on $case: $out" >&2; exit 1; }
-  result_line="$line cpu_us=$(awk -v d="$((t1 - t0))" -v hz="$clk_tck" -v n="$requests" \
-    'BEGIN{printf "%.2f", d * 1e6 / hz / n}')"
+  wrk_run "$case" "${!pid_var}" "${!url_var}" "$d" "$lua" BENCH_TOOL="$tool" \
+    BENCH_BASKETS="$work/$tool-$store.txt" BENCH_RUN="r$run_seq$RANDOM" BENCH_TOKEN="${!token_var}"
+  result_line="$wrk_result"
 }
 
 cases=(get/off get/on upgrade/off upgrade/on)
