@@ -428,6 +428,21 @@ async fn running_tasks_are_capped_per_replica_for_every_principal() {
     );
     h.probe.gate.notify_one();
     until(&server, &id, "completed").await;
+    // The ended task gives its place back, to anyone.
+    within("a place to free up", async {
+        loop {
+            let reply = tool_call("gated", json!({ "label": "3" }))
+                .header("authorization", "Bearer bob")
+                .send(&server)
+                .await;
+            if reply.status == 200 {
+                return;
+            }
+            tokio::time::sleep(POLL).await;
+        }
+    })
+    .await;
+    h.probe.gate.notify_one();
 }
 
 #[tokio::test]
@@ -708,4 +723,56 @@ async fn a_server_that_is_shutting_down_takes_no_new_task_and_still_answers_the_
         1,
         "the refused call never ran"
     );
+}
+
+#[tokio::test]
+async fn a_principals_running_count_goes_down_one_ended_task_at_a_time() {
+    let h = harness();
+    let server = TestServer::start(server_with(
+        &h.probe,
+        Arc::new(MemoryStore::default()),
+        TaskOptions::default().max_running_per_principal(2),
+    ))
+    .await;
+    let ids = [
+        created(&server, "gated", json!({ "label": "1" })).await,
+        created(&server, "gated", json!({ "label": "2" })).await,
+    ];
+    // Both tools wait on the gate; let exactly one of them finish.
+    h.probe.gate.notify_one();
+    within("one of the two tasks to complete", async {
+        loop {
+            for id in &ids {
+                if get(&server, id).await["status"] == "completed" {
+                    return;
+                }
+            }
+            tokio::time::sleep(POLL).await;
+        }
+    })
+    .await;
+    // One place is free, and only one: the other task still counts.
+    let third = within("a place to free up", async {
+        loop {
+            let reply = tool_call("gated", json!({ "label": "3" }))
+                .send(&server)
+                .await;
+            if reply.status == 200 {
+                return reply;
+            }
+            tokio::time::sleep(POLL).await;
+        }
+    })
+    .await;
+    assert_eq!(third.result()["resultType"], "task", "{}", third.text);
+    let fourth = tool_call("gated", json!({ "label": "4" }))
+        .send(&server)
+        .await;
+    assert_eq!(fourth.status, 429, "{}", fourth.text);
+    assert!(
+        fourth.text.contains("running tasks for this caller"),
+        "{}",
+        fourth.text
+    );
+    h.probe.gate.notify_waiters();
 }
