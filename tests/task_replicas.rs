@@ -291,12 +291,11 @@ async fn the_basket_servers_task_caps_are_set_on_its_command_line() {
         let url = format!("http://127.0.0.1:{port}/mcp");
         let basket = new_basket(&url).await;
         let running = quote(&url, &basket, 600.0, false).await;
-        let arguments = json!({ "basket_id": basket, "seconds": 600 });
-        let refused = within(
-            "a quote past the cap",
-            tasks::tool_call("basket_quote", arguments).send_to(&url),
-        )
-        .await;
+        let call = tasks::tool_call(
+            "basket_quote",
+            json!({ "basket_id": basket, "seconds": 600 }),
+        );
+        let refused = within("a quote past the cap", call.send_to(&url)).await;
         assert_eq!(refused.status, 429, "{cap}: {}", refused.text);
         assert_eq!(
             refused.error_code(),
@@ -307,19 +306,7 @@ async fn the_basket_servers_task_caps_are_set_on_its_command_line() {
         assert!(refused.headers.contains_key("retry-after"), "{cap}");
         assert!(refused.text.contains(limit), "{cap}: {}", refused.text);
         task_method(&url, "tasks/cancel", &running, json!({})).await;
-        let after = within("a place to free up", async {
-            loop {
-                let arguments = json!({ "basket_id": basket, "seconds": 600 });
-                let reply = tasks::tool_call("basket_quote", arguments)
-                    .send_to(&url)
-                    .await;
-                if reply.status == 200 {
-                    return reply.result();
-                }
-                tokio::time::sleep(POLL / 5).await;
-            }
-        })
-        .await;
+        let after = tasks::until_accepted(&url, &call, POLL / 5).await.result();
         assert_eq!(after["resultType"], "task", "{cap}: {after}");
     }
 }

@@ -386,18 +386,8 @@ async fn running_tasks_are_capped_per_principal_with_a_retryable_refusal() {
     assert_eq!(bob.result()["resultType"], "task");
     h.probe.gate.notify_waiters();
     until(&server, &id, "completed").await;
-    within("a place to free up", async {
-        loop {
-            let reply = tool_call("gated", json!({ "label": "4" }))
-                .send(&server)
-                .await;
-            if reply.status == 200 {
-                return;
-            }
-            tokio::time::sleep(POLL).await;
-        }
-    })
-    .await;
+    let call = tool_call("gated", json!({ "label": "4" }));
+    tasks::until_accepted(&server.url(), &call, POLL).await;
     h.probe.gate.notify_waiters();
 }
 
@@ -429,19 +419,8 @@ async fn running_tasks_are_capped_per_replica_for_every_principal() {
     h.probe.gate.notify_one();
     until(&server, &id, "completed").await;
     // The ended task gives its place back, to anyone.
-    within("a place to free up", async {
-        loop {
-            let reply = tool_call("gated", json!({ "label": "3" }))
-                .header("authorization", "Bearer bob")
-                .send(&server)
-                .await;
-            if reply.status == 200 {
-                return;
-            }
-            tokio::time::sleep(POLL).await;
-        }
-    })
-    .await;
+    let call = tool_call("gated", json!({ "label": "3" })).header("authorization", "Bearer bob");
+    tasks::until_accepted(&server.url(), &call, POLL).await;
     h.probe.gate.notify_one();
 }
 
@@ -752,18 +731,8 @@ async fn a_principals_running_count_goes_down_one_ended_task_at_a_time() {
     })
     .await;
     // One place is free, and only one: the other task still counts.
-    let third = within("a place to free up", async {
-        loop {
-            let reply = tool_call("gated", json!({ "label": "3" }))
-                .send(&server)
-                .await;
-            if reply.status == 200 {
-                return reply;
-            }
-            tokio::time::sleep(POLL).await;
-        }
-    })
-    .await;
+    let call = tool_call("gated", json!({ "label": "3" }));
+    let third = tasks::until_accepted(&server.url(), &call, POLL).await;
     assert_eq!(third.result()["resultType"], "task", "{}", third.text);
     let fourth = tool_call("gated", json!({ "label": "4" }))
         .send(&server)

@@ -52,3 +52,19 @@ pub async fn until_status<F: Future<Output = Value>>(
     })
     .await
 }
+
+/// Sends `call` to `url` every `poll` while a running-task cap refuses it (429), and returns
+/// the first accepted reply; any other answer fails the test, as does a step's wait.
+pub async fn until_accepted(url: &str, call: &Call, poll: Duration) -> super::Reply {
+    within("a place to free up under the running-task caps", async {
+        loop {
+            let reply = call.send_to(url).await;
+            if reply.status == 200 {
+                return reply;
+            }
+            assert_eq!(reply.status, 429, "{}", reply.text);
+            tokio::time::sleep(poll).await;
+        }
+    })
+    .await
+}
