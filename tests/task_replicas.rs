@@ -264,14 +264,7 @@ async fn sigterm_ends_the_replicas_running_tasks_as_failed_before_it_exits() {
     assert!(exit.success(), "{exit:?}");
     // Recorded before the process exited: no lease had to lapse.
     let failed = task_method(&url_b, "tasks/get", &id, json!({})).await;
-    assert_eq!(failed["status"], "failed", "{failed}");
-    assert!(
-        failed["statusMessage"]
-            .as_str()
-            .unwrap()
-            .contains("shut down"),
-        "{failed}"
-    );
+    tasks::assert_shut_down(&failed);
     remove_db(&path);
 }
 

@@ -149,10 +149,15 @@ fn server_with(probe: &Probe, store: Arc<MemoryStore>, options: TaskOptions) -> 
 }
 
 async fn start(probe: &Probe) -> TestServer {
+    start_with(probe, TaskOptions::default()).await
+}
+
+/// A server of its own store with `options`.
+async fn start_with(probe: &Probe, options: TaskOptions) -> TestServer {
     TestServer::start(server_with(
         probe,
         Arc::new(MemoryStore::default()),
-        TaskOptions::default(),
+        options,
     ))
     .await
 }
@@ -229,12 +234,7 @@ async fn a_task_is_created_durably_runs_in_the_background_and_inlines_its_result
 async fn a_task_is_readable_for_its_ttl_and_unknown_after_it() {
     let h = harness();
     let ttl = Duration::from_secs(2);
-    let server = TestServer::start(server_with(
-        &h.probe,
-        Arc::new(MemoryStore::default()),
-        TaskOptions::default().ttl(ttl),
-    ))
-    .await;
+    let server = start_with(&h.probe, TaskOptions::default().ttl(ttl)).await;
     let id = created(&server, "gated", json!({ "label": "brief" })).await;
     h.probe.gate.notify_one();
     let done = until(&server, &id, "completed").await;
@@ -366,11 +366,10 @@ async fn a_retry_with_the_same_operation_id_gets_the_same_task_and_runs_nothing_
 #[tokio::test]
 async fn running_tasks_are_capped_per_principal_with_a_retryable_refusal() {
     let h = harness();
-    let server = TestServer::start(server_with(
+    let server = start_with(
         &h.probe,
-        Arc::new(MemoryStore::default()),
         TaskOptions::default().max_running_per_principal(1),
-    ))
+    )
     .await;
     let id = created(&server, "gated", json!({ "label": "1" })).await;
     let refused = tool_call("gated", json!({ "label": "2" }))
@@ -394,12 +393,7 @@ async fn running_tasks_are_capped_per_principal_with_a_retryable_refusal() {
 #[tokio::test]
 async fn running_tasks_are_capped_per_replica_for_every_principal() {
     let h = harness();
-    let server = TestServer::start(server_with(
-        &h.probe,
-        Arc::new(MemoryStore::default()),
-        TaskOptions::default().max_running(1),
-    ))
-    .await;
+    let server = start_with(&h.probe, TaskOptions::default().max_running(1)).await;
     let id = created(&server, "gated", json!({ "label": "1" })).await;
     let bob = tool_call("gated", json!({ "label": "2" }))
         .header("authorization", "Bearer bob")
@@ -650,13 +644,7 @@ async fn servers_sharing_a_store_answer_for_each_others_tasks_and_a_shutdown_fai
     let running = created(&a, "gated", json!({ "label": "shutdown" })).await;
     drop(a);
     let failed = until(&b, &running, "failed").await;
-    assert!(
-        failed["statusMessage"]
-            .as_str()
-            .unwrap()
-            .contains("shut down"),
-        "{failed}"
-    );
+    tasks::assert_shut_down(&failed);
 }
 
 #[tokio::test]
@@ -682,13 +670,7 @@ async fn a_server_that_is_shutting_down_takes_no_new_task_and_still_answers_the_
     assert!(refused.text.contains("shutting down"), "{}", refused.text);
 
     let failed = until(&server, &running, "failed").await;
-    assert!(
-        failed["statusMessage"]
-            .as_str()
-            .unwrap()
-            .contains("shut down"),
-        "{failed}"
-    );
+    tasks::assert_shut_down(&failed);
     // A call that is no task still runs: only new tasks would outlive the process.
     let plain = within(
         "a plain call during the shutdown",
@@ -707,11 +689,10 @@ async fn a_server_that_is_shutting_down_takes_no_new_task_and_still_answers_the_
 #[tokio::test]
 async fn a_principals_running_count_goes_down_one_ended_task_at_a_time() {
     let h = harness();
-    let server = TestServer::start(server_with(
+    let server = start_with(
         &h.probe,
-        Arc::new(MemoryStore::default()),
         TaskOptions::default().max_running_per_principal(2),
-    ))
+    )
     .await;
     let ids = [
         created(&server, "gated", json!({ "label": "1" })).await,

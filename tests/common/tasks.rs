@@ -68,3 +68,10 @@ pub async fn until_accepted(url: &str, call: &Call, poll: Duration) -> super::Re
     })
     .await
 }
+
+/// Asserts `task` failed because the replica running it shut down.
+pub fn assert_shut_down(task: &Value) {
+    assert_eq!(task["status"], "failed", "{task}");
+    let message = task["statusMessage"].as_str().unwrap_or_default();
+    assert!(message.contains("shut down"), "{task}");
+}
