@@ -43,14 +43,14 @@ pub(crate) fn request_span(
     if let Some(params) = params {
         record_target(&span, method, params);
     }
-    if let Some(Value::Object(meta)) = params.and_then(|params| params.get("_meta")) {
-        if let Some(Value::String(version)) = meta.get(crate::protocol::meta_keys::PROTOCOL_VERSION)
-        {
-            span.record("mcp.protocol.version", version.as_str());
-        }
-        #[cfg(feature = "opentelemetry")]
-        continue_trace(&span, meta);
+    let Some(Value::Object(meta)) = params.and_then(|params| params.get("_meta")) else {
+        return span;
+    };
+    if let Some(Value::String(version)) = meta.get(crate::protocol::meta_keys::PROTOCOL_VERSION) {
+        span.record("mcp.protocol.version", version.as_str());
     }
+    #[cfg(feature = "opentelemetry")]
+    continue_trace(&span, meta);
     span
 }
 

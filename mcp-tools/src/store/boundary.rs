@@ -119,7 +119,9 @@ pub(crate) struct Change {
     pub(crate) undo: Vec<Undo>,
     /// Patches of versions up to this one may be dropped.
     pub(crate) drop_through: u64,
-    /// A ledger record about this change follows in the same transaction.
+    /// A ledger record about this change follows in the same transaction (SQLite counts it in
+    /// the write; the other stores count it with the record).
+    #[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
     pub(crate) recorded: bool,
 }
 
