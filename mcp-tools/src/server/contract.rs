@@ -11,9 +11,9 @@ impl McpServer {
     ///
     /// Commit it next to the code ([`Contract::to_json_string`]) and compare it in CI
     /// ([`assert_contract`](crate::testing::assert_contract), or `contract check` of the
-    /// [command line](crate::cli)): a renamed argument, a new required field or a removed
-    /// outcome code then shows up as a breaking change before agents prompted with the old
-    /// contract meet it.
+    /// command line, `mcp_tools::cli` with the `cli` feature): a renamed argument, a new
+    /// required field or a removed outcome code then shows up as a breaking change before
+    /// agents prompted with the old contract meet it.
     pub fn contract(&self) -> Contract {
         let snapshot = self.shared.snapshot.load();
         let tools = snapshot

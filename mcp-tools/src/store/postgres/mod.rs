@@ -1,68 +1,4 @@
 //! The PostgreSQL store: one database shared by replicas on many hosts.
-//!
-//! # How a change is made atomic
-//!
-//! Every unit runs in one transaction at PostgreSQL's default isolation, `READ COMMITTED`, made
-//! atomic by locks, not by serialization checks, so no unit ever fails with a serialization
-//! error the model could not act on:
-//!
-//! 1. **First round trip**, pipelined: `BEGIN`; two transaction-scoped advisory locks,
-//!    `pg_advisory_xact_lock`, on 64-bit digests of (schema, table prefix, handle) and of
-//!    (schema, table prefix, principal, operation id): every unit that writes one resource
-//!    queues on the first, every unit of one operation id on the second, on every replica,
-//!    whether or not the row or the ledger record exists yet; then one statement that reads the
-//!    database's clock, the resource, its undo patches after `expected_version`, and the ledger
-//!    record with the resource it names. That statement starts after both locks are held, so in
-//!    `READ COMMITTED` its snapshot holds everything committed by the units it waited for.
-//!    Advisory locks write nothing (a `SELECT … FOR UPDATE` would write the row's lock into the
-//!    table and its log).
-//! 2. The boundary runs in this process on what was read: version comparison, lifecycle,
-//!    expiry, the ledger's answer, the transition, the undo patch. If it needs a row it was not
-//!    given (a replay naming another resource, an older history), that row is read in the same
-//!    transaction and the boundary starts over, before its transition runs.
-//! 3. **Second round trip**, pipelined: the writes and `COMMIT`. The usual mutation is one
-//!    statement: the conditional `UPDATE … WHERE version = $2 - 1` with the undo patch and the
-//!    ledger record inserted from its `RETURNING`, so neither is written unless the update was.
-//!    A failing statement aborts the transaction, and the `COMMIT` then rolls it back: the
-//!    change, its history and its ledger record commit or vanish together.
-//!
-//! So a mutation costs **two round trips**, a read one, a create whose state is known up front
-//! two, and a create whose state the tool makes four (claim, then store). A mutation runs five
-//! statements (`BEGIN`, the locks, the read, the write, `COMMIT`), where a hand-written
-//! read-then-conditional-update runs two. The locks are always taken in the same order
-//! (resource, then operation id), so these units cannot deadlock one another; the sweep, which
-//! takes no advisory lock, deletes a ledger record before it touches a resource row, as units do,
-//! so it cannot deadlock with them either. (A unit that replaces an expired record naming another
-//! resource can still meet another such unit in a deadlock PostgreSQL breaks: the loser answers
-//! `STORE_UNAVAILABLE`, and its retry is safe. A mutation is never run again by the store: its
-//! transition runs once per attempt.) A unit is bounded in time: the pool wait, each statement
-//! (`statement_timeout`), each lock wait (`lock_timeout`) and the time a transaction may sit
-//! idle holding its locks while the transition runs (`idle_in_transaction_session_timeout`) are
-//! all set from [`PostgresOptions::timeout`], and the whole unit is abandoned past it. A
-//! connection whose unit did not finish is closed, never reused: the server rolls its
-//! transaction back and lets its locks go once it notices, within the statement and lock
-//! timeouts at worst.
-//!
-//! # Time
-//!
-//! Expiry, ledger retention and creation leases are judged by the database's clock
-//! (`clock_timestamp()`, read after the locks), so replicas whose clocks disagree still agree
-//! on what has expired. [`TimeSource::StoreClock`] uses [`StoreConfig::clock`] instead, for
-//! tests that step time.
-//!
-//! # Failures
-//!
-//! A lost connection, a restarted database, a statement or lock timeout, and a full pool all
-//! answer [`StoreError::Backend`] (the tool result `STORE_UNAVAILABLE`, which tells the model to
-//! retry with the same `operation_id`); the pool opens new connections as the database comes
-//! back. A commit whose acknowledgement was lost either happened, and the retry is answered
-//! from the ledger (`replayed`), or did not, and the retry applies it.
-//!
-//! # Engines speaking PostgreSQL's protocol
-//!
-//! The SQL is plain (text, bigint, bytea, CTEs, `ARRAY(subquery)`), except the
-//! advisory locks (`pg_advisory_xact_lock`) and `to_regclass`/`to_regnamespace`, which some such
-//! engines lack or treat as no-ops; only PostgreSQL 15 and later is tested.
 
 use std::future::Future;
 use std::sync::{Arc, Weak};
@@ -139,11 +75,74 @@ impl Default for PostgresOptions {
 }
 
 /// A store in a PostgreSQL database (15 or later), shared by any number of replicas on any
-/// number of hosts. See the [module docs](self) for how a change is made atomic, what it costs in
-/// round trips, and how failures are answered.
+/// number of hosts.
 ///
 /// The tables are created on first use under a schema version recorded in `{prefix}migrations`;
 /// a database whose schema is newer than this code's is refused.
+///
+/// # How a change is made atomic
+///
+/// Every unit runs in one transaction at PostgreSQL's default isolation, `READ COMMITTED`, made
+/// atomic by locks, not by serialization checks, so no unit ever fails with a serialization
+/// error the model could not act on:
+///
+/// 1. **First round trip**, pipelined: `BEGIN`; two transaction-scoped advisory locks,
+///    `pg_advisory_xact_lock`, on 64-bit digests of (schema, table prefix, handle) and of
+///    (schema, table prefix, principal, operation id): every unit that writes one resource
+///    queues on the first, every unit of one operation id on the second, on every replica,
+///    whether or not the row or the ledger record exists yet; then one statement that reads the
+///    database's clock, the resource, its undo patches after `expected_version`, and the ledger
+///    record with the resource it names. That statement starts after both locks are held, so in
+///    `READ COMMITTED` its snapshot holds everything committed by the units it waited for.
+///    Advisory locks write nothing (a `SELECT … FOR UPDATE` would write the row's lock into the
+///    table and its log).
+/// 2. The boundary runs in this process on what was read: version comparison, lifecycle,
+///    expiry, the ledger's answer, the transition, the undo patch. If it needs a row it was not
+///    given (a replay naming another resource, an older history), that row is read in the same
+///    transaction and the boundary starts over, before its transition runs.
+/// 3. **Second round trip**, pipelined: the writes and `COMMIT`. The usual mutation is one
+///    statement: the conditional `UPDATE … WHERE version = $2 - 1` with the undo patch and the
+///    ledger record inserted from its `RETURNING`, so neither is written unless the update was.
+///    A failing statement aborts the transaction, and the `COMMIT` then rolls it back: the
+///    change, its history and its ledger record commit or vanish together.
+///
+/// So a mutation costs **two round trips**, a read one, a create whose state is known up front
+/// two, and a create whose state the tool makes four (claim, then store). A mutation runs five
+/// statements (`BEGIN`, the locks, the read, the write, `COMMIT`), where a hand-written
+/// read-then-conditional-update runs two. The locks are always taken in the same order
+/// (resource, then operation id), so these units cannot deadlock one another; the sweep, which
+/// takes no advisory lock, deletes a ledger record before it touches a resource row, as units do,
+/// so it cannot deadlock with them either. (A unit that replaces an expired record naming another
+/// resource can still meet another such unit in a deadlock PostgreSQL breaks: the loser answers
+/// `STORE_UNAVAILABLE`, and its retry is safe. A mutation is never run again by the store: its
+/// transition runs once per attempt.) A unit is bounded in time: the pool wait, each statement
+/// (`statement_timeout`), each lock wait (`lock_timeout`) and the time a transaction may sit
+/// idle holding its locks while the transition runs (`idle_in_transaction_session_timeout`) are
+/// all set from [`PostgresOptions::timeout`], and the whole unit is abandoned past it. A
+/// connection whose unit did not finish is closed, never reused: the server rolls its
+/// transaction back and lets its locks go once it notices, within the statement and lock
+/// timeouts at worst.
+///
+/// # Time
+///
+/// Expiry, ledger retention and creation leases are judged by the database's clock
+/// (`clock_timestamp()`, read after the locks), so replicas whose clocks disagree still agree
+/// on what has expired. [`TimeSource::StoreClock`] uses [`StoreConfig::clock`] instead, for
+/// tests that step time.
+///
+/// # Failures
+///
+/// A lost connection, a restarted database, a statement or lock timeout, and a full pool all
+/// answer [`StoreError::Backend`] (the tool result `STORE_UNAVAILABLE`, which tells the model to
+/// retry with the same `operation_id`); the pool opens new connections as the database comes
+/// back. A commit whose acknowledgement was lost either happened, and the retry is answered
+/// from the ledger (`replayed`), or did not, and the retry applies it.
+///
+/// # Engines speaking PostgreSQL's protocol
+///
+/// The SQL is plain (text, bigint, bytea, CTEs, `ARRAY(subquery)`), except the
+/// advisory locks (`pg_advisory_xact_lock`) and `to_regclass`/`to_regnamespace`, which some such
+/// engines lack or treat as no-ops; only PostgreSQL 15 and later is tested.
 #[derive(Clone)]
 pub struct PostgresStore {
     inner: Arc<Inner>,
