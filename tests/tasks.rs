@@ -3,12 +3,14 @@
 //! two servers sharing one store as replicas.
 
 mod common;
+#[path = "../mcp-tools/tests/pg/mod.rs"]
+mod pg;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use mcp_tools::store::MemoryStore;
+use mcp_tools::store::{MemoryStore, PostgresOptions, Store, StoreConfig};
 use mcp_tools::tasks::{TASKS_EXTENSION, TaskOptions};
 use mcp_tools::{Context, InputRequired, McpServer, Principal, ToolError, ToolReply, Unauthorized};
 use mcp_tools::{tool, tools};
@@ -124,6 +126,15 @@ fn harness() -> Harness {
 }
 
 fn server_with(probe: &Probe, store: Arc<MemoryStore>, options: TaskOptions) -> McpServer {
+    server_on(
+        probe,
+        store,
+        options.poll_interval(POLL).lease(Duration::from_secs(10)),
+    )
+}
+
+/// The tools of these tests on `store`, with `options` as they are.
+fn server_on(probe: &Probe, store: impl Store, options: TaskOptions) -> McpServer {
     McpServer::builder("tasks", "1")
         .tools(tools![
             gated,
@@ -136,7 +147,7 @@ fn server_with(probe: &Probe, store: Arc<MemoryStore>, options: TaskOptions) -> 
         ])
         .state(probe.clone())
         .store(store)
-        .task_options(options.poll_interval(POLL).lease(Duration::from_secs(10)))
+        .task_options(options)
         .authenticate(
             |headers| match headers.get("authorization").map(|value| value.as_bytes()) {
                 Some(b"Bearer alice") => Ok(Principal::subject("alice")),
@@ -725,4 +736,63 @@ async fn a_principals_running_count_goes_down_one_ended_task_at_a_time() {
         fourth.text
     );
     h.probe.gate.notify_waiters();
+}
+
+/// A store that stops answering stops the tool before the lease the worker last saw can end:
+/// the lease then lapses and the task reads `failed`, and nothing of the tool runs past it.
+/// Real PostgreSQL, whose task table another session locks; the store's own timeout is longer
+/// than the lease, so only the worker's bound on its heartbeat can stop the tool in time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_that_stops_answering_stops_the_tool_before_its_lease_ends() {
+    let Some(schema) = pg::Schema::new() else {
+        return;
+    };
+    const LEASE: Duration = Duration::from_secs(2);
+    let mut h = harness();
+    let store = schema
+        .connect_with(
+            StoreConfig::default(),
+            PostgresOptions {
+                timeout: Duration::from_secs(20),
+                ..schema.options()
+            },
+        )
+        .await;
+    let options = TaskOptions::default()
+        .poll_interval(Duration::from_millis(200))
+        .lease(LEASE);
+    let server = TestServer::start(server_on(&h.probe, store, options)).await;
+    let id = created(&server, "gated", json!({ "label": "locked out" })).await;
+    until(&server, &id, "working").await;
+
+    let mut holder = schema.client().await;
+    let lock = holder.transaction().await.unwrap();
+    within(
+        "the lock on the task table",
+        lock.batch_execute(&format!(
+            "LOCK TABLE \"{}\".mcp_tasks IN ACCESS EXCLUSIVE MODE",
+            schema.name
+        )),
+    )
+    .await
+    .unwrap();
+    // No renewal commits after this: the lease the worker saw ends by `LEASE` from now.
+    let locked_at = Instant::now();
+    let dropped = within("the tool's future to be dropped", h.dropped.recv()).await;
+    let stopped_after = locked_at.elapsed();
+    assert_eq!(dropped, Some("gated"));
+    assert!(
+        stopped_after < LEASE,
+        "the tool ran {stopped_after:?} after the store stopped answering, past the {LEASE:?} lease"
+    );
+    within("the unlock", lock.rollback()).await.unwrap();
+
+    let failed = until(&server, &id, "failed").await;
+    assert!(
+        failed["error"]["message"]
+            .as_str()
+            .is_some_and(|message| message.contains("lease")),
+        "{failed}"
+    );
+    assert_eq!(h.probe.runs.load(Ordering::SeqCst), 1);
 }

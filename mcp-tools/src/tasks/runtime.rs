@@ -341,8 +341,9 @@ impl Tasks {
 
     /// Drives task `id`'s tool to its end, renewing the lease and relaying input, until the
     /// tool finishes, the task is cancelled or purged, the server shuts down, or the store
-    /// fails its heartbeats until the lease it last saw is a poll from its end (the lease then
-    /// lapses and any replica fails the task, so the tool must not outlive it).
+    /// fails or does not answer its heartbeats until the lease it last saw is a poll from its
+    /// end (the lease then lapses and any replica fails the task, so the tool must not outlive
+    /// it).
     ///
     /// The tool runs in a task of its own, so a tool that holds its thread cannot starve the
     /// heartbeats; every way out of here aborts it, which drops its future.
@@ -396,21 +397,32 @@ impl Tasks {
                     message: "The server running this task shut down before it finished; call the tool again".to_owned(),
                 },
             }
-            let answers = match self.heartbeat(id).await {
+            // A store that hangs must not keep the tool running past the lease: the heartbeat
+            // gets only the time left before the lease's end, less a poll.
+            let left = lease_end.saturating_sub(now_ms().saturating_add(margin));
+            let heartbeat = tokio::time::timeout(Duration::from_millis(left), self.heartbeat(id));
+            let answers = match heartbeat.await {
                 // Purged (its time to live ended) or ended elsewhere (cancelled, or failed
                 // after a lapsed lease): aborting the tool drops its future.
-                Ok(None) => return,
-                Ok(Some(record)) if record.status().is_terminal() => return,
-                Ok(Some(record)) => {
+                Ok(Ok(None)) => return,
+                Ok(Ok(Some(record))) if record.status().is_terminal() => return,
+                Ok(Ok(Some(record))) => {
                     lease_end = record.lease_until_ms;
                     record.answers_for(&self.replica)
                 }
-                Err(error) if now_ms().saturating_add(margin) < lease_end => {
+                Ok(Err(error)) if now_ms().saturating_add(margin) < lease_end => {
                     tracing::warn!(%error, task = id, "could not read or renew a task; retrying at the next poll");
                     continue;
                 }
-                Err(error) => {
+                Ok(Err(error)) => {
                     tracing::error!(%error, task = id, "no heartbeat before the lease's end: stopping the task's tool; the lease lapses");
+                    return;
+                }
+                Err(_) => {
+                    tracing::error!(
+                        task = id,
+                        "the store did not answer a heartbeat before the lease's end: stopping the task's tool; the lease lapses"
+                    );
                     return;
                 }
             };
