@@ -747,7 +747,7 @@ async fn a_store_that_stops_answering_stops_the_tool_before_its_lease_ends() {
     let Some(schema) = pg::Schema::new() else {
         return;
     };
-    const LEASE: Duration = Duration::from_secs(2);
+    const LEASE: Duration = Duration::from_secs(3);
     let mut h = harness();
     let store = schema
         .connect_with(
@@ -758,8 +758,9 @@ async fn a_store_that_stops_answering_stops_the_tool_before_its_lease_ends() {
             },
         )
         .await;
+    // The worker stops the tool a poll before the lease's end: half a second of slack here.
     let options = TaskOptions::default()
-        .poll_interval(Duration::from_millis(200))
+        .poll_interval(Duration::from_millis(500))
         .lease(LEASE);
     let server = TestServer::start(server_on(&h.probe, store, options)).await;
     let id = created(&server, "gated", json!({ "label": "locked out" })).await;
