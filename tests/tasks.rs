@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use mcp_tools::store::{MemoryStore, PostgresOptions, Store, StoreConfig};
-use mcp_tools::tasks::{TASKS_EXTENSION, TaskOptions};
+use mcp_tools::tasks::{TASKS_EXTENSION, TaskOptions, TaskStore};
 use mcp_tools::{Context, InputRequired, McpServer, Principal, ToolError, ToolReply, Unauthorized};
 use mcp_tools::{tool, tools};
 use serde_json::{Value, json};
@@ -796,4 +796,80 @@ async fn a_store_that_stops_answering_stops_the_tool_before_its_lease_ends() {
         "{failed}"
     );
     assert_eq!(h.probe.runs.load(Ordering::SeqCst), 1);
+}
+
+/// A cancel and an answer reach the worker of a task on this replica at once, not at its next
+/// poll: here the next poll is ten minutes away.
+#[tokio::test]
+async fn a_cancel_and_an_answer_reach_the_worker_at_once_not_at_its_next_poll() {
+    let mut h = harness();
+    let options = TaskOptions::default()
+        .poll_interval(Duration::from_secs(600))
+        .lease(Duration::from_secs(1800));
+    let server = TestServer::start(server_on(
+        &h.probe,
+        Arc::new(MemoryStore::default()),
+        options,
+    ))
+    .await;
+
+    let asking = created(&server, "ask_colour", json!({})).await;
+    let waiting = until(&server, &asking, "input_required").await;
+    let key = waiting["inputRequests"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .next()
+        .unwrap()
+        .clone();
+    let answer = json!({ key: { "action": "accept", "content": { "colour": "green" } } });
+    task_call("tasks/update", &asking, json!({ "inputResponses": answer }))
+        .send(&server)
+        .await
+        .result();
+    let done = until(&server, &asking, "completed").await;
+    assert_eq!(done["result"]["content"][0]["text"], "colour green");
+
+    let gated = created(&server, "gated", json!({ "label": "cancelled" })).await;
+    until(&server, &gated, "working").await;
+    task_call("tasks/cancel", &gated, json!({}))
+        .send(&server)
+        .await
+        .result();
+    let dropped = within("the tool's future to be dropped", h.dropped.recv()).await;
+    assert_eq!(dropped, Some("gated"));
+}
+
+/// The records of tasks past their time to live leave the store, not only the answers.
+#[tokio::test]
+async fn expired_tasks_are_purged_from_the_store() {
+    let h = harness();
+    let store = Arc::new(MemoryStore::default());
+    let options = TaskOptions::default()
+        .ttl(Duration::from_secs(2))
+        .purge_interval(Duration::from_millis(100))
+        .poll_interval(POLL)
+        .lease(Duration::from_secs(10));
+    let server = TestServer::start(server_on(&h.probe, Arc::clone(&store), options)).await;
+    let id = created(&server, "gated", json!({ "label": "purged" })).await;
+    task_call("tasks/cancel", &id, json!({}))
+        .send(&server)
+        .await
+        .result();
+    assert!(
+        store.load_task(&id).await.unwrap().is_some(),
+        "stored while it lives"
+    );
+    within("the expired task's record to be purged", async {
+        while store.load_task(&id).await.unwrap().is_some() {
+            tokio::time::sleep(POLL).await;
+        }
+    })
+    .await;
+    let gone = within(
+        "tasks/get of a purged task",
+        task_call("tasks/get", &id, json!({})).send(&server),
+    )
+    .await;
+    assert_eq!(gone.error_code(), Some(-32602), "{}", gone.text);
 }

@@ -54,6 +54,7 @@ pub struct TaskOptions {
     pub(crate) lease: Duration,
     pub(crate) max_running: usize,
     pub(crate) max_running_per_principal: usize,
+    pub(crate) purge_interval: Duration,
 }
 
 impl Default for TaskOptions {
@@ -64,6 +65,7 @@ impl Default for TaskOptions {
             lease: Duration::from_secs(10),
             max_running: 64,
             max_running_per_principal: 16,
+            purge_interval: Duration::from_secs(60),
         }
     }
 }
@@ -105,6 +107,14 @@ impl TaskOptions {
         self
     }
 
+    /// How often a replica deletes the records of tasks past their time to live from the store
+    /// (default 60 s), starting with its first task. Expired tasks are unreadable at once;
+    /// this bounds how long their records take space.
+    pub fn purge_interval(mut self, interval: Duration) -> Self {
+        self.purge_interval = interval;
+        self
+    }
+
     /// The instant before which a lease must run for a heartbeat at `now_ms` to leave it
     /// alone: half a lease and a poll from now. A lease is extended only once less than that is
     /// left, so it is written about twice per lease rather than at every poll, and it never
@@ -115,8 +125,8 @@ impl TaskOptions {
     }
 
     pub(crate) fn check(&self) -> Result<(), &'static str> {
-        if self.ttl.is_zero() || self.poll_interval.is_zero() {
-            return Err("task ttl and poll_interval must be longer than zero");
+        if self.ttl.is_zero() || self.poll_interval.is_zero() || self.purge_interval.is_zero() {
+            return Err("task ttl, poll_interval and purge_interval must be longer than zero");
         }
         if self.lease < self.poll_interval * 2 {
             return Err("the task lease must be at least twice the poll interval");
@@ -125,5 +135,36 @@ impl TaskOptions {
             return Err("task limits must allow at least one running task");
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every setting that would stall or starve the runtime is refused when the server is built.
+    #[test]
+    fn settings_that_cannot_work_are_refused() {
+        assert_eq!(TaskOptions::default().check(), Ok(()));
+        let zero = Duration::ZERO;
+        for refused in [
+            TaskOptions::default().ttl(zero),
+            TaskOptions::default().poll_interval(zero),
+            TaskOptions::default().purge_interval(zero),
+            TaskOptions::default().lease(Duration::from_millis(999)),
+            TaskOptions::default().max_running(0),
+            TaskOptions::default().max_running_per_principal(0),
+        ] {
+            assert!(refused.check().is_err(), "{refused:?}");
+        }
+        let poll = Duration::from_millis(500);
+        assert_eq!(
+            TaskOptions::default()
+                .poll_interval(poll)
+                .lease(poll * 2)
+                .check(),
+            Ok(()),
+            "a lease of exactly two polls"
+        );
     }
 }

@@ -18,9 +18,6 @@ use crate::tools::BoxFuture;
 use crate::tools::content::ToolError;
 use crate::tools::input::{InputRequired, Reply};
 
-/// How often expired task records are purged.
-const PURGE_EVERY: Duration = Duration::from_secs(60);
-
 /// Milliseconds since the Unix epoch, by this replica's clock.
 pub(crate) fn now_ms() -> u64 {
     SystemTime::now()
@@ -326,8 +323,9 @@ impl Tasks {
             return;
         }
         let tasks: Weak<Tasks> = Arc::downgrade(self);
+        let interval = self.options.purge_interval;
         tokio::spawn(async move {
-            let mut every = tokio::time::interval(PURGE_EVERY);
+            let mut every = tokio::time::interval(interval);
             every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
                 every.tick().await;
