@@ -10,8 +10,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use mcp_tools::store::{MemoryStore, PostgresOptions, Store, StoreConfig};
-use mcp_tools::tasks::{TASKS_EXTENSION, TaskOptions, TaskStore};
+use mcp_tools::store::{
+    CreateRequest, MemoryStore, MutationOutcome, MutationRequest, PostgresOptions, PruneReport,
+    ReadOutcome, ReadRequest, Store, StoreConfig, StoreFuture, Transition,
+};
+use mcp_tools::tasks::{
+    TASKS_EXTENSION, TaskChange, TaskInsert, TaskOptions, TaskRecord, TaskStore,
+};
 use mcp_tools::{Context, InputRequired, McpServer, Principal, ToolError, ToolReply, Unauthorized};
 use mcp_tools::{tool, tools};
 use serde_json::{Value, json};
@@ -872,4 +877,159 @@ async fn expired_tasks_are_purged_from_the_store() {
     )
     .await;
     assert_eq!(gone.error_code(), Some(-32602), "{}", gone.text);
+}
+
+/// The memory store, counting the task reads and writes made on it.
+struct Counting {
+    store: MemoryStore,
+    loads: AtomicUsize,
+    updates: AtomicUsize,
+}
+
+impl Store for Counting {
+    fn create<'a>(&'a self, request: CreateRequest<'a>) -> StoreFuture<'a, MutationOutcome> {
+        self.store.create(request)
+    }
+
+    fn read(&self, request: ReadRequest) -> StoreFuture<'_, ReadOutcome> {
+        self.store.read(request)
+    }
+
+    fn mutate(
+        &self,
+        request: MutationRequest,
+        transition: Transition,
+    ) -> StoreFuture<'_, MutationOutcome> {
+        self.store.mutate(request, transition)
+    }
+
+    fn prune(&self) -> StoreFuture<'_, PruneReport> {
+        self.store.prune()
+    }
+}
+
+impl TaskStore for Counting {
+    fn insert_task(&self, task: TaskRecord) -> StoreFuture<'_, TaskInsert> {
+        self.store.insert_task(task)
+    }
+
+    fn load_task<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<TaskRecord>> {
+        self.loads.fetch_add(1, Ordering::SeqCst);
+        self.store.load_task(id)
+    }
+
+    fn update_task<'a>(
+        &'a self,
+        id: &'a str,
+        change: TaskChange,
+    ) -> StoreFuture<'a, Option<TaskRecord>> {
+        self.updates.fetch_add(1, Ordering::SeqCst);
+        self.store.update_task(id, change)
+    }
+
+    fn purge_tasks(&self, now_ms: u64) -> StoreFuture<'_, u64> {
+        self.store.purge_tasks(now_ms)
+    }
+}
+
+/// A worker reads its task at every poll but writes its lease only when less than half a lease
+/// and a poll are left: about twice per lease, not once per poll.
+#[tokio::test]
+async fn a_worker_reads_every_poll_and_renews_its_lease_about_twice_per_lease() {
+    let h = harness();
+    let store = Arc::new(Counting {
+        store: MemoryStore::default(),
+        loads: AtomicUsize::new(0),
+        updates: AtomicUsize::new(0),
+    });
+    // 40 polls per lease: a lease written at every poll would show 40 times the writes.
+    let options = TaskOptions::default()
+        .poll_interval(Duration::from_millis(25))
+        .lease(Duration::from_secs(1));
+    let server = TestServer::start(server_on(&h.probe, Arc::clone(&store), options)).await;
+    let id = created(&server, "gated", json!({ "label": "renewed" })).await;
+    let (loads, updates) = (
+        store.loads.load(Ordering::SeqCst),
+        store.updates.load(Ordering::SeqCst),
+    );
+    // Two leases' worth of polls, counted by the store (the test reads nothing meanwhile).
+    within("80 polls of the worker", async {
+        while store.loads.load(Ordering::SeqCst) < loads + 80 {
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+    })
+    .await;
+    let renewals = store.updates.load(Ordering::SeqCst) - updates;
+    assert!(
+        (1..=6).contains(&renewals),
+        "{renewals} lease writes over 80 polls of a 1 s lease"
+    );
+    h.probe.gate.notify_one();
+    let done = until(&server, &id, "completed").await;
+    assert_eq!(done["result"]["content"][0]["text"], "opened for renewed");
+}
+
+/// A heartbeat that fails while the lease has time left is retried at the next poll: a store
+/// that is back before the lease ends leaves the tool running to its end. Real PostgreSQL,
+/// whose task table another session locks until the worker's heartbeat has failed twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_that_fails_for_less_than_a_lease_leaves_the_tool_running() {
+    let Some(schema) = pg::Schema::new() else {
+        return;
+    };
+    let h = harness();
+    let store = schema
+        .connect_with(
+            StoreConfig::default(),
+            PostgresOptions {
+                timeout: Duration::from_millis(300),
+                ..schema.options()
+            },
+        )
+        .await;
+    let options = TaskOptions::default()
+        .poll_interval(Duration::from_millis(200))
+        .lease(Duration::from_secs(20));
+    let server = TestServer::start(server_on(&h.probe, store, options)).await;
+    let id = created(&server, "gated", json!({ "label": "outlasted" })).await;
+    until(&server, &id, "working").await;
+
+    let mut holder = schema.client().await;
+    let lock = holder.transaction().await.unwrap();
+    within(
+        "the lock on the task table",
+        lock.batch_execute(&format!(
+            "LOCK TABLE \"{}\".mcp_tasks IN ACCESS EXCLUSIVE MODE",
+            schema.name
+        )),
+    )
+    .await
+    .unwrap();
+    // Two different heartbeats seen waiting for the lock: the first one failed (the store's
+    // 300 ms lock timeout) and the worker tried again.
+    let watcher = schema.client().await;
+    let table = format!("%{}%mcp_tasks%", schema.name);
+    let mut seen = std::collections::HashSet::new();
+    within("two heartbeats waiting for the lock", async {
+        while seen.len() < 2 {
+            for row in watcher
+                .query(
+                    "SELECT pid::text || '@' || query_start::text FROM pg_stat_activity
+                     WHERE wait_event_type = 'Lock' AND query LIKE $1",
+                    &[&table],
+                )
+                .await
+                .unwrap()
+            {
+                seen.insert(row.get::<_, String>(0));
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    within("the unlock", lock.rollback()).await.unwrap();
+
+    h.probe.gate.notify_one();
+    let done = until(&server, &id, "completed").await;
+    assert_eq!(done["result"]["content"][0]["text"], "opened for outlasted");
 }
