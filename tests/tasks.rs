@@ -7,12 +7,12 @@ mod common;
 mod pg;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use mcp_tools::store::{
     CreateRequest, MemoryStore, MutationOutcome, MutationRequest, PostgresOptions, PruneReport,
-    ReadOutcome, ReadRequest, Store, StoreConfig, StoreFuture, Transition,
+    ReadOutcome, ReadRequest, Store, StoreConfig, StoreError, StoreFuture, Transition,
 };
 use mcp_tools::tasks::{
     TASKS_EXTENSION, TaskChange, TaskInsert, TaskOptions, TaskRecord, TaskStore,
@@ -879,11 +879,32 @@ async fn expired_tasks_are_purged_from_the_store() {
     assert_eq!(gone.error_code(), Some(-32602), "{}", gone.text);
 }
 
-/// The memory store, counting the task reads and writes made on it.
+/// The memory store, counting the task reads and writes made on it, and failing them at once
+/// while `failing` is set (as a store whose backend refuses every call would).
 struct Counting {
     store: MemoryStore,
     loads: AtomicUsize,
     updates: AtomicUsize,
+    failing: AtomicBool,
+}
+
+impl Counting {
+    fn new() -> Self {
+        Counting {
+            store: MemoryStore::default(),
+            loads: AtomicUsize::new(0),
+            updates: AtomicUsize::new(0),
+            failing: AtomicBool::new(false),
+        }
+    }
+
+    fn refused<T: Send + 'static>(&self) -> Option<StoreFuture<'static, T>> {
+        self.failing.load(Ordering::SeqCst).then(|| {
+            Box::pin(std::future::ready(Err(StoreError::Backend(
+                "the backend refuses every call".into(),
+            )))) as StoreFuture<'static, T>
+        })
+    }
 }
 
 impl Store for Counting {
@@ -915,7 +936,7 @@ impl TaskStore for Counting {
 
     fn load_task<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<TaskRecord>> {
         self.loads.fetch_add(1, Ordering::SeqCst);
-        self.store.load_task(id)
+        self.refused().unwrap_or_else(|| self.store.load_task(id))
     }
 
     fn update_task<'a>(
@@ -924,7 +945,8 @@ impl TaskStore for Counting {
         change: TaskChange,
     ) -> StoreFuture<'a, Option<TaskRecord>> {
         self.updates.fetch_add(1, Ordering::SeqCst);
-        self.store.update_task(id, change)
+        self.refused()
+            .unwrap_or_else(|| self.store.update_task(id, change))
     }
 
     fn purge_tasks(&self, now_ms: u64) -> StoreFuture<'_, u64> {
@@ -937,11 +959,7 @@ impl TaskStore for Counting {
 #[tokio::test]
 async fn a_worker_reads_every_poll_and_renews_its_lease_about_twice_per_lease() {
     let h = harness();
-    let store = Arc::new(Counting {
-        store: MemoryStore::default(),
-        loads: AtomicUsize::new(0),
-        updates: AtomicUsize::new(0),
-    });
+    let store = Arc::new(Counting::new());
     // 40 polls per lease: a lease written at every poll would show 40 times the writes.
     let options = TaskOptions::default()
         .poll_interval(Duration::from_millis(25))
@@ -1032,4 +1050,33 @@ async fn a_store_that_fails_for_less_than_a_lease_leaves_the_tool_running() {
     h.probe.gate.notify_one();
     let done = until(&server, &id, "completed").await;
     assert_eq!(done["result"]["content"][0]["text"], "opened for outlasted");
+}
+
+/// A store that fails every heartbeat at once (rather than hanging) is retried while the lease
+/// has time left, and the tool is stopped a poll before the lease it last saw ends.
+#[tokio::test]
+async fn a_store_failing_at_once_stops_the_tool_before_its_lease_ends() {
+    const LEASE: Duration = Duration::from_secs(2);
+    let mut h = harness();
+    let store = Arc::new(Counting::new());
+    let options = TaskOptions::default()
+        .poll_interval(Duration::from_millis(250))
+        .lease(LEASE);
+    let server = TestServer::start(server_on(&h.probe, Arc::clone(&store), options)).await;
+    created(&server, "gated", json!({ "label": "refused" })).await;
+    let loads = store.loads.load(Ordering::SeqCst);
+    store.failing.store(true, Ordering::SeqCst);
+    // No renewal succeeds after this: the lease the worker saw ends by `LEASE` from now.
+    let failing_since = Instant::now();
+    let dropped = within("the tool's future to be dropped", h.dropped.recv()).await;
+    let stopped_after = failing_since.elapsed();
+    assert_eq!(dropped, Some("gated"));
+    assert!(
+        stopped_after < LEASE,
+        "the tool ran {stopped_after:?} past the failures"
+    );
+    assert!(
+        store.loads.load(Ordering::SeqCst) > loads + 1,
+        "the failing heartbeat was retried before the tool was stopped"
+    );
 }
