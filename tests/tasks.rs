@@ -91,6 +91,25 @@ async fn ask_colour(cx: &Context) -> Result<String, ToolError> {
     ))
 }
 
+/// Asks for a colour twice through its context, under the same key
+#[tool(task = optional)]
+async fn ask_twice(cx: &Context) -> Result<String, ToolError> {
+    let schema = json!({ "type": "object", "properties": { "colour": { "type": "string" } } });
+    let mut colours = Vec::new();
+    for question in ["First colour?", "Second colour?"] {
+        let answers = cx
+            .ask(InputRequired::new().elicit("colour", question, schema.clone()))
+            .await?;
+        colours.push(
+            answers["colour"]["content"]["colour"]
+                .as_str()
+                .unwrap_or("?")
+                .to_owned(),
+        );
+    }
+    Ok(colours.join(" then "))
+}
+
 /// Asks for a name in a multi-round call first, then works as a task
 #[tool(task = optional)]
 async fn rounds_then_task(cx: &Context) -> ToolReply<String> {
@@ -147,6 +166,7 @@ fn server_on(probe: &Probe, store: impl Store, options: TaskOptions) -> McpServe
             instant,
             only_task,
             ask_colour,
+            ask_twice,
             rounds_then_task,
             panics
         ])
@@ -1079,4 +1099,46 @@ async fn a_store_failing_at_once_stops_the_tool_before_its_lease_ends() {
         store.loads.load(Ordering::SeqCst) > loads + 1,
         "the failing heartbeat was retried before the tool was stopped"
     );
+}
+
+/// Each ask of a task gets keys never used before in it: a second question under the tool's
+/// same key waits for its own answer, and the first answer is not taken for it.
+#[tokio::test]
+async fn a_second_ask_under_the_same_key_waits_for_its_own_answer() {
+    let h = harness();
+    let server = start(&h.probe).await;
+    let id = created(&server, "ask_twice", json!({})).await;
+    let mut keys = Vec::new();
+    for colour in ["red", "blue"] {
+        // A task still showing the last round's question counts as not waiting yet.
+        let asked = &keys;
+        let waiting = tasks::until_status("input_required", POLL, || {
+            let (server, id) = (&server, &id);
+            async move {
+                let task = get(server, id).await;
+                let fresh = task["inputRequests"]
+                    .as_object()
+                    .is_some_and(|requests| requests.keys().all(|key| !asked.contains(key)));
+                if fresh {
+                    task
+                } else {
+                    json!({ "status": "answered" })
+                }
+            }
+        })
+        .await;
+        let requests = waiting["inputRequests"].as_object().unwrap();
+        assert_eq!(requests.len(), 1, "{waiting}");
+        let key = requests.keys().next().unwrap().clone();
+        let answer =
+            json!({ key.clone(): { "action": "accept", "content": { "colour": colour } } });
+        keys.push(key);
+        task_call("tasks/update", &id, json!({ "inputResponses": answer }))
+            .send(&server)
+            .await
+            .result();
+    }
+    let done = until(&server, &id, "completed").await;
+    assert_eq!(done["result"]["content"][0]["text"], "red then blue");
+    assert_ne!(keys[0], keys[1]);
 }
