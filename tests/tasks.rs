@@ -238,6 +238,22 @@ async fn until(server: &TestServer, id: &str, status: &str) -> Value {
     tasks::until_status(status, POLL, || get(server, id)).await
 }
 
+/// The key of the one input request a task read as `input_required` waits on.
+fn only_request_key(waiting: &Value) -> String {
+    let requests = waiting["inputRequests"].as_object().unwrap();
+    assert_eq!(requests.len(), 1, "{waiting}");
+    requests.keys().next().unwrap().clone()
+}
+
+/// Answers the colour question under `key` with `colour`.
+async fn answer_colour(server: &TestServer, id: &str, key: &str, colour: &str) {
+    let answer = json!({ key: { "action": "accept", "content": { "colour": colour } } });
+    let ack = task_call("tasks/update", id, json!({ "inputResponses": answer }))
+        .send(server)
+        .await;
+    assert_eq!(ack.result()["resultType"], "complete", "{}", ack.text);
+}
+
 #[tokio::test]
 async fn a_task_is_created_durably_runs_in_the_background_and_inlines_its_result() {
     let h = harness();
@@ -336,11 +352,7 @@ async fn context_input_parks_the_task_and_an_update_resumes_it() {
     .await;
     assert_eq!(stray.result()["resultType"], "complete");
     assert_eq!(get(&server, &id).await["status"], "input_required");
-    let answer = json!({ key.clone(): { "action": "accept", "content": { "colour": "teal" } } });
-    let ack = task_call("tasks/update", &id, json!({ "inputResponses": answer }))
-        .send(&server)
-        .await;
-    assert_eq!(ack.result()["resultType"], "complete");
+    answer_colour(&server, &id, key, "teal").await;
     let done = until(&server, &id, "completed").await;
     assert_eq!(done["result"]["content"][0]["text"], "colour teal");
 }
@@ -661,19 +673,8 @@ async fn servers_sharing_a_store_answer_for_each_others_tasks_and_a_shutdown_fai
     ))
     .await;
     let id = created(&a, "ask_colour", json!({})).await;
-    let waiting = until(&b, &id, "input_required").await;
-    let key = waiting["inputRequests"]
-        .as_object()
-        .unwrap()
-        .keys()
-        .next()
-        .unwrap()
-        .clone();
-    let answer = json!({ key: { "action": "accept", "content": { "colour": "red" } } });
-    task_call("tasks/update", &id, json!({ "inputResponses": answer }))
-        .send(&b)
-        .await
-        .result();
+    let key = only_request_key(&until(&b, &id, "input_required").await);
+    answer_colour(&b, &id, &key, "red").await;
     let done = until(&a, &id, "completed").await;
     assert_eq!(done["result"]["content"][0]["text"], "colour red");
 
@@ -839,19 +840,8 @@ async fn a_cancel_and_an_answer_reach_the_worker_at_once_not_at_its_next_poll() 
     .await;
 
     let asking = created(&server, "ask_colour", json!({})).await;
-    let waiting = until(&server, &asking, "input_required").await;
-    let key = waiting["inputRequests"]
-        .as_object()
-        .unwrap()
-        .keys()
-        .next()
-        .unwrap()
-        .clone();
-    let answer = json!({ key: { "action": "accept", "content": { "colour": "green" } } });
-    task_call("tasks/update", &asking, json!({ "inputResponses": answer }))
-        .send(&server)
-        .await
-        .result();
+    let key = only_request_key(&until(&server, &asking, "input_required").await);
+    answer_colour(&server, &asking, &key, "green").await;
     let done = until(&server, &asking, "completed").await;
     assert_eq!(done["result"]["content"][0]["text"], "colour green");
 
@@ -1127,16 +1117,9 @@ async fn a_second_ask_under_the_same_key_waits_for_its_own_answer() {
             }
         })
         .await;
-        let requests = waiting["inputRequests"].as_object().unwrap();
-        assert_eq!(requests.len(), 1, "{waiting}");
-        let key = requests.keys().next().unwrap().clone();
-        let answer =
-            json!({ key.clone(): { "action": "accept", "content": { "colour": colour } } });
+        let key = only_request_key(&waiting);
+        answer_colour(&server, &id, &key, colour).await;
         keys.push(key);
-        task_call("tasks/update", &id, json!({ "inputResponses": answer }))
-            .send(&server)
-            .await
-            .result();
     }
     let done = until(&server, &id, "completed").await;
     assert_eq!(done["result"]["content"][0]["text"], "red then blue");
