@@ -764,6 +764,49 @@ async fn a_principals_running_count_goes_down_one_ended_task_at_a_time() {
     h.probe.gate.notify_waiters();
 }
 
+/// A server on PostgreSQL in `schema`, its store giving up on a call after `store_timeout`,
+/// running the `gated` tool as task; the task's id once its tool runs.
+async fn gated_on_postgres(
+    schema: &pg::Schema,
+    probe: &Probe,
+    store_timeout: Duration,
+    options: TaskOptions,
+    label: &str,
+) -> (TestServer, String) {
+    let store = schema
+        .connect_with(
+            StoreConfig::default(),
+            PostgresOptions {
+                timeout: store_timeout,
+                ..schema.options()
+            },
+        )
+        .await;
+    let server = TestServer::start(server_on(probe, store, options)).await;
+    let id = created(&server, "gated", json!({ "label": label })).await;
+    until(&server, &id, "working").await;
+    (server, id)
+}
+
+/// Locks the task table of `schema` from `holder` until the returned transaction ends: every
+/// task read and write waits.
+async fn lock_tasks<'c>(
+    holder: &'c mut tokio_postgres::Client,
+    schema: &pg::Schema,
+) -> tokio_postgres::Transaction<'c> {
+    let lock = holder.transaction().await.unwrap();
+    within(
+        "the lock on the task table",
+        lock.batch_execute(&format!(
+            "LOCK TABLE \"{}\".mcp_tasks IN ACCESS EXCLUSIVE MODE",
+            schema.name
+        )),
+    )
+    .await
+    .unwrap();
+    lock
+}
+
 /// A store that stops answering stops the tool before the lease the worker last saw can end:
 /// the lease then lapses and the task reads `failed`, and nothing of the tool runs past it.
 /// Real PostgreSQL, whose task table another session locks; the store's own timeout is longer
@@ -775,34 +818,20 @@ async fn a_store_that_stops_answering_stops_the_tool_before_its_lease_ends() {
     };
     const LEASE: Duration = Duration::from_secs(3);
     let mut h = harness();
-    let store = schema
-        .connect_with(
-            StoreConfig::default(),
-            PostgresOptions {
-                timeout: Duration::from_secs(20),
-                ..schema.options()
-            },
-        )
-        .await;
     // The worker stops the tool a poll before the lease's end: half a second of slack here.
     let options = TaskOptions::default()
         .poll_interval(Duration::from_millis(500))
         .lease(LEASE);
-    let server = TestServer::start(server_on(&h.probe, store, options)).await;
-    let id = created(&server, "gated", json!({ "label": "locked out" })).await;
-    until(&server, &id, "working").await;
-
-    let mut holder = schema.client().await;
-    let lock = holder.transaction().await.unwrap();
-    within(
-        "the lock on the task table",
-        lock.batch_execute(&format!(
-            "LOCK TABLE \"{}\".mcp_tasks IN ACCESS EXCLUSIVE MODE",
-            schema.name
-        )),
+    let (server, id) = gated_on_postgres(
+        &schema,
+        &h.probe,
+        Duration::from_secs(20),
+        options,
+        "locked out",
     )
-    .await
-    .unwrap();
+    .await;
+    let mut holder = schema.client().await;
+    let lock = lock_tasks(&mut holder, &schema).await;
     // No renewal commits after this: the lease the worker saw ends by `LEASE` from now.
     let locked_at = Instant::now();
     let dropped = within("the tool's future to be dropped", h.dropped.recv()).await;
@@ -1006,33 +1035,19 @@ async fn a_store_that_fails_for_less_than_a_lease_leaves_the_tool_running() {
         return;
     };
     let h = harness();
-    let store = schema
-        .connect_with(
-            StoreConfig::default(),
-            PostgresOptions {
-                timeout: Duration::from_millis(300),
-                ..schema.options()
-            },
-        )
-        .await;
     let options = TaskOptions::default()
         .poll_interval(Duration::from_millis(200))
         .lease(Duration::from_secs(20));
-    let server = TestServer::start(server_on(&h.probe, store, options)).await;
-    let id = created(&server, "gated", json!({ "label": "outlasted" })).await;
-    until(&server, &id, "working").await;
-
-    let mut holder = schema.client().await;
-    let lock = holder.transaction().await.unwrap();
-    within(
-        "the lock on the task table",
-        lock.batch_execute(&format!(
-            "LOCK TABLE \"{}\".mcp_tasks IN ACCESS EXCLUSIVE MODE",
-            schema.name
-        )),
+    let (server, id) = gated_on_postgres(
+        &schema,
+        &h.probe,
+        Duration::from_millis(300),
+        options,
+        "outlasted",
     )
-    .await
-    .unwrap();
+    .await;
+    let mut holder = schema.client().await;
+    let lock = lock_tasks(&mut holder, &schema).await;
     // Two different heartbeats seen waiting for the lock: the first one failed (the store's
     // 300 ms lock timeout) and the worker tried again.
     let watcher = schema.client().await;
