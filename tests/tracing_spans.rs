@@ -10,6 +10,11 @@ mod common;
 use std::collections::HashMap;
 
 use common::{Call, TestServer, within};
+use mcp_tools::store::{
+    CreateRequest, MutationOutcome, MutationRequest, PruneReport, ReadOutcome, ReadRequest, Store,
+    StoreError, StoreFuture, Transition,
+};
+use mcp_tools::tasks::{TaskChange, TaskInsert, TaskRecord, TaskStore};
 use mcp_tools::{McpServer, MemoryStore};
 use opentelemetry::trace::{SpanKind, Status, TracerProvider as _};
 use opentelemetry_sdk::propagation::TraceContextPropagator;
@@ -276,4 +281,92 @@ async fn an_authenticated_callers_handle_is_recorded_as_it_is() {
     assert_eq!(digest, None);
     assert_eq!(outcome, "current");
     assert_eq!(attributes(&span)["mcp_tools.state.version"], "1");
+}
+
+/// A store whose backend refuses every call with one cause.
+struct Refusing;
+
+impl Refusing {
+    const CAUSE: &str = "the disk holding the database is full";
+
+    fn refuse<T: Send + 'static>(&self) -> StoreFuture<'static, T> {
+        Box::pin(std::future::ready(Err(StoreError::Backend(
+            Self::CAUSE.into(),
+        ))))
+    }
+}
+
+impl Store for Refusing {
+    fn create<'a>(&'a self, _: CreateRequest<'a>) -> StoreFuture<'a, MutationOutcome> {
+        self.refuse()
+    }
+
+    fn read(&self, _: ReadRequest) -> StoreFuture<'_, ReadOutcome> {
+        self.refuse()
+    }
+
+    fn mutate(&self, _: MutationRequest, _: Transition) -> StoreFuture<'_, MutationOutcome> {
+        self.refuse()
+    }
+
+    fn prune(&self) -> StoreFuture<'_, PruneReport> {
+        self.refuse()
+    }
+}
+
+impl TaskStore for Refusing {
+    fn insert_task(&self, _: TaskRecord) -> StoreFuture<'_, TaskInsert> {
+        self.refuse()
+    }
+
+    fn load_task<'a>(&'a self, _: &'a str) -> StoreFuture<'a, Option<TaskRecord>> {
+        self.refuse()
+    }
+
+    fn update_task<'a>(&'a self, _: &'a str, _: TaskChange) -> StoreFuture<'a, Option<TaskRecord>> {
+        self.refuse()
+    }
+
+    fn purge_tasks(&self, _: u64) -> StoreFuture<'_, u64> {
+        self.refuse()
+    }
+}
+
+/// The model is told only to retry; the span of the call carries the cause for the operator.
+#[tokio::test(flavor = "current_thread")]
+async fn a_store_failure_is_answered_store_unavailable_and_its_cause_logged_in_the_span() {
+    let exported = Exported::install();
+    let server = McpServer::builder("traced", "0.0.0")
+        .tools(basket::tool_set())
+        .store(Refusing)
+        .build()
+        .unwrap();
+    let server = TestServer::start(server).await;
+    let result = within(
+        "a create on a failing store",
+        Call::call_tool(
+            "basket_create",
+            json!({"operation_id": "0b1e2d3c-4b5a-4968-8776-5a4b3c2d1e0f"}),
+        )
+        .send(&server),
+    )
+    .await
+    .result();
+    assert_eq!(result["isError"], true, "{result}");
+    assert_eq!(result["structuredContent"]["code"], "STORE_UNAVAILABLE");
+    assert!(
+        !result.to_string().contains(Refusing::CAUSE),
+        "the backend's cause is for the operator, not the model: {result}"
+    );
+    let span = exported.span("tools/call basket_create");
+    assert_eq!(attributes(&span)["error.type"], "STORE_UNAVAILABLE");
+    let logged: Vec<String> = span
+        .events
+        .iter()
+        .flat_map(|event| event.attributes.iter().map(|kv| kv.value.to_string()))
+        .collect();
+    assert!(
+        logged.iter().any(|value| value.contains(Refusing::CAUSE)),
+        "the span's events name the cause: {logged:?}"
+    );
 }

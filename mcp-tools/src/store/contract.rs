@@ -36,6 +36,8 @@ pub enum StoreError {
 
 impl IntoToolError for StoreError {
     fn into_tool_error(self) -> ToolError {
+        // The model sees only that it may retry; the operator needs the cause.
+        tracing::warn!(error = %self, "the state store failed; the call answers STORE_UNAVAILABLE");
         ToolError::new(
             "STORE_UNAVAILABLE",
             "The state store is temporarily unavailable; retry the same request with the same operation_id.",
