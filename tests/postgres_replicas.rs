@@ -87,7 +87,9 @@ fn error_code(result: &Value) -> Option<&str> {
 
 /// 32 agents, 20 increments each, every call sent to the next replica in turn (a client behind a
 /// round-robin balancer): each reads, plans one more GiB from the version it read, and retries
-/// on `stale_view`. Nothing acknowledged is lost; versions are contiguous.
+/// on `stale_view`; a `STORE_UNAVAILABLE` (a lock or pool wait past the store's timeout on a
+/// loaded machine) is retried as the contract says, with the same arguments and operation id,
+/// and counted. Nothing acknowledged is lost; versions are contiguous.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn thirty_two_agents_round_robin_over_three_replicas_lose_nothing() {
     // Every await below is under this bound, besides each step's own.
@@ -101,38 +103,46 @@ async fn thirty_two_agents_round_robin_over_three_replicas_lose_nothing() {
         let agents = Arc::new(connect_all(&children).await);
         let handle = agents[0].create().await;
         let stale = Arc::new(AtomicU64::new(0));
+        let unavailable = Arc::new(AtomicU64::new(0));
+        let replays = Arc::new(AtomicU64::new(0));
         let tasks: Vec<_> = (0..AGENTS)
             .map(|index| {
-                let (agents, handle, stale) = (Arc::clone(&agents), handle.clone(), Arc::clone(&stale));
+                let (agents, handle) = (Arc::clone(&agents), handle.clone());
+                let (stale, unavailable, replays) =
+                    (Arc::clone(&stale), Arc::clone(&unavailable), Arc::clone(&replays));
                 tokio::spawn(async move {
                     let mut turn = index;
-                    let mut next = || {
-                        turn += 1;
-                        agents[turn % agents.len()].clone()
+                    let mut send = async |tool: &str, arguments: &Value| {
+                        for _ in 0..100 {
+                            turn += 1;
+                            let agent = &agents[turn % agents.len()];
+                            let result = agent.call(tool, arguments.clone()).await;
+                            if error_code(&result) != Some("STORE_UNAVAILABLE") {
+                                return result;
+                            }
+                            unavailable.fetch_add(1, Ordering::Relaxed);
+                        }
+                        panic!("agent {index}: 100 STORE_UNAVAILABLE answers in a row to {tool}");
                     };
                     let mut versions = Vec::new();
                     let mut attempts = 0;
                     while (versions.len() as u64) < INCREMENTS {
                         attempts += 1;
                         assert!(attempts < 20_000, "agent {index} starved");
-                        let (version, state) = next().get(&handle).await;
-                        let memory = state["memory_gib"].as_u64().unwrap();
-                        let change = json!({
-                            "basket_id": handle,
-                            "expected_version": version,
-                            "operation_id": operation_id(&format!("rr{index}")),
-                            "memory_gib": memory + 1,
-                            "storage_gib": state["storage_gib"],
-                        });
-                        let result = next().call("basket_replace_configuration", change).await;
-                        match basket_client::outcome(&result) {
-                            "applied" => {
-                                versions.push(result["structuredContent"]["version"].as_u64().unwrap())
-                            }
-                            "stale_view" => {
+                        let read = send("basket_get", &json!({ "basket_id": handle })).await;
+                        assert_eq!(basket_client::outcome(&read), "current", "{read}");
+                        let change =
+                            basket_client::one_more_gib(&read, &handle, &format!("rr{index}"));
+                        let result = send("basket_replace_configuration", &change).await;
+                        let (applied, replayed) = basket_client::settled(&result);
+                        if replayed {
+                            replays.fetch_add(1, Ordering::Relaxed);
+                        }
+                        match applied {
+                            Some(version) => versions.push(version),
+                            None => {
                                 stale.fetch_add(1, Ordering::Relaxed);
                             }
-                            other => panic!("unexpected outcome {other}: {result}"),
                         }
                     }
                     versions
@@ -152,8 +162,10 @@ async fn thirty_two_agents_round_robin_over_three_replicas_lose_nothing() {
         }
         let applied = versions.len() as u64;
         println!(
-            "three replicas, round robin: {AGENTS} agents, {applied} applied, {} stale_view retries",
-            stale.load(Ordering::Relaxed)
+            "three replicas, round robin: {AGENTS} agents, {applied} applied, {} stale_view retries, {} STORE_UNAVAILABLE answers retried, {} answered replayed",
+            stale.load(Ordering::Relaxed),
+            unavailable.load(Ordering::Relaxed),
+            replays.load(Ordering::Relaxed),
         );
         assert_eq!(applied, AGENTS as u64 * INCREMENTS);
         versions.sort_unstable();

@@ -126,6 +126,11 @@ pub async fn serve(server: mcp_tools::McpServer) {
 
 /// Runs a child's body on a runtime of its own, as a server process would.
 pub fn run(body: impl std::future::Future<Output = ()>) {
+    // Warnings (a store failure's cause, say) go to the inherited stderr, into the test's log.
+    let _ = tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(tracing_subscriber::EnvFilter::new("warn"))
+        .try_init();
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
