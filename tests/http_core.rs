@@ -927,6 +927,47 @@ async fn graceful_shutdown_drains_in_flight_requests() {
     assert!(after.is_err(), "served after the drain: {after:?}");
 }
 
+/// A call that never ends cannot hold a shutdown past the drain timeout: its connection is
+/// closed, its caller sees the connection end, and the server returns.
+#[tokio::test]
+async fn a_call_outliving_the_drain_timeout_is_cut_off_and_the_server_stops() {
+    let (started, mut has_started) = tokio::sync::mpsc::unbounded_channel();
+    let server = McpServer::builder("e2e", "1")
+        .tools(mcp_tools::ToolSet::new().with(Held {
+            started,
+            // Never released.
+            release: Arc::new(tokio::sync::Notify::new()),
+        }))
+        .drain_timeout(std::time::Duration::from_millis(200))
+        .build()
+        .unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/mcp", listener.local_addr().unwrap());
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let serving = tokio::spawn(server.serve_listener(listener, async {
+        let _ = stopped.await;
+    }));
+    let call = tokio::spawn({
+        let url = url.clone();
+        async move { Call::call_tool("held", json!({})).try_send_to(&url).await }
+    });
+    within("the held tool to start", has_started.recv())
+        .await
+        .expect("the tool signals its start");
+    stop.send(()).unwrap();
+    within("the server to stop once the drain times out", serving)
+        .await
+        .unwrap()
+        .unwrap();
+    let cut = within("the held call's connection to close", call)
+        .await
+        .unwrap();
+    assert!(
+        cut.is_err(),
+        "a call cut off by the drain was answered: {cut:?}"
+    );
+}
+
 /// Answers with the caller's principal, counting its runs.
 struct WhoAmI {
     runs: Arc<AtomicUsize>,

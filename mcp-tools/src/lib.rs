@@ -111,5 +111,5 @@ pub use tools::recovery::{DomainCode, Recovery};
 pub use tools::set::ToolSet;
 pub use tools::{NoArgs, Tool, ToolAnnotations, ToolInfo};
 pub use transport::http::serve::{
-    DEFAULT_HEADER_READ_TIMEOUT, DEFAULT_MAX_CONNECTIONS, shutdown_signal,
+    DEFAULT_DRAIN_TIMEOUT, DEFAULT_HEADER_READ_TIMEOUT, DEFAULT_MAX_CONNECTIONS, shutdown_signal,
 };

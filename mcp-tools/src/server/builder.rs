@@ -357,6 +357,15 @@ impl McpServerBuilder {
         self
     }
 
+    /// How long a shutdown of [`McpServer::serve`] waits for in-flight requests (default 20 s,
+    /// [`DEFAULT_DRAIN_TIMEOUT`](crate::DEFAULT_DRAIN_TIMEOUT)) before it closes their
+    /// connections and returns; a request that never ends cannot keep the process alive. Zero
+    /// closes them at once.
+    pub fn drain_timeout(mut self, timeout: Duration) -> Self {
+        self.connections.drain_timeout = timeout;
+        self
+    }
+
     /// How many `subscriptions/listen` streams one principal may hold open at once (default 16,
     /// [`DEFAULT_MAX_LISTENS_PER_PRINCIPAL`]); one more is refused with HTTP 429 and `-32000`.
     /// Without authentication every caller is the one anonymous principal, so this bounds the

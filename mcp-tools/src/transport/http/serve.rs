@@ -22,13 +22,20 @@ pub const DEFAULT_HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// How many connections [`McpServer::serve`] serves at once by default.
 pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
 
+/// How long a shutdown waits for in-flight requests by default: less than the 30 s an
+/// orchestrator such as Kubernetes allows between SIGTERM and SIGKILL, so the server closes what
+/// is left and exits on its own.
+pub const DEFAULT_DRAIN_TIMEOUT: Duration = Duration::from_secs(20);
+
 /// What a connection may cost the server: set with
-/// [`McpServerBuilder::header_read_timeout`](crate::McpServerBuilder::header_read_timeout) and
-/// [`McpServerBuilder::max_connections`](crate::McpServerBuilder::max_connections).
+/// [`McpServerBuilder::header_read_timeout`](crate::McpServerBuilder::header_read_timeout),
+/// [`McpServerBuilder::max_connections`](crate::McpServerBuilder::max_connections) and
+/// [`McpServerBuilder::drain_timeout`](crate::McpServerBuilder::drain_timeout).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct ConnectionLimits {
     pub(crate) header_read_timeout: Duration,
     pub(crate) max_connections: usize,
+    pub(crate) drain_timeout: Duration,
 }
 
 impl Default for ConnectionLimits {
@@ -36,6 +43,7 @@ impl Default for ConnectionLimits {
         ConnectionLimits {
             header_read_timeout: DEFAULT_HEADER_READ_TIMEOUT,
             max_connections: DEFAULT_MAX_CONNECTIONS,
+            drain_timeout: DEFAULT_DRAIN_TIMEOUT,
         }
     }
 }
@@ -50,7 +58,8 @@ impl McpServer {
     }
 
     /// Serves on an already bound listener until `shutdown` completes, then drains in-flight
-    /// requests.
+    /// requests for at most the drain timeout, and closes the connections of those still running
+    /// past it (their callers see the connection close and may retry elsewhere).
     ///
     /// A connection that does not finish sending a request's headers within the header-read
     /// timeout is closed, and so is a kept-alive connection idle that long between requests; at
@@ -69,6 +78,8 @@ impl McpServer {
             .keep_alive(true);
         let slots = Arc::new(Semaphore::new(limits.max_connections));
         let graceful = GracefulShutdown::new();
+        // Owned here so that connections still busy when the drain times out can be closed.
+        let mut connections = tokio::task::JoinSet::new();
         tokio::pin!(shutdown);
         loop {
             // A slot first: at the cap, connections wait in the kernel's backlog, not in memory.
@@ -95,7 +106,8 @@ impl McpServer {
             let _ = stream.set_nodelay(true);
             let service = TowerToHyperService::new(router.clone());
             let served = graceful.watch(connection.serve_connection(TokioIo::new(stream), service));
-            tokio::spawn(async move {
+            while connections.try_join_next().is_some() {}
+            connections.spawn(async move {
                 if let Err(error) = served.await {
                     tracing::debug!(%error, "connection ended with an error");
                 }
@@ -103,13 +115,26 @@ impl McpServer {
             });
         }
         drop(listener);
+        let deadline = tokio::time::Instant::now() + limits.drain_timeout;
         // Open subscriptions never end by themselves: close them (each gets its final result)
         // so draining can finish.
         self.close_subscriptions();
         // The same signal ends the tasks running here: let each record that it failed, so
         // clients learn it now rather than when its lease lapses.
-        self.shared.tasks.drained(TASK_DRAIN).await;
-        graceful.shutdown().await;
+        self.shared
+            .tasks
+            .drained(TASK_DRAIN.min(limits.drain_timeout))
+            .await;
+        if tokio::time::timeout_at(deadline, graceful.shutdown())
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                timeout = ?limits.drain_timeout,
+                "requests still running at the end of the drain; closing their connections"
+            );
+        }
+        connections.shutdown().await;
         Ok(())
     }
 }
