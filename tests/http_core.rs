@@ -864,11 +864,19 @@ impl mcp_tools::Tool for Held {
     }
 }
 
-#[tokio::test]
-async fn graceful_shutdown_drains_in_flight_requests() {
+/// A server on a loopback port whose `held` tool has a call in flight: sent, and started.
+struct InFlight {
+    url: String,
+    stop: tokio::sync::oneshot::Sender<()>,
+    serving: tokio::task::JoinHandle<std::io::Result<()>>,
+    call: tokio::task::JoinHandle<Result<Reply, reqwest::Error>>,
+    release: Arc<tokio::sync::Notify>,
+}
+
+async fn held_call_in_flight(builder: mcp_tools::McpServerBuilder) -> InFlight {
     let (started, mut has_started) = tokio::sync::mpsc::unbounded_channel();
     let release = Arc::new(tokio::sync::Notify::new());
-    let server = McpServer::builder("e2e", "1")
+    let server = builder
         .tools(mcp_tools::ToolSet::new().with(Held {
             started,
             release: release.clone(),
@@ -883,11 +891,29 @@ async fn graceful_shutdown_drains_in_flight_requests() {
     }));
     let call = tokio::spawn({
         let url = url.clone();
-        async move { Call::call_tool("held", json!({})).send_to(&url).await }
+        async move { Call::call_tool("held", json!({})).try_send_to(&url).await }
     });
     within("the held tool to start", has_started.recv())
         .await
         .expect("the tool signals its start");
+    InFlight {
+        url,
+        stop,
+        serving,
+        call,
+        release,
+    }
+}
+
+#[tokio::test]
+async fn graceful_shutdown_drains_in_flight_requests() {
+    let InFlight {
+        url,
+        stop,
+        serving,
+        call,
+        release,
+    } = held_call_in_flight(McpServer::builder("e2e", "1")).await;
     stop.send(()).unwrap();
     assert!(!serving.is_finished(), "the server stopped at once");
     // Shutdown has taken effect once new connections are turned away; until then a probe is
@@ -909,7 +935,10 @@ async fn graceful_shutdown_drains_in_flight_requests() {
     );
     assert!(!call.is_finished(), "the held call was answered early");
     release.notify_one();
-    let reply = within("the held call to be answered", call).await.unwrap();
+    let reply = within("the held call to be answered", call)
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(reply.status, 200, "{}", reply.text);
     let body = reply.json();
     assert_conforms("CallToolResultResponse", &body);
@@ -931,29 +960,12 @@ async fn graceful_shutdown_drains_in_flight_requests() {
 /// closed, its caller sees the connection end, and the server returns.
 #[tokio::test]
 async fn a_call_outliving_the_drain_timeout_is_cut_off_and_the_server_stops() {
-    let (started, mut has_started) = tokio::sync::mpsc::unbounded_channel();
-    let server = McpServer::builder("e2e", "1")
-        .tools(mcp_tools::ToolSet::new().with(Held {
-            started,
-            // Never released.
-            release: Arc::new(tokio::sync::Notify::new()),
-        }))
-        .drain_timeout(std::time::Duration::from_millis(200))
-        .build()
-        .unwrap();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}/mcp", listener.local_addr().unwrap());
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let serving = tokio::spawn(server.serve_listener(listener, async {
-        let _ = stopped.await;
-    }));
-    let call = tokio::spawn({
-        let url = url.clone();
-        async move { Call::call_tool("held", json!({})).try_send_to(&url).await }
-    });
-    within("the held tool to start", has_started.recv())
-        .await
-        .expect("the tool signals its start");
+    // The call is never released.
+    let in_flight = held_call_in_flight(
+        McpServer::builder("e2e", "1").drain_timeout(std::time::Duration::from_millis(200)),
+    )
+    .await;
+    let (stop, serving, call) = (in_flight.stop, in_flight.serving, in_flight.call);
     stop.send(()).unwrap();
     within("the server to stop once the drain times out", serving)
         .await
