@@ -129,6 +129,7 @@ pub fn run(body: impl std::future::Future<Output = ()>) {
     // Warnings (a store failure's cause, say) go to the inherited stderr, into the test's log.
     let _ = tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
+        .with_ansi(false)
         .with_env_filter(tracing_subscriber::EnvFilter::new("warn"))
         .try_init();
     tokio::runtime::Builder::new_multi_thread()
