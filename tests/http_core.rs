@@ -4,6 +4,7 @@ mod common;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
 
 use common::tools::tool_set;
 use common::{Call, Reply, TestServer, VERSION, assert_conforms, assert_matches_schema, within};
@@ -957,27 +958,56 @@ async fn graceful_shutdown_drains_in_flight_requests() {
 }
 
 /// A call that never ends cannot hold a shutdown past the drain timeout: its connection is
-/// closed, its caller sees the connection end, and the server returns.
+/// closed, its caller sees the connection end, and the server returns. Zero closes it at once.
 #[tokio::test]
 async fn a_call_outliving_the_drain_timeout_is_cut_off_and_the_server_stops() {
-    // The call is never released.
-    let in_flight = held_call_in_flight(
-        McpServer::builder("e2e", "1").drain_timeout(std::time::Duration::from_millis(200)),
-    )
-    .await;
-    let (stop, serving, call) = (in_flight.stop, in_flight.serving, in_flight.call);
-    stop.send(()).unwrap();
-    within("the server to stop once the drain times out", serving)
+    for drain in [Duration::from_millis(200), Duration::ZERO] {
+        // The call is never released.
+        let in_flight =
+            held_call_in_flight(McpServer::builder("e2e", "1").drain_timeout(drain)).await;
+        let (stop, serving, call) = (in_flight.stop, in_flight.serving, in_flight.call);
+        stop.send(()).unwrap();
+        // Far below the default drain (20 s): a server that ignored the setting would not stop
+        // in time.
+        common::within_for(
+            Duration::from_secs(5),
+            "the server to stop once the drain times out",
+            serving,
+        )
         .await
         .unwrap()
         .unwrap();
-    let cut = within("the held call's connection to close", call)
-        .await
-        .unwrap();
+        let cut = within("the held call's connection to close", call)
+            .await
+            .unwrap();
+        assert!(
+            cut.is_err(),
+            "a call cut off by a {drain:?} drain was answered: {cut:?}"
+        );
+    }
+}
+
+/// A drain timeout too long to add to the clock means no bound: the shutdown waits for the call
+/// and answers it, rather than failing.
+#[tokio::test]
+async fn an_unbounded_drain_timeout_waits_for_the_call() {
+    let in_flight =
+        held_call_in_flight(McpServer::builder("e2e", "1").drain_timeout(Duration::MAX)).await;
+    in_flight.stop.send(()).unwrap();
     assert!(
-        cut.is_err(),
-        "a call cut off by the drain was answered: {cut:?}"
+        !in_flight.serving.is_finished(),
+        "the server stopped with a call in flight"
     );
+    in_flight.release.notify_one();
+    let reply = within("the held call to be answered", in_flight.call)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(reply.status, 200, "{}", reply.text);
+    within("the server to finish draining", in_flight.serving)
+        .await
+        .unwrap()
+        .unwrap();
 }
 
 /// Answers with the caller's principal, counting its runs.

@@ -359,8 +359,8 @@ impl McpServerBuilder {
 
     /// How long a shutdown of [`McpServer::serve`] waits for in-flight requests (default 20 s,
     /// [`DEFAULT_DRAIN_TIMEOUT`](crate::DEFAULT_DRAIN_TIMEOUT)) before it closes their
-    /// connections and returns; a request that never ends cannot keep the process alive. Zero
-    /// closes them at once.
+    /// connections and returns, so that a request that never ends cannot keep the process
+    /// alive. Zero closes them at once; [`Duration::MAX`] waits for them however long they take.
     pub fn drain_timeout(mut self, timeout: Duration) -> Self {
         self.connections.drain_timeout = timeout;
         self

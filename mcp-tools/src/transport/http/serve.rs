@@ -115,7 +115,8 @@ impl McpServer {
             });
         }
         drop(listener);
-        let deadline = tokio::time::Instant::now() + limits.drain_timeout;
+        // A timeout too long to add to the clock is no bound at all.
+        let deadline = tokio::time::Instant::now().checked_add(limits.drain_timeout);
         // Open subscriptions never end by themselves: close them (each gets its final result)
         // so draining can finish.
         self.close_subscriptions();
@@ -125,10 +126,16 @@ impl McpServer {
             .tasks
             .drained(TASK_DRAIN.min(limits.drain_timeout))
             .await;
-        if tokio::time::timeout_at(deadline, graceful.shutdown())
-            .await
-            .is_err()
-        {
+        let drained = match deadline {
+            Some(deadline) => tokio::time::timeout_at(deadline, graceful.shutdown())
+                .await
+                .is_ok(),
+            None => {
+                graceful.shutdown().await;
+                true
+            }
+        };
+        if !drained {
             tracing::warn!(
                 timeout = ?limits.drain_timeout,
                 "requests still running at the end of the drain; closing their connections"
