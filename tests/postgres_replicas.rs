@@ -11,6 +11,7 @@ mod pg;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 use mcp_tools::store::{PostgresOptions, StoreConfig};
 use serde_json::{Value, json};
@@ -75,16 +76,6 @@ async fn call(url: &str, tool: &str, arguments: &Value) -> Answer {
     }
 }
 
-/// The tool error code of a result, if it is one.
-fn error_code(result: &Value) -> Option<&str> {
-    if result["isError"] != true {
-        return None;
-    }
-    result["structuredContent"]["code"]
-        .as_str()
-        .or_else(|| result["structuredContent"]["error"]["code"].as_str())
-}
-
 /// 32 agents, 20 increments each, every call sent to the next replica in turn (a client behind a
 /// round-robin balancer): each reads, plans one more GiB from the version it read, and retries
 /// on `stale_view`; a `STORE_UNAVAILABLE` (a lock or pool wait past the store's timeout on a
@@ -93,7 +84,7 @@ fn error_code(result: &Value) -> Option<&str> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn thirty_two_agents_round_robin_over_three_replicas_lose_nothing() {
     // Every await below is under this bound, besides each step's own.
-    common::within_for(std::time::Duration::from_secs(600), "the whole test", async {
+    common::within_for(Duration::from_secs(600), "the whole test", async {
         const AGENTS: usize = 32;
         const INCREMENTS: u64 = 20;
         let Some(schema) = pg::Schema::new() else {
@@ -113,16 +104,12 @@ async fn thirty_two_agents_round_robin_over_three_replicas_lose_nothing() {
                 tokio::spawn(async move {
                     let mut turn = index;
                     let mut send = async |tool: &str, arguments: &Value| {
-                        for _ in 0..100 {
-                            turn += 1;
-                            let agent = &agents[turn % agents.len()];
-                            let result = agent.call(tool, arguments.clone()).await;
-                            if error_code(&result) != Some("STORE_UNAVAILABLE") {
-                                return result;
-                            }
-                            unavailable.fetch_add(1, Ordering::Relaxed);
-                        }
-                        panic!("agent {index}: 100 STORE_UNAVAILABLE answers in a row to {tool}");
+                        turn += 1;
+                        let agent = &agents[turn % agents.len()];
+                        let (result, waited) =
+                            agent.call_until_available(tool, arguments, 100, Duration::ZERO).await;
+                        unavailable.fetch_add(waited, Ordering::Relaxed);
+                        result
                     };
                     let mut versions = Vec::new();
                     let mut attempts = 0;
@@ -152,7 +139,7 @@ async fn thirty_two_agents_round_robin_over_three_replicas_lose_nothing() {
         let mut versions = Vec::new();
         for task in tasks {
             let applied = common::within_for(
-                std::time::Duration::from_secs(300),
+                Duration::from_secs(300),
                 "a round-robin agent",
                 task,
             )
@@ -190,7 +177,7 @@ async fn thirty_two_agents_round_robin_over_three_replicas_lose_nothing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn five_hundred_calls_with_one_operation_id_over_three_replicas_apply_once() {
     // Every await below is under this bound, besides each step's own.
-    common::within_for(std::time::Duration::from_secs(600), "the whole test", async {
+    common::within_for(Duration::from_secs(600), "the whole test", async {
         const CALLS: usize = 500;
         let Some(schema) = pg::Schema::new() else {
             return;
@@ -203,34 +190,24 @@ async fn five_hundred_calls_with_one_operation_id_over_three_replicas_apply_once
             "operation_id": operation_id("storm"),
             "text": "exactly once",
         });
-        let urls: Vec<String> = children.iter().map(|child| child.url.clone()).collect();
         let barrier = Arc::new(tokio::sync::Barrier::new(CALLS));
         let tasks: Vec<_> = (0..CALLS)
             .map(|index| {
-                let (url, arguments, barrier) = (
-                    urls[index % urls.len()].clone(),
+                let (agent, arguments, barrier) = (
+                    agents[index % agents.len()].clone(),
                     arguments.clone(),
                     Arc::clone(&barrier),
                 );
                 tokio::spawn(async move {
                     barrier.wait().await;
-                    let mut unavailable = 0;
-                    loop {
-                        let Answer::Result(result) = call(&url, "basket_add_note", &arguments).await
-                        else {
-                            panic!("a replica went away");
-                        };
-                        if error_code(&result) == Some("STORE_UNAVAILABLE") {
-                            unavailable += 1;
-                            assert!(unavailable < 50, "never available: {result}");
-                            continue;
-                        }
-                        return (
-                            basket_client::outcome(&result).to_owned(),
-                            unavailable,
-                            result,
-                        );
-                    }
+                    let (result, unavailable) = agent
+                        .call_until_available("basket_add_note", &arguments, 50, Duration::ZERO)
+                        .await;
+                    (
+                        basket_client::outcome(&result).to_owned(),
+                        unavailable,
+                        result,
+                    )
                 })
             })
             .collect();
@@ -267,7 +244,7 @@ async fn five_hundred_calls_with_one_operation_id_over_three_replicas_apply_once
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_replica_killed_mid_workload_loses_nothing_and_applies_nothing_twice() {
     // Every await below is under this bound, besides each step's own.
-    common::within_for(std::time::Duration::from_secs(600), "the whole test", async {
+    common::within_for(Duration::from_secs(600), "the whole test", async {
         const AGENTS: usize = 8;
         const EACH: usize = 5;
         const KILL_AFTER: u64 = 12;
@@ -362,18 +339,13 @@ async fn a_replica_killed_mid_workload_loses_nothing_and_applies_nothing_twice()
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_retry_on_another_replica_after_the_first_was_killed_replays_its_commit() {
     // Every await below is under this bound, besides each step's own.
-    common::within_for(
-        std::time::Duration::from_secs(600),
-        "the whole test",
-        async {
-            let Some(schema) = pg::Schema::new() else {
-                return;
-            };
-            let mut children = replicas(&schema, 2);
-            let urls: Vec<String> = children.iter().map(|child| child.url.clone()).collect();
-            basket_client::a_retry_elsewhere_replays(&urls[0], &urls[1], || children[0].kill())
-                .await;
-        },
-    )
+    common::within_for(Duration::from_secs(600), "the whole test", async {
+        let Some(schema) = pg::Schema::new() else {
+            return;
+        };
+        let mut children = replicas(&schema, 2);
+        let urls: Vec<String> = children.iter().map(|child| child.url.clone()).collect();
+        basket_client::a_retry_elsewhere_replays(&urls[0], &urls[1], || children[0].kill()).await;
+    })
     .await;
 }

@@ -20,7 +20,7 @@ use std::time::Duration;
 use mcp_tools::store::{PostgresOptions, StoreConfig};
 use serde_json::{Value, json};
 
-use basket_client::{operation_id, server};
+use basket_client::{Agent, operation_id, server};
 use common::children;
 
 const CHILD_TEST: &str = "a_child_process_serves_the_basket_through_restarts";
@@ -61,28 +61,11 @@ fn restart_database() {
     assert!(status.success(), "pg_ctl restart failed: {status}");
 }
 
-/// Sends a call until it gets an answer other than `STORE_UNAVAILABLE`, checking every answer is
-/// a well-formed tool result; returns the answer and how many `STORE_UNAVAILABLE` came first.
-async fn until_available(url: &str, tool: &str, arguments: &Value) -> (Value, u64) {
-    let mut unavailable = 0;
-    loop {
-        let reply = common::within(
-            "a tool call while the database restarts",
-            common::Call::call_tool(tool, arguments.clone()).send_to(url),
-        )
-        .await;
-        assert_eq!(reply.status, 200, "{tool}: {}", reply.text);
-        let json = reply.json();
-        assert!(json.get("error").is_none(), "a JSON-RPC error: {json}");
-        let result = json["result"].clone();
-        if result["isError"] == true && result["structuredContent"]["code"] == "STORE_UNAVAILABLE" {
-            unavailable += 1;
-            assert!(unavailable < 2_000, "the store never came back");
-            tokio::time::sleep(Duration::from_millis(20)).await;
-            continue;
-        }
-        return (result, unavailable);
-    }
+/// [`Agent::call_until_available`], paced while the database is down.
+async fn until_available(agent: &Agent, tool: &str, arguments: &Value) -> (Value, u64) {
+    agent
+        .call_until_available(tool, arguments, 2_000, Duration::from_millis(20))
+        .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -97,9 +80,12 @@ async fn a_database_restart_mid_workload_answers_store_unavailable_and_loses_not
         };
         let env = children::postgres_env(&schema.url, &schema.name);
         let replicas = children::start(CHILD_TEST, &env, 2);
-        let urls: Vec<String> = replicas.iter().map(|child| child.url.clone()).collect();
+        let mut clients = Vec::new();
+        for replica in &replicas {
+            clients.push(Agent::connect(&replica.url, None).await);
+        }
         let (created, _) = until_available(
-            &urls[0],
+            &clients[0],
             "basket_create",
             &json!({ "operation_id": operation_id("create") }),
         )
@@ -114,7 +100,8 @@ async fn a_database_restart_mid_workload_answers_store_unavailable_and_loses_not
         let halfway = Arc::new(tokio::sync::Notify::new());
         let agents: Vec<_> = (0..AGENTS)
             .map(|index| {
-                let (urls, handle, halfway) = (urls.clone(), handle.clone(), Arc::clone(&halfway));
+                let (clients, handle, halfway) =
+                    (clients.clone(), handle.clone(), Arc::clone(&halfway));
                 let (acknowledged, unavailable, replays) = (
                     Arc::clone(&acknowledged),
                     Arc::clone(&unavailable),
@@ -125,15 +112,16 @@ async fn a_database_restart_mid_workload_answers_store_unavailable_and_loses_not
                     let mut turn = index;
                     while versions.len() < EACH {
                         turn += 1;
-                        let url = &urls[turn % urls.len()];
+                        let client = &clients[turn % clients.len()];
                         let (read, waited) =
-                            until_available(url, "basket_get", &json!({ "basket_id": handle })).await;
+                            until_available(client, "basket_get", &json!({ "basket_id": handle }))
+                                .await;
                         unavailable.fetch_add(waited, Ordering::Relaxed);
                         let change =
                             basket_client::one_more_gib(&read, &handle, &format!("restart{index}"));
                         // The same request, same operation id, until the store answers.
                         let (result, waited) =
-                            until_available(url, "basket_replace_configuration", &change).await;
+                            until_available(client, "basket_replace_configuration", &change).await;
                         unavailable.fetch_add(waited, Ordering::Relaxed);
                         let (applied, replayed) = basket_client::settled(&result);
                         if replayed {
@@ -178,8 +166,9 @@ async fn a_database_restart_mid_workload_answers_store_unavailable_and_loses_not
         assert_eq!(applied, (AGENTS * EACH) as u64);
         versions.sort_unstable();
         assert_eq!(versions, (2..=1 + applied).collect::<Vec<_>>());
-        for url in &urls {
-            let (read, _) = until_available(url, "basket_get", &json!({ "basket_id": handle })).await;
+        for client in &clients {
+            let (read, _) =
+                until_available(client, "basket_get", &json!({ "basket_id": handle })).await;
             let basket = &read["structuredContent"];
             assert_eq!(basket["version"].as_u64(), Some(1 + applied));
             assert_eq!(basket["state"]["memory_gib"].as_u64(), Some(16 + applied));

@@ -125,6 +125,36 @@ impl Agent {
         result
     }
 
+    /// [`Agent::call`] until the store answers something other than `STORE_UNAVAILABLE`: the
+    /// same arguments each time (so the same operation id), as the contract says, at most
+    /// `tries` times and `pause` apart, each call bounded by a test step. Returns the answer and
+    /// how many `STORE_UNAVAILABLE` came before it.
+    pub async fn call_until_available(
+        &self,
+        tool: &str,
+        arguments: &Value,
+        tries: u64,
+        pause: std::time::Duration,
+    ) -> (Value, u64) {
+        for unavailable in 0..tries {
+            let result = crate::common::within(
+                &format!("{tool} on {}", self.url),
+                self.call(tool, arguments.clone()),
+            )
+            .await;
+            if !store_unavailable(&result) {
+                return (result, unavailable);
+            }
+            if !pause.is_zero() {
+                tokio::time::sleep(pause).await;
+            }
+        }
+        panic!(
+            "{tool} on {}: STORE_UNAVAILABLE {tries} times in a row",
+            self.url
+        );
+    }
+
     /// Creates a basket with a fresh operation id; returns its handle.
     pub async fn create(&self) -> String {
         let result = self
@@ -152,6 +182,11 @@ impl Agent {
             outcome["state"].clone(),
         )
     }
+}
+
+/// Whether a result is the store's retryable `STORE_UNAVAILABLE`.
+pub fn store_unavailable(result: &Value) -> bool {
+    result["isError"] == true && result["structuredContent"]["code"] == "STORE_UNAVAILABLE"
 }
 
 /// The outcome of a result (`applied`, `stale_view`, `rejected`, `replayed`, `current`).
