@@ -45,10 +45,7 @@ numeric_settings "$secs" "$fill" "$stretches" "$conns" "$threads" "$baskets" "$f
 [[ -z "$allocator" || -r "$allocator" ]] || { echo "ALLOCATOR $allocator is not readable" >&2; exit 2; }
 require_tools wrk curl jq
 
-echo "== building the basket example (release)" >&2
-(cd "$root" && cargo build --release --quiet --example basket) >&2
-bin="${CARGO_TARGET_DIR:-$root/target}/release/examples"
-[[ "$bin" = /* ]] || bin="$root/$bin"
+build_examples basket
 
 work="$(mktemp -d)"
 pids=()

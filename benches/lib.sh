@@ -1,12 +1,22 @@
 # Shell functions shared by the HTTP benchmark scripts (sourced, not run).
 #
 # The sourcing script sets, before calling them:
-#   bin      the folder of the release example binaries
+#   root     the project root
+#   bin      the folder of the release example binaries (`build_examples` sets it)
 #   work     a temp folder for logs and basket lists
 #   pids     an array; every process started here is appended, and `cleanup` ends them
 #   baskets  how many baskets `make_baskets` creates
 #   threads, conns  wrk's threads and connections, for `wrk_run`
 # and installs `trap cleanup EXIT` itself, so that it can add its own processes to `pids`.
+
+build_examples() { # build_examples NAME...: builds these examples in release and sets `bin`
+  local args=() name
+  for name in "$@"; do args+=(--example "$name"); done
+  echo "== building $* (release)" >&2
+  (cd "$root" && cargo build --release --quiet "${args[@]}") >&2
+  bin="${CARGO_TARGET_DIR:-$root/target}/release/examples"
+  [[ "$bin" = /* ]] || bin="$root/$bin"
+}
 
 cleanup() {
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done

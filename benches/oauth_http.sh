@@ -58,10 +58,7 @@ numeric_settings "$secs" "$rounds" "$warmup" "$conns" "$threads" "$baskets" "$po
   && baskets >= 1 && baskets <= 1000 )) || { echo "setting out of range" >&2; exit 2; }
 require_tools wrk curl jq openssl python3
 
-echo "== building the basket example (release)" >&2
-(cd "$root" && cargo build --release --quiet --example basket) >&2
-bin="${CARGO_TARGET_DIR:-$root/target}/release/examples"
-[[ "$bin" = /* ]] || bin="$root/$bin"
+build_examples basket
 
 work="$(mktemp -d)"
 pids=()

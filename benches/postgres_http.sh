@@ -36,10 +36,7 @@ numeric_settings "$secs" "$rounds" "$conns" "$baskets" "$port"
 (( secs >= 1 && rounds >= 1 && conns >= 3 && baskets >= 1 )) || { echo "setting out of range" >&2; exit 2; }
 require_tools wrk curl jq psql
 
-echo "== building the basket example (release)" >&2
-(cd "$root" && cargo build --release --quiet --example basket) >&2
-bin="${CARGO_TARGET_DIR:-$root/target}/release/examples"
-[[ "$bin" = /* ]] || bin="$root/$bin"
+build_examples basket
 
 work="$(mktemp -d)"
 pids=()

@@ -47,10 +47,7 @@ numeric_settings "$secs" "$rounds" "$warmup" "$conns" "$threads" "$baskets" "$po
 require_tools wrk curl jq
 [[ -r "$harness/call.lua" ]] || { echo "no call.lua in $harness (set HARNESS)" >&2; exit 2; }
 
-echo "== building the examples (release)" >&2
-(cd "$root" && cargo build --release --quiet --example basket --example quickstart) >&2
-bin="${CARGO_TARGET_DIR:-$root/target}/release/examples"
-[[ "$bin" = /* ]] || bin="$root/$bin"
+build_examples basket quickstart
 
 work="$(mktemp -d)"
 pids=()
