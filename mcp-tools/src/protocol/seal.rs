@@ -61,7 +61,9 @@ pub(crate) struct Binding<'a> {
 /// Seals and opens every value this server hands out, under one key.
 #[derive(Clone)]
 pub(crate) struct Seal {
-    key: Arc<[u8]>,
+    /// The MAC keyed with the signing key, cloned for each tag: keying hashes two blocks that
+    /// every tag would otherwise hash again.
+    keyed: Hmac<Sha256>,
     /// Keys that still verify what they signed, each until its time (seconds since the epoch),
     /// so replicas can roll the key without breaking open listings, rounds or validators.
     accepted: Arc<[(Arc<[u8]>, u64)]>,
@@ -76,7 +78,8 @@ impl Seal {
     /// A seal that signs with `key` and also verifies with each of `accepted` until its time.
     pub(crate) fn rotating(key: &[u8], accepted: Vec<(Vec<u8>, u64)>) -> Self {
         Seal {
-            key: key.into(),
+            keyed: <Hmac<Sha256> as KeyInit>::new_from_slice(key)
+                .expect("HMAC accepts keys of any length"),
             accepted: accepted
                 .into_iter()
                 .map(|(key, until)| (Arc::from(key), until))
@@ -85,7 +88,7 @@ impl Seal {
     }
 
     fn mac(&self, domain: &[u8], parts: &[&[u8]]) -> Hmac<Sha256> {
-        keyed_mac(&self.key, domain, parts)
+        absorb(self.keyed.clone(), domain, parts)
     }
 
     fn tag(&self, domain: &[u8], parts: &[&[u8]]) -> [u8; TAG_LEN] {
@@ -245,8 +248,13 @@ impl Seal {
 /// The MAC of `parts` in `domain` under `key`; each part but the last is followed by a 0 byte,
 /// so no two sequences of parts give the same input.
 fn keyed_mac(key: &[u8], domain: &[u8], parts: &[&[u8]]) -> Hmac<Sha256> {
-    let mut mac =
+    let mac =
         <Hmac<Sha256> as KeyInit>::new_from_slice(key).expect("HMAC accepts keys of any length");
+    absorb(mac, domain, parts)
+}
+
+/// `mac` fed the domain, then the parts separated by a zero byte.
+fn absorb(mut mac: Hmac<Sha256>, domain: &[u8], parts: &[&[u8]]) -> Hmac<Sha256> {
     mac.update(domain);
     for (i, part) in parts.iter().enumerate() {
         if i > 0 {

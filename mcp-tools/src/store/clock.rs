@@ -65,12 +65,29 @@ pub fn format_rfc3339(millis: i64) -> String {
     let days = secs.div_euclid(86_400);
     let sod = secs.rem_euclid(86_400);
     let (year, month, day) = civil_from_days(days);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{ms:03}Z",
-        sod / 3600,
-        (sod % 3600) / 60,
-        sod % 60
-    )
+    let (hour, minute, second) = (sod / 3600, (sod % 3600) / 60, sod % 60);
+    if !(0..=9999).contains(&year) {
+        return format!("{year:04}-{month:02}-{day:02}T{hour:02}:{minute:02}:{second:02}.{ms:03}Z");
+    }
+    // Every read and mutation formats an expiry: the digits are written in place, which costs a
+    // fraction of the formatting machinery.
+    let mut text = *b"0000-00-00T00:00:00.000Z";
+    for (at, width, value) in [
+        (0, 4, year),
+        (5, 2, month),
+        (8, 2, day),
+        (11, 2, hour),
+        (14, 2, minute),
+        (17, 2, second),
+        (20, 3, ms),
+    ] {
+        let mut value = value;
+        for digit in text[at..at + width].iter_mut().rev() {
+            *digit = b'0' + (value % 10) as u8;
+            value /= 10;
+        }
+    }
+    String::from_utf8(text.to_vec()).expect("ASCII digits and separators")
 }
 
 fn civil_from_days(days: i64) -> (i64, i64, i64) {
@@ -102,6 +119,18 @@ mod tests {
         assert_eq!(
             format_rfc3339(4_102_444_799_000),
             "2099-12-31T23:59:59.000Z"
+        );
+        assert_eq!(
+            format_rfc3339(253_402_300_799_999),
+            "9999-12-31T23:59:59.999Z"
+        );
+        assert_eq!(
+            format_rfc3339(253_402_300_800_000),
+            "10000-01-01T00:00:00.000Z"
+        );
+        assert_eq!(
+            format_rfc3339(-62_167_219_200_001),
+            "-001-12-31T23:59:59.999Z"
         );
     }
 
