@@ -130,15 +130,8 @@ fn arguments(tool: &ToolFn, cx: &TokenStream) -> Arguments {
             ParamKind::ContextRef => out.call_args.push(quote!(#cx)),
             ParamKind::Extract => {
                 let var = format_ident!("__mcp_extracted_{}", index);
-                // A stateful tool's `call` returns the `CallToolResult` itself.
-                let refused = if tool.stateful().is_some() {
-                    quote!(error.into_result())
-                } else {
-                    quote! {
-                        ::mcp_tools::__private::Outcome(
-                            ::mcp_tools::IntoCallToolResult::into_reply(error.into_result()),
-                        )
-                    }
+                let refused = quote! {
+                    ::core::convert::From::from(error.into_result())
                 };
                 out.extractions.push(quote_spanned! {ty.span()=>
                     let #var = match <#ty as ::mcp_tools::__private::FromContext>::from_context(&__mcp_cx) {
@@ -619,7 +612,7 @@ fn stateful_parts(
                     __mcp_args.__mcp_basis_version,
                 ).await {
                     ::core::result::Result::Ok(read) => read,
-                    ::core::result::Result::Err(result) => return result,
+                    ::core::result::Result::Err(result) => return ::core::convert::From::from(result),
                 };
                 let __mcp_resource = &__mcp_current;
                 let __mcp_view: ::core::result::Result<#ok_ty, ::mcp_tools::ToolError> = #as_result;
@@ -676,14 +669,10 @@ fn stateful_parts(
         }
     };
 
-    // A mutation may ask for a confirmation first (`on_conflict = reconfirm`).
-    let output = match kind {
-        StatefulKind::Mutates => quote!(::mcp_tools::ToolReply<::mcp_tools::CallToolResult>),
-        _ => quote!(::mcp_tools::CallToolResult),
-    };
     ImplParts {
         args: quote!(::mcp_tools::__private::stateful::WithRaw<__McpArgs>),
-        output,
+        // The reply as the store's outcome made it (a mutation may ask for a confirmation first).
+        output: quote!(::mcp_tools::__private::Outcome),
         input_schema: quote! {
             ::mcp_tools::__private::stateful::input_schema::<__McpArgs, #resource>(
                 generator,

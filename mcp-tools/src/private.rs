@@ -70,11 +70,17 @@ pub fn input_schema<T: JsonSchema>(generator: &mut SchemaGenerator) -> Value {
 /// input survives the conversion.
 pub struct Outcome(pub crate::tools::output::Reply);
 
+impl From<crate::CallToolResult> for Outcome {
+    fn from(result: crate::CallToolResult) -> Self {
+        Outcome(crate::tools::output::Reply::Complete(result))
+    }
+}
+
 impl crate::IntoCallToolResult for Outcome {
     fn into_call_tool_result(self) -> crate::CallToolResult {
-        match self.0 {
-            crate::tools::output::Reply::Complete(result) => result,
-            crate::tools::output::Reply::InputRequired(input) => input.into_call_tool_result(),
+        match self.0.into_result() {
+            Ok(result) => result,
+            Err(input) => input.into_call_tool_result(),
         }
     }
 

@@ -18,7 +18,7 @@ use crate::tools::input::Reply;
 
 use super::Route;
 use super::rounds::input_required;
-use super::tools::serialize_call_result;
+use super::tools::{serialize_call_result, serialize_rendered};
 
 /// Whether the request declared the Tasks extension in its client capabilities.
 pub(super) fn declared(cx: &Context) -> bool {
@@ -109,6 +109,9 @@ pub(super) async fn call(
     match first {
         Poll::Ready(Ok(Reply::Complete(result))) => {
             return Ok(serialize_call_result(server, &result));
+        }
+        Poll::Ready(Ok(Reply::Rendered(rendered))) => {
+            return Ok(serialize_rendered(server, &rendered));
         }
         Poll::Ready(Ok(Reply::InputRequired(input))) => {
             return input_required(server, Route::CallTool, params, &cx, input);

@@ -6,7 +6,7 @@ use serde_json::{Map, Value};
 use crate::RpcError;
 use crate::context::Context;
 use crate::server::McpServer;
-use crate::tools::content::CallToolResult;
+use crate::tools::content::{CallToolResult, Rendered};
 use crate::tools::input::Reply;
 use crate::tools::set::CompiledTool;
 
@@ -30,6 +30,7 @@ pub(super) async fn call_tool(
     };
     let result = match tool.call(arguments, cx.clone()).await {
         Reply::Complete(result) => result,
+        Reply::Rendered(rendered) => return Ok(serialize_rendered(server, &rendered)),
         Reply::InputRequired(input) if !legacy => {
             return input_required(server, Route::CallTool, params, &cx, input);
         }
@@ -57,5 +58,14 @@ pub(super) fn serialize_call_result(server: &McpServer, result: &CallToolResult)
         result.structured_content.as_ref(),
         result.is_error,
         result.meta.as_ref(),
+    )
+}
+
+pub(super) fn serialize_rendered(server: &McpServer, rendered: &Rendered) -> Bytes {
+    server.shared.base.results.call_tool(
+        &rendered.content,
+        Some(&*rendered.structured),
+        false,
+        None,
     )
 }

@@ -111,20 +111,20 @@ impl Results {
 
     /// A `CallToolResult`, written field by field (the hot path: no intermediate `Value`).
     /// `tool_meta` is the tool's own `_meta`, merged over the server info.
-    pub(crate) fn call_tool(
+    pub(crate) fn call_tool<S: Serialize + ?Sized>(
         &self,
         content: &impl Serialize,
-        structured_content: Option<&Value>,
+        structured_content: Option<&S>,
         is_error: bool,
         tool_meta: Option<&Map<String, Value>>,
     ) -> Bytes {
         #[derive(Serialize)]
         #[serde(rename_all = "camelCase")]
-        struct Wire<'a, C> {
+        struct Wire<'a, C, S: ?Sized> {
             result_type: &'static str,
             content: &'a C,
             #[serde(skip_serializing_if = "Option::is_none")]
-            structured_content: Option<&'a Value>,
+            structured_content: Option<&'a S>,
             #[serde(skip_serializing_if = "std::ops::Not::not")]
             is_error: bool,
             #[serde(rename = "_meta")]

@@ -8,7 +8,8 @@ use serde_json::Value;
 
 use super::delta::FieldChange;
 use super::entity::Lifecycle;
-use crate::tools::content::{CallToolResult, Content, ToolError};
+use crate::tools::content::{CallToolResult, Content, Rendered, ToolError};
+use crate::tools::input::Reply;
 pub use crate::tools::recovery::Recovery;
 
 /// Stable codes of the rejections the boundary itself produces.
@@ -596,6 +597,16 @@ impl MutationOutcome {
         let state = self.take_state();
         to_result(&self, state, text, is_error)
     }
+
+    /// The reply the request path answers with: a success written straight from the outcome.
+    pub(crate) fn into_reply(self) -> Reply {
+        if !self.is_error()
+            && let Ok(rendered) = Rendered::new(self.text(), &self)
+        {
+            return Reply::Rendered(rendered);
+        }
+        Reply::Complete(self.into_call_tool_result())
+    }
 }
 
 /// A resource as read, or why it could not be read.
@@ -623,6 +634,69 @@ pub struct Snapshot {
     /// What changed since the version the caller asked about, when it asked.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub changes: Option<Changes>,
+}
+
+impl Snapshot {
+    /// The text of a read of this snapshot.
+    fn text(&self) -> String {
+        let changes = match &self.changes {
+            None => String::new(),
+            Some(changes) if !changes.delta_available => format!(
+                " The history of version {} is no longer kept, so compare with the state.",
+                changes.since_version
+            ),
+            Some(changes) if changes.delta.is_empty() => format!(
+                " Nothing it shows changed since version {}.",
+                changes.since_version
+            ),
+            Some(changes) => {
+                let paths: Vec<&str> = changes.delta.iter().map(|c| c.path.as_str()).collect();
+                format!(
+                    " Changed since version {}: {}.",
+                    changes.since_version,
+                    paths.join(", ")
+                )
+            }
+        };
+        format!(
+            "{} is at version {} ({}).{changes} Pass expected_version {} when you change it.",
+            self.handle,
+            self.version,
+            self.resumption.lifecycle.as_str(),
+            self.version
+        )
+    }
+
+    /// The read of this snapshot with `view` as its state, written straight from `view`: the
+    /// structured content [`ReadOutcome::Current`] would have with `view` serialized into
+    /// `state`, without building either as a JSON tree.
+    pub(crate) fn render_with<T: Serialize>(
+        &self,
+        view: &T,
+    ) -> Result<Rendered, serde_json::Error> {
+        /// `ReadOutcome::Current` as serialized, with a borrowed state of any type.
+        #[derive(Serialize)]
+        struct Current<'a, T> {
+            outcome: &'static str,
+            handle: &'a str,
+            version: u64,
+            state: &'a T,
+            resumption: &'a Resumption,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            changes: Option<&'a Changes>,
+        }
+        Rendered::new(
+            self.text(),
+            &Current {
+                outcome: "current",
+                handle: &self.handle,
+                version: self.version,
+                state: view,
+                resumption: &self.resumption,
+                changes: self.changes.as_ref(),
+            },
+        )
+    }
 }
 
 /// What changed in the entity's view between a version the caller saw and now: a worker
@@ -654,35 +728,7 @@ impl ReadOutcome {
     /// A short text for the model.
     pub fn text(&self) -> String {
         match self {
-            ReadOutcome::Current(snapshot) => {
-                let changes = match &snapshot.changes {
-                    None => String::new(),
-                    Some(changes) if !changes.delta_available => format!(
-                        " The history of version {} is no longer kept, so compare with the state.",
-                        changes.since_version
-                    ),
-                    Some(changes) if changes.delta.is_empty() => format!(
-                        " Nothing it shows changed since version {}.",
-                        changes.since_version
-                    ),
-                    Some(changes) => {
-                        let paths: Vec<&str> =
-                            changes.delta.iter().map(|c| c.path.as_str()).collect();
-                        format!(
-                            " Changed since version {}: {}.",
-                            changes.since_version,
-                            paths.join(", ")
-                        )
-                    }
-                };
-                format!(
-                    "{} is at version {} ({}).{changes} Pass expected_version {} when you change it.",
-                    snapshot.handle,
-                    snapshot.version,
-                    snapshot.resumption.lifecycle.as_str(),
-                    snapshot.version
-                )
-            }
+            ReadOutcome::Current(snapshot) => snapshot.text(),
             ReadOutcome::Rejected(rejected) => rejected.text(),
         }
     }
@@ -713,6 +759,10 @@ impl crate::IntoCallToolResult for MutationOutcome {
     fn into_call_tool_result(self) -> CallToolResult {
         MutationOutcome::into_call_tool_result(self)
     }
+
+    fn into_reply(self) -> Reply {
+        MutationOutcome::into_reply(self)
+    }
 }
 
 impl crate::IntoCallToolResult for ReadOutcome {
@@ -722,6 +772,16 @@ impl crate::IntoCallToolResult for ReadOutcome {
 
     fn into_call_tool_result(self) -> CallToolResult {
         ReadOutcome::into_call_tool_result(self)
+    }
+
+    fn into_reply(self) -> Reply {
+        match &self {
+            ReadOutcome::Current(snapshot) => match snapshot.render_with(&snapshot.state) {
+                Ok(rendered) => Reply::Rendered(rendered),
+                Err(_) => Reply::Complete(self.into_call_tool_result()),
+            },
+            ReadOutcome::Rejected(_) => Reply::Complete(self.into_call_tool_result()),
+        }
     }
 }
 
@@ -826,17 +886,65 @@ mod tests {
             MutationOutcome::Rejected(Rejected::not_found("basket")),
         ] {
             let expected = serde_json::to_value(&outcome).unwrap();
+            let rendered = outcome.clone().into_reply();
+            assert_eq!(
+                matches!(rendered, Reply::Rendered(_)),
+                !outcome.is_error(),
+                "{outcome:?}: only successes are written straight to JSON"
+            );
             let result = outcome.into_call_tool_result();
             assert_eq!(result.structured_content, Some(expected));
+            assert_eq!(rendered.into_result().unwrap(), result);
         }
         for outcome in [
             ReadOutcome::Current(snapshot()),
             ReadOutcome::Rejected(Rejected::not_found("basket")),
         ] {
             let expected = serde_json::to_value(&outcome).unwrap();
+            let rendered = crate::IntoCallToolResult::into_reply(outcome.clone());
+            assert_eq!(matches!(rendered, Reply::Rendered(_)), !outcome.is_error());
+            let result = outcome.into_call_tool_result();
+            assert_eq!(result.structured_content, Some(expected));
+            assert_eq!(rendered.into_result().unwrap(), result);
+        }
+    }
+
+    /// A read tool's own view, written straight to JSON, is the read outcome whose state is that
+    /// view: the same members, the same text.
+    #[test]
+    fn a_view_rendered_into_a_snapshot_is_the_read_outcome_with_that_state() {
+        #[derive(Serialize)]
+        struct View {
+            memory_gib: u32,
+            notes: Vec<&'static str>,
+            note: Option<String>,
+        }
+        let view = View {
+            memory_gib: 32,
+            notes: vec!["a", "\"quoted\""],
+            note: None,
+        };
+        let mut snapshot = snapshot();
+        snapshot.resumption.validator = Some("AAAA".into());
+        for changes in [
+            None,
+            Some(Changes {
+                since_version: 2,
+                delta_available: true,
+                delta: vec![FieldChange {
+                    path: "/memory_gib".into(),
+                    before: Some(json!(16)),
+                    after: Some(json!(32)),
+                }],
+            }),
+        ] {
+            snapshot.changes = changes;
+            let rendered = snapshot.render_with(&view).unwrap().into_call_tool_result();
+            let mut expected = snapshot.clone();
+            expected.state = serde_json::to_value(&view).unwrap().into();
             assert_eq!(
-                outcome.into_call_tool_result().structured_content,
-                Some(expected)
+                rendered,
+                ReadOutcome::Current(expected).into_call_tool_result()
             );
         }
     }

@@ -21,11 +21,12 @@ use super::outcome::{
     StaleView,
 };
 use super::registry::SharedStore;
+use crate::__private::Outcome;
 use crate::context::{Context, Principal};
 use crate::protocol::seal::{Binding, tool_call_target};
 use crate::tools::content::{CallToolResult, IntoToolError, ToolError};
 use crate::tools::extract::MISSING_STATE;
-use crate::tools::input::{InputRequired, ToolReply};
+use crate::tools::input::{InputRequired, Reply};
 
 /// Decoded tool arguments together with the JSON they were decoded from: the operation-id
 /// ledger fingerprints the payload as sent.
@@ -694,11 +695,11 @@ pub async fn create<'a, R: IsEntity>(
     spec: CreateSpec<R>,
     raw: &Value,
     creation: Creation<'a>,
-) -> CallToolResult {
+) -> Outcome {
     if let Some(operation_id) = &spec.operation_id
         && let Err(result) = unguessable(cx, operation_id)
     {
-        return result;
+        return result.into();
     }
     let mut request = CreateRequest::deferred(R::kind(), cx.principal().clone(), creation);
     if let Some(operation_id) = spec.operation_id {
@@ -708,9 +709,9 @@ pub async fn create<'a, R: IsEntity>(
         Ok(mut outcome) => {
             record_state(cx, None, None, &outcome);
             seal_validators(cx, R::KIND, &mut outcome);
-            outcome.into_call_tool_result()
+            Outcome(outcome.into_reply())
         }
-        Err(error) => error.into_tool_error().into_result(),
+        Err(error) => error.into_tool_error().into_result().into(),
     }
 }
 
@@ -772,23 +773,20 @@ pub async fn read<R: IsEntity>(
 }
 
 /// The result of a `reads` tool: the snapshot whose `state` is what the tool function returned.
-pub fn read_result<T: Serialize>(
-    mut snapshot: Snapshot,
-    view: Result<T, ToolError>,
-) -> CallToolResult {
-    match view.and_then(|view| {
-        serde_json::to_value(view).map_err(|error| {
+pub fn read_result<T: Serialize>(snapshot: Snapshot, view: Result<T, ToolError>) -> Outcome {
+    let rendered = view.and_then(|view| {
+        snapshot.render_with(&view).map_err(|error| {
             ToolError::new(
                 super::outcome::code::OUTPUT_NOT_SERIALIZABLE,
                 format!("The tool produced output that cannot be serialized: {error}"),
             )
         })
-    }) {
-        Ok(state) => {
-            snapshot.state = std::sync::Arc::new(state);
-            ReadOutcome::Current(snapshot).into_call_tool_result()
-        }
-        Err(error) => ReadOutcome::Rejected(Rejected::domain(&error)).into_call_tool_result(),
+    });
+    match rendered {
+        Ok(rendered) => Outcome(Reply::Rendered(rendered)),
+        Err(error) => ReadOutcome::Rejected(Rejected::domain(&error))
+            .into_call_tool_result()
+            .into(),
     }
 }
 
@@ -822,17 +820,17 @@ pub async fn mutate<R: IsEntity>(
     spec: MutationSpec<R>,
     raw: &Value,
     transition: Transition,
-) -> ToolReply<CallToolResult> {
+) -> Outcome {
     if let Some(operation_id) = &spec.operation_id
         && let Err(result) = unguessable(cx, operation_id)
     {
-        return ToolReply::Complete(result);
+        return result.into();
     }
     let reconfirm = matches!(spec.policy, ConflictPolicy::Reconfirm);
     let confirmed = if reconfirm {
         match confirmed_version::<R>(cx, spec.tool, &spec.handle, raw) {
             Ok(confirmed) => confirmed,
-            Err(result) => return ToolReply::Complete(result),
+            Err(result) => return result.into(),
         }
     } else {
         None
@@ -840,7 +838,7 @@ pub async fn mutate<R: IsEntity>(
     let expected = if spec.precondition {
         match precondition(cx, R::KIND, &spec.handle, spec.expected_version) {
             Ok(expected) => Some(expected),
-            Err(result) => return ToolReply::Complete(result),
+            Err(result) => return result.into(),
         }
     } else {
         None
@@ -879,11 +877,11 @@ pub async fn mutate<R: IsEntity>(
                 && let Some(ask) =
                     ask_to_reconfirm::<R>(cx, tool, raw, confirmed.is_some(), &mut outcome)
             {
-                return ToolReply::InputRequired(ask);
+                return Outcome(Reply::InputRequired(ask));
             }
-            ToolReply::Complete(outcome.into_call_tool_result())
+            Outcome(outcome.into_reply())
         }
-        Err(error) => ToolReply::Complete(error.into_tool_error().into_result()),
+        Err(error) => error.into_tool_error().into_result().into(),
     }
 }
 

@@ -364,15 +364,18 @@ impl Tasks {
         let ending = loop {
             tokio::select! {
                 done = async { (&mut tool.as_mut().expect("polled while running").0).await }, if tool.is_some() => { tool = None; match done {
-                    Ok(Ok(Reply::Complete(result))) => break Ending::Completed(
-                        serde_json::to_value(&result).expect("a tool result is plain JSON"),
-                    ),
                     Ok(Ok(Reply::InputRequired(input))) => {
                         let state = input.state.clone();
                         match self.park(id, input, &mut round, &context).await {
                             Ok(keys) => waiting = Some(Waiting { keys, gathered: Map::new(), resume: Resume::Restart(state) }),
                             Err(ending) => break ending,
                         }
+                    }
+                    Ok(Ok(reply)) => {
+                        let result = reply.into_result().ok();
+                        break Ending::Completed(
+                            serde_json::to_value(&result).expect("a tool result is plain JSON"),
+                        );
                     }
                     Ok(Err(_)) | Err(_) => break Ending::Failed {
                         code: crate::protocol::codes::INTERNAL_ERROR,

@@ -1,6 +1,7 @@
 //! What a tool call returns: content blocks, structured content, and the error flag.
 
 use serde::Serialize;
+use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 use super::recovery::{DomainCode, Recovery};
@@ -72,6 +73,41 @@ pub struct CallToolResult {
     /// Result metadata.
     #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<Map<String, Value>>,
+}
+
+/// A successful result whose structured content was written as JSON text straight from typed
+/// values: the request path copies it into the response as it is, where a [`CallToolResult`]'s
+/// structured content would be built as a JSON tree, serialized, then dropped.
+#[doc(hidden)]
+#[derive(Debug)]
+pub struct Rendered {
+    pub(crate) content: Vec<Content>,
+    pub(crate) structured: Box<RawValue>,
+}
+
+impl Rendered {
+    /// One text block and `structured`, serialized now.
+    pub(crate) fn new(
+        text: String,
+        structured: &impl Serialize,
+    ) -> Result<Self, serde_json::Error> {
+        Ok(Rendered {
+            content: vec![Content::text(text)],
+            structured: serde_json::value::to_raw_value(structured)?,
+        })
+    }
+
+    /// The same result as a [`CallToolResult`], for the paths that keep or inspect results
+    /// (task results, in-process calls).
+    pub(crate) fn into_call_tool_result(self) -> CallToolResult {
+        CallToolResult {
+            content: self.content,
+            // Text this crate serialized from a value parses back to that value.
+            structured_content: serde_json::from_str(self.structured.get()).ok(),
+            is_error: false,
+            meta: None,
+        }
+    }
 }
 
 impl CallToolResult {

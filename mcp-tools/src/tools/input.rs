@@ -128,8 +128,21 @@ impl<T> From<T> for ToolReply<T> {
 pub enum Reply {
     /// A result.
     Complete(CallToolResult),
+    /// A successful result already written as JSON.
+    Rendered(crate::tools::content::Rendered),
     /// A request for input.
     InputRequired(InputRequired),
+}
+
+impl Reply {
+    /// The result as a [`CallToolResult`], or the request for input.
+    pub(crate) fn into_result(self) -> Result<CallToolResult, InputRequired> {
+        match self {
+            Reply::Complete(result) => Ok(result),
+            Reply::Rendered(rendered) => Ok(rendered.into_call_tool_result()),
+            Reply::InputRequired(input) => Err(input),
+        }
+    }
 }
 
 impl<T: IntoCallToolResult> IntoCallToolResult for ToolReply<T> {
@@ -138,9 +151,9 @@ impl<T: IntoCallToolResult> IntoCallToolResult for ToolReply<T> {
     }
 
     fn into_call_tool_result(self) -> CallToolResult {
-        match self.into_reply() {
-            Reply::Complete(result) => result,
-            Reply::InputRequired(_) => crate::ToolError::new(
+        match self.into_reply().into_result() {
+            Ok(result) => result,
+            Err(_) => crate::ToolError::new(
                 "INPUT_REQUIRED",
                 "The tool needs input from the client, which this path cannot ask for",
             )
