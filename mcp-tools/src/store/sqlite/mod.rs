@@ -734,18 +734,26 @@ fn record_from(row: &rusqlite::Row<'_>, at: usize) -> Result<Option<(Record, i64
     let Some(kind) = row.get::<_, Option<String>>(at)? else {
         return Ok(None);
     };
-    let lifecycle: String = row.get(at + 4)?;
-    let state: String = row.get(at + 3)?;
+    // Borrowed from the row: the state is parsed where SQLite holds it, not copied first.
+    let lifecycle = text_at(row, at + 4)?;
+    let state = text_at(row, at + 3)?;
     let record = Record {
         kind: kind.into(),
-        owner: row.get::<_, String>(at + 1)?.into(),
+        owner: text_at(row, at + 1)?.into(),
         version: version_from_sql(row.get(at + 2)?)?,
-        state: Arc::new(json(&state, "stored state")?),
-        lifecycle: Lifecycle::parse(&lifecycle)
+        state: Arc::new(json(state, "stored state")?),
+        lifecycle: Lifecycle::parse(lifecycle)
             .ok_or_else(|| StoreError::Corrupt(format!("unknown lifecycle {lifecycle:?}")))?,
         expires_at: row.get(at + 5)?,
     };
     Ok(Some((record, row.get(at + 6)?)))
+}
+
+/// The text in column `at`, borrowed from the row.
+fn text_at<'r>(row: &'r rusqlite::Row<'_>, at: usize) -> Result<&'r str, StoreError> {
+    row.get_ref(at)?
+        .as_str()
+        .map_err(|error| StoreError::Corrupt(format!("column {at} of a resource row: {error}")))
 }
 
 /// A ledger record from the 6 ledger columns starting at `at`; `None` when they are null.
