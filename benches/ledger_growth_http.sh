@@ -42,7 +42,7 @@ numeric_settings "$secs" "$fill" "$stretches" "$conns" "$threads" "$baskets" "$f
   && threads >= 1 && conns >= threads && baskets >= 1 && baskets <= 1000 && fill_baskets >= 1 \
   && fill_baskets <= 1000 )) \
   || { echo "setting out of range" >&2; exit 2; }
-[[ -z "$allocator" || -r "$allocator" ]] || { echo "ALLOCATOR $allocator is not readable" >&2; exit 2; }
+allocator_readable
 require_tools wrk curl jq
 
 build_examples basket
@@ -51,8 +51,8 @@ work="$(mktemp -d)"
 pids=()
 trap cleanup EXIT
 
-# The preload goes to the server's start (its health probe too), not to wrk.
-LD_PRELOAD="$allocator" start basket "$port" --memory
+# `start` preloads the allocator into the server only, not into wrk or curl.
+start basket "$port" --memory
 pid=$started_pid
 url="http://127.0.0.1:$port/mcp"
 make_baskets "$url" "$work/get.txt"

@@ -7,7 +7,12 @@
 #   pids     an array; every process started here is appended, and `cleanup` ends them
 #   baskets  how many baskets `make_baskets` creates
 #   threads, conns  wrk's threads and connections, for `wrk_run`
+#   allocator  (optional) a malloc library `start` preloads into every server (LD_PRELOAD)
 # and installs `trap cleanup EXIT` itself, so that it can add its own processes to `pids`.
+
+allocator_readable() { # exits 2 unless `allocator` is unset, empty, or a readable file
+  [[ -z "${allocator:-}" || -r "$allocator" ]] || { echo "ALLOCATOR $allocator is not readable" >&2; exit 2; }
+}
 
 build_examples() { # build_examples NAME...: builds these examples in release and sets `bin`
   local args=() name
@@ -54,7 +59,7 @@ wait_until_up() {
 start() { # start NAME PORT ARGS... -> sets started_pid; waits until the server's /healthz answers
   local name="$1" p="$2"; shift 2
   port_free "$p" || { echo "port $p is already in use" >&2; exit 1; }
-  "$bin/$name" --bind "127.0.0.1:$p" "$@" >"$work/$name-$p.log" 2>&1 &
+  LD_PRELOAD="${allocator:-}" "$bin/$name" --bind "127.0.0.1:$p" "$@" >"$work/$name-$p.log" 2>&1 &
   started_pid=$!
   pids+=("$started_pid")
   wait_until_up "$name" "$started_pid" "$work/$name-$p.log" "http://127.0.0.1:$p/healthz"

@@ -13,6 +13,9 @@
 #   PORT        first of three loopback ports (default 19290)
 #   HARNESS     the side-by-side harness folder, for its call.lua (default ../shared/bench
 #               beside the project root)
+#   ALLOCATOR   a malloc library to preload into every server, the baseline's included
+#               (LD_PRELOAD), for example /usr/lib/x86_64-linux-gnu/libmimalloc.so.2 (Debian's
+#               libmimalloc2.0); unset: the C library's malloc
 #
 # Cases (each run of each case reads the server's user+sys time from /proc/PID/stat before and
 # after, as the harness's compare.sh does):
@@ -44,12 +47,14 @@ conns="${CONNS:-32}"
 threads="${THREADS:-1}"
 baskets="${BASKETS:-64}"
 port="${PORT:-19290}"
+allocator="${ALLOCATOR:-}"
 
 source "$root/benches/lib.sh"
 numeric_settings "$secs" "$rounds" "$warmup" "$conns" "$threads" "$baskets" "$port"
 (( secs >= 1 && secs <= 120 && rounds >= 1 && rounds <= 20 && threads >= 1 && conns >= threads \
   && baskets >= 1 && baskets <= 1000 )) || { echo "setting out of range" >&2; exit 2; }
 require_tools wrk curl jq
+allocator_readable
 [[ -r "$harness/call.lua" ]] || { echo "no call.lua in $harness (set HARNESS)" >&2; exit 2; }
 
 build_examples basket quickstart
@@ -65,7 +70,8 @@ start basket "$((port + 2))" --memory; pid_memory=$started_pid
 url_memory="http://127.0.0.1:$((port + 2))/mcp"
 
 echo "== wrk $(wrk -v 2>&1 | head -n1 | awk '{print $2}'), threads=$threads connections=$conns" \
-  "run=${secs}s rounds=$rounds warm-up=${warmup}s baskets=$baskets cores=$(nproc)"
+  "run=${secs}s rounds=$rounds warm-up=${warmup}s baskets=$baskets cores=$(nproc)" \
+  "malloc=${allocator:-libc}"
 echo "== servers: add $url_add (pid $pid_add), sqlite $url_sqlite (pid $pid_sqlite, $work/basket.db)," \
   "memory $url_memory (pid $pid_memory)"
 
