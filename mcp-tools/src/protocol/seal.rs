@@ -458,6 +458,30 @@ mod validator_tests {
         );
         assert_ne!(seal.validator("basket", "bsk_a", 8), validator);
     }
+
+    /// The validator's bytes are a wire format: replicas of different releases behind one load
+    /// balancer must mint and accept the same ones. The version, big-endian, then the first 16
+    /// bytes of HMAC-SHA-256 over the domain, the kind, a zero byte, the handle, a zero byte and
+    /// the version.
+    #[test]
+    fn a_validator_is_the_version_and_a_truncated_hmac_of_its_resource() {
+        let key = b"a key the replicas share";
+        let mut mac = <Hmac<Sha256> as KeyInit>::new_from_slice(key).unwrap();
+        mac.update(b"mcp-tools/validator\0basket\0bsk_a\0");
+        mac.update(&7u64.to_be_bytes());
+        let mut expected = 7u64.to_be_bytes().to_vec();
+        expected.extend_from_slice(&mac.finalize().into_bytes()[..16]);
+        let seal = Seal::new(key);
+        for _ in 0..2 {
+            // The keyed MAC is cloned for each tag, never consumed.
+            assert_eq!(
+                URL_SAFE_NO_PAD
+                    .decode(seal.validator("basket", "bsk_a", 7))
+                    .unwrap(),
+                expected
+            );
+        }
+    }
 }
 
 #[cfg(test)]

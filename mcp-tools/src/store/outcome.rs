@@ -909,6 +909,45 @@ mod tests {
         }
     }
 
+    /// A read's text names the version to send next and what changed since the caller's.
+    #[test]
+    fn a_read_says_its_version_and_what_changed() {
+        let change = |path: &str| FieldChange {
+            path: path.into(),
+            before: Some(json!(1)),
+            after: Some(json!(2)),
+        };
+        let mut snapshot = snapshot();
+        let cases = [
+            (None, ""),
+            (
+                Some((false, vec![])),
+                " The history of version 2 is no longer kept, so compare with the state.",
+            ),
+            (
+                Some((true, vec![])),
+                " Nothing it shows changed since version 2.",
+            ),
+            (
+                Some((true, vec![change("/memory_gib"), change("/notes/1")])),
+                " Changed since version 2: /memory_gib, /notes/1.",
+            ),
+        ];
+        for (changes, said) in cases {
+            snapshot.changes = changes.map(|(delta_available, delta)| Changes {
+                since_version: 2,
+                delta_available,
+                delta,
+            });
+            assert_eq!(
+                ReadOutcome::Current(snapshot.clone()).text(),
+                format!(
+                    "bsk_a is at version 3 (active).{said} Pass expected_version 3 when you change it."
+                )
+            );
+        }
+    }
+
     /// A read tool's own view, written straight to JSON, is the read outcome whose state is that
     /// view: the same members, the same text.
     #[test]
