@@ -98,14 +98,22 @@ impl Rendered {
     }
 
     /// The same result as a [`CallToolResult`], for the paths that keep or inspect results
-    /// (task results, in-process calls).
+    /// (task results, in-process calls). Output nested deeper than a JSON value may be (128
+    /// levels) is answered as an error, as a stateless tool's would be, never kept without its
+    /// structured content.
     pub(crate) fn into_call_tool_result(self) -> CallToolResult {
-        CallToolResult {
-            content: self.content,
-            // Text this crate serialized from a value parses back to that value.
-            structured_content: serde_json::from_str(self.structured.get()).ok(),
-            is_error: false,
-            meta: None,
+        match serde_json::from_str(self.structured.get()) {
+            Ok(structured) => CallToolResult {
+                content: self.content,
+                structured_content: Some(structured),
+                is_error: false,
+                meta: None,
+            },
+            Err(error) => ToolError::new(
+                "OUTPUT_NOT_SERIALIZABLE",
+                format!("The tool produced output that cannot be kept as a result: {error}"),
+            )
+            .into_result(),
         }
     }
 }
@@ -281,5 +289,43 @@ impl IntoToolError for String {
 impl IntoToolError for &str {
     fn into_tool_error(self) -> ToolError {
         ToolError::new(ToolError::TOOL_ERROR, self)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    /// A rendered result comes back whole, or as an error: never without its structured content.
+    #[test]
+    fn a_rendered_result_converts_back_whole_or_as_an_error() {
+        let shallow = json!({ "outcome": "current", "state": { "notes": ["a"] } });
+        let back = Rendered::new("read".into(), &shallow)
+            .unwrap()
+            .into_call_tool_result();
+        assert_eq!(
+            back,
+            CallToolResult {
+                content: vec![Content::text("read")],
+                structured_content: Some(shallow),
+                is_error: false,
+                meta: None,
+            }
+        );
+
+        let mut deep = json!(1);
+        for _ in 0..200 {
+            deep = Value::Array(vec![deep]);
+        }
+        let back = Rendered::new("read".into(), &deep)
+            .unwrap()
+            .into_call_tool_result();
+        assert!(back.is_error);
+        let structured = back
+            .structured_content
+            .expect("an error result is structured");
+        assert_eq!(structured["code"], "OUTPUT_NOT_SERIALIZABLE");
     }
 }
