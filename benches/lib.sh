@@ -11,7 +11,8 @@
 # and installs `trap cleanup EXIT` itself, so that it can add its own processes to `pids`.
 
 allocator_readable() { # exits 2 unless `allocator` is unset, empty, or a readable file
-  [[ -z "${allocator:-}" || -r "$allocator" ]] || { echo "ALLOCATOR $allocator is not readable" >&2; exit 2; }
+  [[ -z "${allocator:-}" || ( -f "$allocator" && -r "$allocator" ) ]] \
+    || { echo "ALLOCATOR $allocator is not a readable file" >&2; exit 2; }
 }
 
 build_examples() { # build_examples NAME...: builds these examples in release and sets `bin`
@@ -59,10 +60,18 @@ wait_until_up() {
 start() { # start NAME PORT ARGS... -> sets started_pid; waits until the server's /healthz answers
   local name="$1" p="$2"; shift 2
   port_free "$p" || { echo "port $p is already in use" >&2; exit 1; }
-  LD_PRELOAD="${allocator:-}" "$bin/$name" --bind "127.0.0.1:$p" "$@" >"$work/$name-$p.log" 2>&1 &
+  if [[ -n "${allocator:-}" ]]; then
+    LD_PRELOAD="$allocator" "$bin/$name" --bind "127.0.0.1:$p" "$@" >"$work/$name-$p.log" 2>&1 &
+  else
+    "$bin/$name" --bind "127.0.0.1:$p" "$@" >"$work/$name-$p.log" 2>&1 &
+  fi
   started_pid=$!
   pids+=("$started_pid")
   wait_until_up "$name" "$started_pid" "$work/$name-$p.log" "http://127.0.0.1:$p/healthz"
+  # The loader skips a library it cannot preload and says so only in the server's log.
+  if [[ -n "${allocator:-}" ]] && ! grep -qF "$(readlink -f "$allocator")" "/proc/$started_pid/maps"; then
+    echo "$allocator is not loaded in $name:" >&2; cat "$work/$name-$p.log" >&2; exit 1
+  fi
 }
 
 make_baskets() { # make_baskets URL FILE [TOKEN]: BASKETS new baskets, one handle a line in FILE
