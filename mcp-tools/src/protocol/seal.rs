@@ -61,12 +61,12 @@ pub(crate) struct Binding<'a> {
 /// Seals and opens every value this server hands out, under one key.
 #[derive(Clone)]
 pub(crate) struct Seal {
-    /// The MAC keyed with the signing key, cloned for each tag: keying hashes two blocks that
-    /// every tag would otherwise hash again.
+    /// The MAC keyed with the signing key. Every key is keyed once and cloned for each tag:
+    /// keying hashes two blocks that every tag would otherwise hash again.
     keyed: Hmac<Sha256>,
     /// Keys that still verify what they signed, each until its time (seconds since the epoch),
     /// so replicas can roll the key without breaking open listings, rounds or validators.
-    accepted: Arc<[(Arc<[u8]>, u64)]>,
+    accepted: Arc<[(Hmac<Sha256>, u64)]>,
 }
 
 impl Seal {
@@ -78,11 +78,10 @@ impl Seal {
     /// A seal that signs with `key` and also verifies with each of `accepted` until its time.
     pub(crate) fn rotating(key: &[u8], accepted: Vec<(Vec<u8>, u64)>) -> Self {
         Seal {
-            keyed: <Hmac<Sha256> as KeyInit>::new_from_slice(key)
-                .expect("HMAC accepts keys of any length"),
+            keyed: keyed(key),
             accepted: accepted
                 .into_iter()
-                .map(|(key, until)| (Arc::from(key), until))
+                .map(|(key, until)| (keyed(&key), until))
                 .collect(),
         }
     }
@@ -103,7 +102,7 @@ impl Seal {
         let now = now();
         self.accepted.iter().any(|(key, until)| {
             *until > now
-                && keyed_mac(key, domain, parts)
+                && absorb(key.clone(), domain, parts)
                     .verify_truncated_left(tag)
                     .is_ok()
         })
@@ -245,15 +244,13 @@ impl Seal {
     }
 }
 
-/// The MAC of `parts` in `domain` under `key`; each part but the last is followed by a 0 byte,
-/// so no two sequences of parts give the same input.
-fn keyed_mac(key: &[u8], domain: &[u8], parts: &[&[u8]]) -> Hmac<Sha256> {
-    let mac =
-        <Hmac<Sha256> as KeyInit>::new_from_slice(key).expect("HMAC accepts keys of any length");
-    absorb(mac, domain, parts)
+/// A MAC keyed with `key`.
+fn keyed(key: &[u8]) -> Hmac<Sha256> {
+    <Hmac<Sha256> as KeyInit>::new_from_slice(key).expect("HMAC accepts keys of any length")
 }
 
-/// `mac` fed the domain, then the parts separated by a zero byte.
+/// `mac` fed the domain, then the parts, each but the last followed by a 0 byte, so no two
+/// sequences of parts give the same input.
 fn absorb(mut mac: Hmac<Sha256>, domain: &[u8], parts: &[&[u8]]) -> Hmac<Sha256> {
     mac.update(domain);
     for (i, part) in parts.iter().enumerate() {
