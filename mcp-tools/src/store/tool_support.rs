@@ -775,12 +775,9 @@ pub async fn read<R: IsEntity>(
 /// The result of a `reads` tool: the snapshot whose `state` is what the tool function returned.
 pub fn read_result<T: Serialize>(snapshot: Snapshot, view: Result<T, ToolError>) -> Outcome {
     let rendered = view.and_then(|view| {
-        snapshot.render_with(&view).map_err(|error| {
-            ToolError::new(
-                super::outcome::code::OUTPUT_NOT_SERIALIZABLE,
-                format!("The tool produced output that cannot be serialized: {error}"),
-            )
-        })
+        snapshot
+            .render_with(&view)
+            .map_err(ToolError::output_not_serializable)
     });
     match rendered {
         Ok(rendered) => Outcome(Reply::Rendered(rendered)),

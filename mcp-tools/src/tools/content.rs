@@ -109,11 +109,7 @@ impl Rendered {
                 is_error: false,
                 meta: None,
             },
-            Err(error) => ToolError::new(
-                "OUTPUT_NOT_SERIALIZABLE",
-                format!("The tool produced output that cannot be kept as a result: {error}"),
-            )
-            .into_result(),
+            Err(error) => ToolError::output_not_serializable(error).into_result(),
         }
     }
 }
@@ -168,6 +164,14 @@ impl ToolError {
     pub const INVALID_ARGUMENTS: &'static str = "INVALID_ARGUMENTS";
     /// The code used when a tool fails with a plain message.
     pub const TOOL_ERROR: &'static str = "TOOL_ERROR";
+
+    /// The tool's output cannot be written as a result.
+    pub(crate) fn output_not_serializable(error: impl std::fmt::Display) -> ToolError {
+        ToolError::new(
+            crate::store::code::OUTPUT_NOT_SERIALIZABLE,
+            format!("The tool produced output that cannot be serialized: {error}"),
+        )
+    }
 
     /// An error with a code (conventionally `UPPER_SNAKE_CASE`) and a message for the model.
     pub fn new(code: impl Into<String>, message: impl Into<String>) -> Self {

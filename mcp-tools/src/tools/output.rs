@@ -102,11 +102,7 @@ impl<T: Serialize + JsonSchema> IntoCallToolResult for Structured<T> {
     fn into_call_tool_result(self) -> CallToolResult {
         match serde_json::to_value(&self.0) {
             Ok(value) => CallToolResult::structured(value),
-            Err(error) => crate::ToolError::new(
-                "OUTPUT_NOT_SERIALIZABLE",
-                format!("The tool produced output that cannot be serialized: {error}"),
-            )
-            .into_result(),
+            Err(error) => crate::ToolError::output_not_serializable(error).into_result(),
         }
     }
 }
