@@ -371,12 +371,13 @@ impl Tasks {
                             Err(ending) => break ending,
                         }
                     }
-                    Ok(Ok(reply)) => {
-                        let result = reply.into_result().ok();
-                        break Ending::Completed(
-                            serde_json::to_value(&result).expect("a tool result is plain JSON"),
-                        );
-                    }
+                    Ok(Ok(Reply::Complete(result))) => break Ending::Completed(
+                        serde_json::to_value(&result).expect("a tool result is plain JSON"),
+                    ),
+                    Ok(Ok(Reply::Rendered(rendered))) => break Ending::Completed(
+                        serde_json::to_value(rendered.into_call_tool_result())
+                            .expect("a tool result is plain JSON"),
+                    ),
                     Ok(Err(_)) | Err(_) => break Ending::Failed {
                         code: crate::protocol::codes::INTERNAL_ERROR,
                         message: "The tool panicked".to_owned(),
