@@ -17,10 +17,11 @@
 #   PORT        the loopback port (default 19320)
 #   ALLOCATOR   a malloc library to preload into the server (LD_PRELOAD), for example
 #               /usr/lib/x86_64-linux-gnu/libjemalloc.so.2 (Debian's libjemalloc2); unset: the
-#               C library's malloc
+#               C library's malloc (GLIBC_TUNABLES, if exported, reaches the server and is shown)
 #
 # A line per basket_get run: ledger records held (the upgrades answered so far), req/s, the
-# server's CPU µs per request and its resident memory. Every answer must be a correct one
+# server's CPU µs per request and its resident memory; and a line per stretch of upgrades, with
+# their req/s and CPU µs per request. Every answer must be a correct one
 # (`current` for reads, `applied` or `stale_view` for upgrades), or the script exits 1.
 set -euo pipefail
 
@@ -62,7 +63,7 @@ baskets=$fill_baskets make_baskets "$url" "$work/upgrade.txt"
 echo "== wrk $(wrk -v 2>&1 | head -n1 | awk '{print $2}'), threads=$threads connections=$conns" \
   "get=${secs}s upgrades=${fill}s x $stretches baskets=$read_baskets read, $fill_baskets upgraded" \
   "cores=$(nproc)" \
-  "malloc=${allocator:-libc}"
+  "malloc=${allocator:-libc}${GLIBC_TUNABLES:+ GLIBC_TUNABLES=$GLIBC_TUNABLES}"
 printf '%-16s %10s %12s %10s %10s\n' "ledger records" "get req/s" "cpu_us/req" "RSS MB" "answers"
 
 records=0
@@ -87,6 +88,8 @@ for ((s = 1; s <= stretches; s++)); do
     echo "upgrades $s: $verdict" >&2
     failed=1
   fi
+  printf '%-16s %10.0f %12s %10s %10s\n' "upgrades $s" "$(field rps "$wrk_result")" \
+    "$(field cpu_us "$wrk_result")" "-" "$verdict"
   # Every answered upgrade left a record: `applied` and `stale_view` alike.
   records=$((records + $(field applied "$wrk_result") + $(field stale "$wrk_result")))
   measure

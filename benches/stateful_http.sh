@@ -71,7 +71,7 @@ url_memory="http://127.0.0.1:$((port + 2))/mcp"
 
 echo "== wrk $(wrk -v 2>&1 | head -n1 | awk '{print $2}'), threads=$threads connections=$conns" \
   "run=${secs}s rounds=$rounds warm-up=${warmup}s baskets=$baskets cores=$(nproc)" \
-  "malloc=${allocator:-libc}"
+  "malloc=${allocator:-libc}${GLIBC_TUNABLES:+ GLIBC_TUNABLES=$GLIBC_TUNABLES}"
 echo "== servers: add $url_add (pid $pid_add), sqlite $url_sqlite (pid $pid_sqlite, $work/basket.db)," \
   "memory $url_memory (pid $pid_memory)"
 
