@@ -149,11 +149,29 @@ fn meter_record(
     meter.readings.len()
 }
 
+/// A ticket that cannot be written as JSON: its serialization always fails.
+#[derive(JsonSchema)]
+struct Unwritable;
+
+impl Serialize for Unwritable {
+    fn serialize<S: serde::Serializer>(&self, _: S) -> Result<S::Ok, S::Error> {
+        Err(serde::ser::Error::custom("this ticket cannot be printed"))
+    }
+}
+
+/// Prints a seat's ticket (a view no serializer can write).
+#[tool(reads = Seat)]
+fn seat_ticket(seat: &Seat) -> Unwritable {
+    let _ = seat;
+    Unwritable
+}
+
 fn server(store: impl Store, theatre: Arc<Theatre>) -> McpServer {
     McpServer::builder("edges", "0.0.0")
         .tools(
             tools![
                 seat_book,
+                seat_ticket,
                 order_open,
                 order_set_count,
                 order_relabel,
@@ -523,4 +541,42 @@ on_both_stores!(
     outcomes_show_the_view,
     outcomes_show_the_basket_view_and_a_read_the_whole_basket_in_memory,
     outcomes_show_the_basket_view_and_a_read_the_whole_basket_in_sqlite
+);
+
+// A read whose view cannot be serialized answers OUTPUT_NOT_SERIALIZABLE as a result the model
+// can read, never a dropped connection or a 500, and the resource stays readable.
+async fn unwritable_view(store: impl Store) {
+    let edges = Edges::start(store).await;
+    let booked = edges
+        .call(
+            "seat_book",
+            json!({"number": 7, "holder": "Ada", "operation_id": "6f1c1a36-77de-4b1c-9a43-0d1e2b3c4d5e"}),
+        )
+        .await;
+    let handle = handle_of(&booked);
+    let ticket = edges.call("seat_ticket", json!({"seat_id": handle})).await;
+    assert_eq!(outcome(&ticket), "rejected", "{ticket}");
+    assert_eq!(ticket["isError"], true, "{ticket}");
+    assert_eq!(
+        ticket["structuredContent"]["code"], "OUTPUT_NOT_SERIALIZABLE",
+        "{ticket}"
+    );
+    let message = ticket["structuredContent"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("this ticket cannot be printed"),
+        "{ticket}"
+    );
+    let again = edges
+        .call(
+            "seat_book",
+            json!({"number": 7, "holder": "Ada", "operation_id": "6f1c1a36-77de-4b1c-9a43-0d1e2b3c4d5e"}),
+        )
+        .await;
+    assert_eq!(outcome(&again), "replayed", "{again}");
+}
+
+on_both_stores!(
+    unwritable_view,
+    a_view_that_cannot_be_serialized_is_answered_output_not_serializable_in_memory,
+    a_view_that_cannot_be_serialized_is_answered_output_not_serializable_in_sqlite
 );
