@@ -180,11 +180,7 @@ impl Default for SqliteOptions {
 /// queued while one commits are committed together, each in a savepoint of its own, and only then
 /// answered. Readers use a small pool of their own connections and never wait for writers (WAL
 /// lets them read the last committed state while a write is under way). Expired records are
-/// swept by a thread of the store's own, in short transactions, never on a request. With
-/// [`Synchronous::Normal`] a commit waits for no disk, so an uncontended write runs on the
-/// caller's runtime worker without first handing the worker's other tasks to another thread;
-/// the checkpoints that copy the log into the file (and sync both) still follow the commits, as
-/// SQLite runs them, but only after that hand-off.
+/// swept by a thread of the store's own, in short transactions, never on a request.
 #[derive(Clone)]
 pub struct SqliteStore {
     inner: Arc<Inner>,
@@ -234,12 +230,7 @@ impl SqliteStore {
             [LAYOUT],
         )?;
         txn.commit()?;
-        let commits_in_place = options.synchronous == Synchronous::Normal;
-        let writer = Arc::new(Writer::new(
-            writer,
-            Arc::clone(&config.clock),
-            commits_in_place,
-        )?);
+        let writer = Arc::new(Writer::new(writer, Arc::clone(&config.clock)));
         let inner = Arc::new_cyclic(|weak: &Weak<Inner>| Inner {
             path,
             config,
@@ -1008,65 +999,6 @@ mod tests {
             )
             .unwrap();
         assert_eq!(tables, 0, "nothing was added to the old file");
-    }
-
-    /// At `NORMAL`, commits on a runtime worker leave the checkpoints to their leader once it
-    /// may block: the log still stops growing. Each mutation rewrites a 32 KB body (SQLite skips
-    /// the pages of a row that did not change) and keeps the old one as history: twice the
-    /// body's pages at least, twenty times the checkpoint limit in all. Without the checkpoints
-    /// the log would hold all of it (a log file never shrinks, so its size is the most it ever
-    /// held).
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn checkpoints_keep_the_log_short() {
-        const DOCUMENT: crate::store::EntityKind = crate::store::EntityKind::new("document", "doc");
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("state.db");
-        let store = SqliteStore::open(&path, StoreConfig::default()).unwrap();
-        let body = "_".repeat(32 << 10);
-        let owner = Principal::subject("writer");
-        let request =
-            CreateRequest::new(DOCUMENT, owner.clone(), serde_json::json!({ "body": body }));
-        let created = tokio::time::timeout(Duration::from_secs(30), store.create(request))
-            .await
-            .unwrap()
-            .unwrap();
-        let handle = created.applied().unwrap().handle.clone();
-        let page_size: i64 = store
-            .inner
-            .with_reader(|connection| {
-                Ok(connection.query_row("PRAGMA page_size", [], |row| row.get(0))?)
-            })
-            .unwrap();
-        let page_size = page_size as u64;
-        let pages_per_write = (body.len() as u64).div_ceil(page_size);
-        let writes = 20 * writer::CHECKPOINT_PAGES as u64 / (2 * pages_per_write);
-        for write in 0..writes {
-            let request = MutationRequest::new(DOCUMENT, owner.clone(), &handle);
-            let letter = char::from(b'a' + (write % 26) as u8);
-            let body = letter.to_string().repeat(32 << 10);
-            let transition = Transition::new(move |state| {
-                state["body"] = serde_json::json!(body);
-                Ok(serde_json::Value::Null)
-            });
-            let outcome =
-                tokio::time::timeout(Duration::from_secs(30), store.mutate(request, transition))
-                    .await
-                    .unwrap()
-                    .unwrap();
-            assert!(
-                matches!(outcome, MutationOutcome::Applied(_)),
-                "{outcome:?}"
-            );
-        }
-        let log = std::fs::metadata(dir.path().join("state.db-wal"))
-            .unwrap()
-            .len();
-        let most = 10 * writer::CHECKPOINT_PAGES as u64 * page_size;
-        assert!(
-            log < most,
-            "the log grew to {log} bytes over {writes} writes of {pages_per_write} pages or more; \
-             checkpoints keep it under {most}"
-        );
     }
 
     /// A file whose recorded layout is not this version's is refused.

@@ -2,19 +2,11 @@
 //! finds the writer connection free leads: it runs every queued unit in one transaction (a
 //! savepoint each, so a failed unit leaves no trace), commits once and answers them all. A
 //! request that finds a leader at work awaits its answer without holding a thread, so writers
-//! never pile up on the lock, and an uncontended write runs on its caller's thread.
-//!
-//! Where a commit waits for the disk (`synchronous=FULL`), a leader on a runtime worker hands the
-//! worker's other tasks to another thread first (`block_in_place`). Where it does not (`NORMAL`:
-//! the commit appends to the log), it runs up to a batch's worth of units in place, which spares
-//! every write that hand-off, and hands off only if more are waiting after them, or when a
-//! checkpoint falls due: a commit that leaves the log past [`CHECKPOINT_PAGES`] no longer copies
-//! it into the file itself (which syncs both, SQLite's default), it marks the checkpoint due, and
-//! the leader runs it once it may block, before the next batch.
+//! never pile up on the lock, and an uncontended write runs on its caller's thread, with no
+//! hand-off.
 
 use std::any::Any;
 use std::panic::{self, AssertUnwindSafe};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use rusqlite::Connection;
@@ -26,18 +18,6 @@ use crate::store::contract::StoreError;
 
 /// Units committed together at most: bounds how long one commit keeps the others waiting.
 const MAX_BATCH: usize = 64;
-
-/// Pages in the write-ahead log past which a checkpoint falls due (SQLite's default).
-pub(super) const CHECKPOINT_PAGES: i32 = 1000;
-
-/// What a leader may do on the thread it runs on.
-#[derive(Debug, Clone, Copy)]
-enum Leading {
-    /// On a runtime worker: this many more units, and nothing that waits for the disk.
-    InPlace(usize),
-    /// On a thread that may block: everything queued, and any checkpoint that falls due.
-    Blocking,
-}
 
 /// One atomic unit, run by the writer thread inside the batch's transaction.
 trait Job: Send {
@@ -100,10 +80,6 @@ pub(super) struct Writer {
     connection: Mutex<Connection>,
     queue: Mutex<Vec<Box<dyn Job>>>,
     clock: Arc<dyn Clock>,
-    /// Whether a leader on a runtime worker runs a batch in place (see the module docs).
-    commits_in_place: bool,
-    /// Set by a commit that left the log past [`CHECKPOINT_PAGES`], when commits run in place.
-    checkpoint_due: Arc<AtomicBool>,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -115,32 +91,12 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Writer {
-    /// A writer on `connection`. With `commits_in_place`, the caller promises that a commit on
-    /// it syncs nothing (`synchronous=NORMAL`), and the writer takes the checkpoints out of the
-    /// commits.
-    pub(super) fn new(
-        mut connection: Connection,
-        clock: Arc<dyn Clock>,
-        commits_in_place: bool,
-    ) -> Result<Self, StoreError> {
-        let checkpoint_due = Arc::new(AtomicBool::new(false));
-        if commits_in_place {
-            // Replaces SQLite's own hook, which would checkpoint inside the commit.
-            let due = Arc::clone(&checkpoint_due);
-            connection.wal_hook(Some(move |_: &mut rusqlite::hooks::Wal, pages| {
-                if pages >= CHECKPOINT_PAGES {
-                    due.store(true, Ordering::Release);
-                }
-                Ok(())
-            }))?;
-        }
-        Ok(Writer {
+    pub(super) fn new(connection: Connection, clock: Arc<dyn Clock>) -> Self {
+        Writer {
             connection: Mutex::new(connection),
             queue: Mutex::new(Vec::new()),
             clock,
-            commits_in_place,
-            checkpoint_due,
-        })
+        }
     }
 
     fn enqueue<T, F>(&self, work: F) -> tokio::sync::oneshot::Receiver<Result<T, StoreError>>
@@ -170,41 +126,23 @@ impl Writer {
     /// request leads.
     fn lead(&self) {
         if let Some(connection) = self.try_connection() {
-            self.lead_holding(connection, Leading::Blocking);
+            self.lead_holding(connection);
         }
     }
 
-    /// Runs what is queued with the connection held, until the queue is empty, as `leading`
-    /// allows (in place, a batch it starts runs whole). Every leader looks at the queue again
-    /// after it let go of the connection, so a unit queued while it was letting go is never left
-    /// behind. Returns the connection, still held, when a leader in place must hand off: units
-    /// wait after its budget ran out, or a checkpoint is due.
-    fn lead_holding<'w>(
-        &'w self,
-        mut connection: MutexGuard<'w, Connection>,
-        mut leading: Leading,
-    ) -> Option<MutexGuard<'w, Connection>> {
+    /// Runs what is queued with the connection held, until the queue is empty. Every leader
+    /// looks at the queue again after it let go of the connection, so a unit queued while it was
+    /// letting go is never left behind.
+    fn lead_holding<'w>(&'w self, mut connection: MutexGuard<'w, Connection>) {
         loop {
             loop {
-                if self.checkpoint_due.load(Ordering::Acquire) {
-                    match leading {
-                        Leading::InPlace(_) => return Some(connection),
-                        Leading::Blocking => self.checkpoint(&connection),
-                    }
-                }
                 let mut batch: Vec<Box<dyn Job>> = {
                     let mut queue = lock(&self.queue);
-                    if matches!(leading, Leading::InPlace(0)) && !queue.is_empty() {
-                        return Some(connection);
-                    }
                     let take = queue.len().min(MAX_BATCH);
                     queue.drain(..take).collect()
                 };
                 if batch.is_empty() {
                     break;
-                }
-                if let Leading::InPlace(budget) = &mut leading {
-                    *budget = budget.saturating_sub(batch.len());
                 }
                 let committed = run_batch(&connection, &mut batch, &*self.clock);
                 let committed = committed.as_ref().map(|_| ()).map_err(String::as_str);
@@ -214,32 +152,19 @@ impl Writer {
             }
             drop(connection);
             if lock(&self.queue).is_empty() {
-                return None;
+                return;
             }
             match self.try_connection() {
                 Some(again) => connection = again,
-                None => return None,
+                None => return,
             }
-        }
-    }
-
-    /// Copies the log into the database file, as SQLite's own hook would have inside the commit
-    /// (a passive checkpoint: what readers still use stays in the log). No commit runs meanwhile,
-    /// so the next one starts the log afresh.
-    fn checkpoint(&self, connection: &Connection) {
-        self.checkpoint_due.store(false, Ordering::Release);
-        if let Err(error) = connection.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(())) {
-            // Nothing is lost: the log keeps every commit, and the next commit past the limit
-            // marks the checkpoint due again.
-            tracing::warn!(%error, "the state store's checkpoint failed");
         }
     }
 
     /// Runs `work` as one atomic unit and awaits its committed answer. A request that finds the
-    /// connection free leads: on a multi-threaded runtime in place (a batch's worth of units on
-    /// the worker when commits wait for no disk; the rest, checkpoints included, after
-    /// `block_in_place`, entered only by the leader, so a request that waits hands no worker
-    /// over), elsewhere on the blocking pool, so a current-thread runtime is never blocked.
+    /// connection free leads: on a multi-threaded runtime in place (`block_in_place`, entered
+    /// only by the leader, so a request that waits hands no worker over), elsewhere on the
+    /// blocking pool, so a current-thread runtime is never blocked.
     pub(super) async fn run<T, F>(self: &Arc<Self>, work: F) -> Result<T, StoreError>
     where
         F: FnOnce(&mut SqlTxn<'_>, i64) -> Result<T, StoreError> + Send + 'static,
@@ -250,15 +175,7 @@ impl Writer {
             .is_ok_and(|handle| handle.runtime_flavor() == RuntimeFlavor::MultiThread);
         if multi_thread {
             if let Some(connection) = self.try_connection() {
-                let rest = match self.commits_in_place {
-                    true => self.lead_holding(connection, Leading::InPlace(MAX_BATCH)),
-                    false => Some(connection),
-                };
-                if let Some(connection) = rest {
-                    tokio::task::block_in_place(|| {
-                        self.lead_holding(connection, Leading::Blocking)
-                    });
-                }
+                tokio::task::block_in_place(|| self.lead_holding(connection));
             }
         } else {
             let writer = Arc::clone(self);
@@ -355,7 +272,7 @@ mod tests {
         connection
             .execute_batch("CREATE TABLE t (v INTEGER)")
             .unwrap();
-        let writer = Arc::new(Writer::new(connection, Arc::new(SystemClock), false).unwrap());
+        let writer = Arc::new(Writer::new(connection, Arc::new(SystemClock)));
 
         let (started, running) = std_mpsc::channel::<()>();
         let (release, released) = std_mpsc::channel::<()>();
@@ -404,50 +321,5 @@ mod tests {
             .collect::<Result<_, _>>()
             .unwrap();
         assert_eq!(kept, [1, 4]);
-    }
-
-    /// A leader in place stops once its budget is spent and units are still waiting, or once a
-    /// checkpoint is due, and gives the connection back held; a blocking leader runs the rest,
-    /// checkpoint included. With nothing to do a leader lets go.
-    #[test]
-    fn a_leader_in_place_hands_back_what_may_block() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("w.db");
-        let connection = Connection::open(&path).unwrap();
-        connection
-            .execute_batch("PRAGMA journal_mode = WAL; CREATE TABLE t (v INTEGER)")
-            .unwrap();
-        let writer = Writer::new(connection, Arc::new(SystemClock), true).unwrap();
-        let answers: Vec<_> = (0..MAX_BATCH as i64 + 5)
-            .map(|value| writer.enqueue(move |txn, _| insert(txn, value)))
-            .collect();
-        let held = writer.try_connection().unwrap();
-        let rest = writer
-            .lead_holding(held, Leading::InPlace(1))
-            .expect("five units wait after the first batch");
-        assert_eq!(lock(&writer.queue).len(), 5);
-        assert!(writer.lead_holding(rest, Leading::Blocking).is_none());
-        for answer in answers {
-            assert!(answer.blocking_recv().unwrap().is_ok());
-        }
-        let rows: i64 = Connection::open(&path)
-            .unwrap()
-            .query_row("SELECT count(*) FROM t", [], |row| row.get(0))
-            .unwrap();
-        assert_eq!(rows, MAX_BATCH as i64 + 5);
-
-        // A due checkpoint: handed back even with nothing queued, then run by a blocking leader.
-        writer.checkpoint_due.store(true, Ordering::Release);
-        let held = writer.try_connection().unwrap();
-        let held = writer
-            .lead_holding(held, Leading::InPlace(MAX_BATCH))
-            .expect("a checkpoint may block");
-        assert!(writer.lead_holding(held, Leading::Blocking).is_none());
-        assert!(!writer.checkpoint_due.load(Ordering::Acquire));
-
-        // Nothing to do: a spent budget lets go of the connection.
-        let held = writer.try_connection().unwrap();
-        assert!(writer.lead_holding(held, Leading::InPlace(0)).is_none());
-        assert!(writer.try_connection().is_some());
     }
 }
