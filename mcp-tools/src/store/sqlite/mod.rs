@@ -1001,6 +1001,67 @@ mod tests {
         assert_eq!(tables, 0, "nothing was added to the old file");
     }
 
+    /// The write-ahead log stops growing: the checkpoints that follow the commits copy it into
+    /// the file and let the next commit start it afresh. Each mutation rewrites a 32 KB body (SQLite skips
+    /// the pages of a row that did not change) and keeps the old one as history: twice the
+    /// body's pages at least, twenty times the checkpoint limit in all. Without the checkpoints
+    /// the log would hold all of it (a log file never shrinks, so its size is the most it ever
+    /// held).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn checkpoints_keep_the_log_short() {
+        // SQLite's default for the checkpoint after a commit.
+        const CHECKPOINT_PAGES: u64 = 1000;
+        const DOCUMENT: crate::store::EntityKind = crate::store::EntityKind::new("document", "doc");
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.db");
+        let store = SqliteStore::open(&path, StoreConfig::default()).unwrap();
+        let body = "_".repeat(32 << 10);
+        let owner = Principal::subject("writer");
+        let request =
+            CreateRequest::new(DOCUMENT, owner.clone(), serde_json::json!({ "body": body }));
+        let created = tokio::time::timeout(Duration::from_secs(30), store.create(request))
+            .await
+            .unwrap()
+            .unwrap();
+        let handle = created.applied().unwrap().handle.clone();
+        let page_size: i64 = store
+            .inner
+            .with_reader(|connection| {
+                Ok(connection.query_row("PRAGMA page_size", [], |row| row.get(0))?)
+            })
+            .unwrap();
+        let page_size = page_size as u64;
+        let pages_per_write = (body.len() as u64).div_ceil(page_size);
+        let writes = 20 * CHECKPOINT_PAGES / (2 * pages_per_write);
+        for write in 0..writes {
+            let request = MutationRequest::new(DOCUMENT, owner.clone(), &handle);
+            let letter = char::from(b'a' + (write % 26) as u8);
+            let body = letter.to_string().repeat(32 << 10);
+            let transition = Transition::new(move |state| {
+                state["body"] = serde_json::json!(body);
+                Ok(serde_json::Value::Null)
+            });
+            let outcome =
+                tokio::time::timeout(Duration::from_secs(30), store.mutate(request, transition))
+                    .await
+                    .unwrap()
+                    .unwrap();
+            assert!(
+                matches!(outcome, MutationOutcome::Applied(_)),
+                "{outcome:?}"
+            );
+        }
+        let log = std::fs::metadata(dir.path().join("state.db-wal"))
+            .unwrap()
+            .len();
+        let most = 10 * CHECKPOINT_PAGES * page_size;
+        assert!(
+            log < most,
+            "the log grew to {log} bytes over {writes} writes of {pages_per_write} pages or more; \
+             checkpoints keep it under {most}"
+        );
+    }
+
     /// A file whose recorded layout is not this version's is refused.
     #[test]
     fn a_file_of_another_recorded_layout_is_refused() {
