@@ -9,14 +9,17 @@ use std::sync::{Arc, Mutex, MutexGuard, RwLock, TryLockError, Weak};
 
 use arc_swap::ArcSwap;
 
+use serde_json::Value;
+
 use super::boundary::{self, Change, LedgerEntry, LedgerState, Record, Txn};
 use super::clock::duration_millis;
 use super::contract::{
     CreateRequest, MutationRequest, PruneReport, ReadRequest, Store, StoreConfig, StoreError,
     StoreFuture, Transition,
 };
+use super::fingerprint::Fingerprint;
 use super::history::Undo;
-use super::outcome::{MutationOutcome, ReadOutcome};
+use super::outcome::{MutationOutcome, ReadOutcome, RecordedApplied, RecordedOutcome};
 use super::sweeper::Sweeper;
 use super::task_record::TaskRecord;
 use super::task_store::{TaskChange, TaskInsert, TaskStore};
@@ -27,7 +30,7 @@ const SHARDS: usize = 64;
 /// shard at a time, so no request pays for it or waits for more than one shard's pass.
 const SWEEP_EVERY: u64 = 4096;
 
-type Slot = Arc<Mutex<Option<LedgerEntry>>>;
+type Slot = Arc<Mutex<Option<Kept>>>;
 type ResourceShard = RwLock<HashMap<String, Arc<Cell>>>;
 /// Ledger slots by [`ledger_key`].
 type LedgerShard = Mutex<HashMap<String, Slot>>;
@@ -47,8 +50,90 @@ fn ledger_key(principal: &str, operation_id: &str) -> String {
 /// One resource. Writers hold `guarded` for the whole boundary; readers only load `current`, so
 /// they never wait for a writer.
 struct Cell {
+    /// The resource's handle, shared with the ledger records that count against it.
+    handle: Arc<str>,
     guarded: Mutex<Guarded>,
     current: ArcSwap<Record>,
+}
+
+/// A ledger record as this store keeps it for its retention. The handle it counts against is
+/// the resource's own, shared rather than copied, and an `applied` summary does not repeat it:
+/// a record owns few small allocations of its own, and since records outlive the requests around
+/// them by hours, each one the heap keeps between short-lived blocks costs every later request.
+struct Kept {
+    fingerprint: Fingerprint,
+    handle: Option<Arc<str>>,
+    outcome: KeptOutcome,
+    recorded_at: i64,
+    expires_at: i64,
+}
+
+enum KeptOutcome {
+    /// A create claimed the operation id and is making its state.
+    Pending { token: u64 },
+    /// An `applied` summary about the record's handle.
+    Applied {
+        version: u64,
+        result: Value,
+        rebased_from: Option<u64>,
+    },
+    /// Any other outcome, as recorded.
+    Done(RecordedOutcome),
+}
+
+impl Kept {
+    /// Keeps `entry`, sharing `shared` as its handle when they are the same.
+    fn keep(entry: LedgerEntry, shared: Option<&Arc<str>>) -> Self {
+        let handle = entry.handle.map(|handle| match shared {
+            Some(shared) if **shared == *handle => Arc::clone(shared),
+            _ => Arc::from(handle),
+        });
+        let outcome = match entry.state {
+            LedgerState::Pending { token } => KeptOutcome::Pending { token },
+            LedgerState::Done(RecordedOutcome::Applied(applied))
+                if handle.as_deref() == Some(applied.handle.as_str()) =>
+            {
+                KeptOutcome::Applied {
+                    version: applied.version,
+                    result: applied.result,
+                    rebased_from: applied.rebased_from,
+                }
+            }
+            LedgerState::Done(outcome) => KeptOutcome::Done(outcome),
+        };
+        Kept {
+            fingerprint: entry.fingerprint,
+            handle,
+            outcome,
+            recorded_at: entry.recorded_at,
+            expires_at: entry.expires_at,
+        }
+    }
+
+    /// The record as the boundary reads it.
+    fn entry(&self) -> LedgerEntry {
+        let state = match &self.outcome {
+            KeptOutcome::Pending { token } => LedgerState::Pending { token: *token },
+            KeptOutcome::Applied {
+                version,
+                result,
+                rebased_from,
+            } => LedgerState::Done(RecordedOutcome::Applied(RecordedApplied {
+                handle: self.handle.as_deref().unwrap_or_default().to_owned(),
+                version: *version,
+                result: result.clone(),
+                rebased_from: *rebased_from,
+            })),
+            KeptOutcome::Done(outcome) => LedgerState::Done(outcome.clone()),
+        };
+        LedgerEntry {
+            fingerprint: self.fingerprint,
+            state,
+            handle: self.handle.as_deref().map(str::to_owned),
+            recorded_at: self.recorded_at,
+            expires_at: self.expires_at,
+        }
+    }
 }
 
 /// What only the resource's writer touches.
@@ -466,7 +551,7 @@ struct Lease<'a> {
 }
 
 impl Lease<'_> {
-    fn lock(&self) -> Option<MutexGuard<'_, Option<LedgerEntry>>> {
+    fn lock(&self) -> Option<MutexGuard<'_, Option<Kept>>> {
         self.slot.as_deref().map(lock)
     }
 }
@@ -499,7 +584,7 @@ impl Drop for Lease<'_> {
 
 pub(crate) struct MemoryTxn<'a> {
     inner: &'a Inner,
-    slot: Option<&'a mut Option<LedgerEntry>>,
+    slot: Option<&'a mut Option<Kept>>,
     /// The resource the request names, and its handle.
     cell: Option<(&'a str, &'a Cell)>,
     /// The writer's part of `cell`, when the transaction writes it.
@@ -510,7 +595,10 @@ pub(crate) struct MemoryTxn<'a> {
 
 impl Txn for MemoryTxn<'_> {
     fn ledger_get(&mut self, _: &str, _: &str) -> Result<Option<LedgerEntry>, StoreError> {
-        Ok(self.slot.as_ref().and_then(|slot| (**slot).clone()))
+        Ok(self
+            .slot
+            .as_ref()
+            .and_then(|slot| slot.as_ref().map(Kept::entry)))
     }
 
     fn ledger_put(&mut self, _: &str, _: &str, entry: LedgerEntry) -> Result<(), StoreError> {
@@ -530,7 +618,12 @@ impl Txn for MemoryTxn<'_> {
         self.inner
             .ledger_due
             .fetch_min(entry.expires_at, Ordering::Relaxed);
-        **slot = Some(entry);
+        let shared = match (self.cell, &self.inserted) {
+            (Some((_, cell)), _) => Some(&cell.handle),
+            (None, Some(cell)) => Some(&cell.handle),
+            (None, None) => None,
+        };
+        **slot = Some(Kept::keep(entry, shared));
         Ok(())
     }
 
@@ -602,6 +695,7 @@ impl Txn for MemoryTxn<'_> {
             ));
         }
         let cell = Arc::new(Cell {
+            handle: Arc::from(handle),
             guarded: Mutex::default(),
             current: ArcSwap::from_pointee(record),
         });
@@ -692,6 +786,54 @@ mod tests {
                 (lock(&inner.ledger[shard]).len(), expiring)
             })
             .collect()
+    }
+
+    /// A kept record reads back as the entry that was recorded, whatever its outcome, and an
+    /// `applied` one about the resource shares the resource's handle instead of copying it.
+    #[test]
+    fn a_kept_record_reads_back_as_recorded() {
+        let shared: Arc<str> = Arc::from("bsk_0123456789abcdefghijklmnop");
+        let entry = |handle: Option<&str>, state: LedgerState| LedgerEntry {
+            fingerprint: Fingerprint::of_call("tool", &json!({ "n": 1 })),
+            state,
+            handle: handle.map(str::to_owned),
+            recorded_at: 1_000,
+            expires_at: 2_000,
+        };
+        let applied = |handle: &str| {
+            LedgerState::Done(RecordedOutcome::Applied(RecordedApplied {
+                handle: handle.to_owned(),
+                version: 7,
+                result: json!({ "memory_gib": 32 }),
+                rebased_from: Some(5),
+            }))
+        };
+        let cases = [
+            entry(Some(&shared), applied(&shared)),
+            // An applied summary about another handle than the record's is kept whole.
+            entry(Some(&shared), applied("bsk_other")),
+            entry(None, applied(&shared)),
+            entry(
+                Some(&shared),
+                LedgerState::Done(RecordedOutcome::Rejected(
+                    crate::store::outcome::Rejected::terminal("basket", &shared),
+                )),
+            ),
+            entry(None, LedgerState::Pending { token: 42 }),
+        ];
+        for recorded in cases {
+            let kept = Kept::keep(recorded.clone(), Some(&shared));
+            assert_eq!(format!("{:?}", kept.entry()), format!("{recorded:?}"));
+            if recorded.handle.as_deref() == Some(&*shared) {
+                assert!(Arc::ptr_eq(kept.handle.as_ref().unwrap(), &shared));
+            }
+        }
+        let kept = Kept::keep(
+            entry(Some(&shared), applied(&shared)),
+            Some(&Arc::from("bsk_elsewhere")),
+        );
+        assert_eq!(kept.handle.as_deref(), Some(&*shared));
+        assert!(matches!(kept.outcome, KeptOutcome::Applied { .. }));
     }
 
     /// A sweep reclaims what is past its retention, in every shard, and nothing else.
