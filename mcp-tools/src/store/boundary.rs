@@ -823,18 +823,18 @@ fn decide(
         rebased_from = Some(expected);
     }
 
-    // The transition works on a copy: the stored state stays intact when it fails or panics.
-    let mut state = Value::clone(&record.state);
-    let result = match panic::catch_unwind(AssertUnwindSafe(|| transition.run(&mut state))) {
-        Ok(Ok(result)) => result,
-        Ok(Err(error)) => return Ok(Decision::rejected(Rejected::domain(&error))),
-        // A bug, not an outcome: nothing is recorded, so a fixed server applies the retry.
-        Err(_) => {
-            return Ok(Decision::Unrecorded(MutationOutcome::Rejected(
-                Rejected::panicked(kind.kind),
-            )));
-        }
-    };
+    // The transition only borrows the stored state: it stays intact when it fails or panics.
+    let (state, result) =
+        match panic::catch_unwind(AssertUnwindSafe(|| transition.run(&record.state))) {
+            Ok(Ok(changed)) => changed,
+            Ok(Err(error)) => return Ok(Decision::rejected(Rejected::domain(&error))),
+            // A bug, not an outcome: nothing is recorded, so a fixed server applies the retry.
+            Err(_) => {
+                return Ok(Decision::Unrecorded(MutationOutcome::Rejected(
+                    Rejected::panicked(kind.kind),
+                )));
+            }
+        };
     let undo = undo_patch(&record.state, &state);
     record.version += 1;
     record.lifecycle = (kind.lifecycle)(&state);

@@ -84,12 +84,18 @@ impl ConflictPolicy {
 /// fails.
 pub struct Transition(Box<TransitionFn>);
 
-type TransitionFn = dyn FnMut(&mut Value) -> Result<Value, ToolError> + Send;
+/// From the stored state, the next state and the tool's result. The stored state is only
+/// borrowed, so a transition that fails or panics leaves it as it was.
+type TransitionFn = dyn FnMut(&Value) -> Result<(Value, Value), ToolError> + Send;
 
 impl Transition {
-    /// A transition over the JSON state.
-    pub fn new(f: impl FnMut(&mut Value) -> Result<Value, ToolError> + Send + 'static) -> Self {
-        Transition(Box::new(f))
+    /// A transition over the JSON state (it changes a copy).
+    pub fn new(mut f: impl FnMut(&mut Value) -> Result<Value, ToolError> + Send + 'static) -> Self {
+        Transition(Box::new(move |state: &Value| {
+            let mut next = state.clone();
+            let result = f(&mut next)?;
+            Ok((next, result))
+        }))
     }
 
     /// A transition over the typed resource: the state is decoded into `R`, changed, and encoded
@@ -100,20 +106,21 @@ impl Transition {
         T: Serialize,
         E: IntoToolError,
     {
-        Transition::new(move |state: &mut Value| {
-            let mut resource = R::deserialize(&*state).map_err(|error| {
+        // Decoded straight from the stored state: the decoded resource is the copy.
+        Transition(Box::new(move |state: &Value| {
+            let mut resource = R::deserialize(state).map_err(|error| {
                 ToolError::new(
                     super::outcome::code::INVALID_STATE,
                     format!("stored {} is unreadable: {error}", R::KIND),
                 )
             })?;
             let result = f(&mut resource).map_err(IntoToolError::into_tool_error)?;
-            *state = encode(&resource)?;
-            encode(&result)
-        })
+            Ok((encode(&resource)?, encode(&result)?))
+        }))
     }
 
-    pub(crate) fn run(&mut self, state: &mut Value) -> Result<Value, ToolError> {
+    /// The next state and the result, from `state`.
+    pub(crate) fn run(&mut self, state: &Value) -> Result<(Value, Value), ToolError> {
         (self.0)(state)
     }
 }
