@@ -11,8 +11,8 @@ use serde_json::Value;
 
 use super::clock::{duration_millis, format_rfc3339};
 use super::contract::{
-    ConflictPolicy, CreateRequest, Making, MutationRequest, ReadRequest, StoreConfig, StoreError,
-    Transition,
+    Changed, ConflictPolicy, CreateRequest, Making, MutationRequest, ReadRequest, StoreConfig,
+    StoreError, Transition,
 };
 use super::delta::diff;
 use super::entity::{EntityKind, Lifecycle};
@@ -824,26 +824,38 @@ fn decide(
     }
 
     // The transition only borrows the stored state: it stays intact when it fails or panics.
-    let (state, result) =
-        match panic::catch_unwind(AssertUnwindSafe(|| transition.run(&record.state))) {
-            Ok(Ok(changed)) => changed,
-            Ok(Err(error)) => return Ok(Decision::rejected(Rejected::domain(&error))),
-            // A bug, not an outcome: nothing is recorded, so a fixed server applies the retry.
-            Err(_) => {
-                return Ok(Decision::Unrecorded(MutationOutcome::Rejected(
-                    Rejected::panicked(kind.kind),
-                )));
-            }
-        };
+    let changed = match panic::catch_unwind(AssertUnwindSafe(|| transition.run(&record.state))) {
+        Ok(Ok(changed)) => changed,
+        Ok(Err(error)) => return Ok(Decision::rejected(Rejected::domain(&error))),
+        // A bug, not an outcome: nothing is recorded, so a fixed server applies the retry.
+        Err(_) => {
+            return Ok(Decision::Unrecorded(MutationOutcome::Rejected(
+                Rejected::panicked(kind.kind),
+            )));
+        }
+    };
+    let Changed {
+        state,
+        result,
+        known,
+    } = changed;
+    let (lifecycle, view) = match known {
+        Some(known) if known.kind == kind.kind => (known.lifecycle, known.view),
+        _ => ((kind.lifecycle)(&state), None),
+    };
     let undo = undo_patch(&record.state, &state);
     record.version += 1;
-    record.lifecycle = (kind.lifecycle)(&state);
+    record.lifecycle = lifecycle;
     record.expires_at = expiry(kind, now);
     record.state = Arc::new(state);
+    let state = match (kind.view, view) {
+        (Some(_), Some(view)) => Arc::new(view),
+        _ => kind.view_shared(&record.state),
+    };
     let applied = Applied {
         handle: handle.to_owned(),
         version: record.version,
-        state: kind.view_shared(&record.state),
+        state,
         result,
         rebased_from,
         resumption: resumption(handle, &record),

@@ -10,7 +10,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::clock::{Clock, SystemClock};
-use super::entity::{Entity, EntityKind};
+use super::entity::{Entity, EntityKind, Lifecycle};
 use super::fingerprint::Fingerprint;
 use super::outcome::{MutationOutcome, ReadOutcome};
 use crate::context::Principal;
@@ -86,7 +86,27 @@ pub struct Transition(Box<TransitionFn>);
 
 /// From the stored state, the next state and the tool's result. The stored state is only
 /// borrowed, so a transition that fails or panics leaves it as it was.
-type TransitionFn = dyn FnMut(&Value) -> Result<(Value, Value), ToolError> + Send;
+type TransitionFn = dyn FnMut(&Value) -> Result<Changed, ToolError> + Send;
+
+/// What a transition made of the stored state.
+pub(crate) struct Changed {
+    /// The next state.
+    pub(crate) state: Value,
+    /// The tool's result.
+    pub(crate) result: Value,
+    /// What a typed transition read off the resource it had in hand, so the store need not
+    /// decode the next state again for it.
+    pub(crate) known: Option<Known>,
+}
+
+/// The lifecycle and view of a next state, as its own type computes them.
+pub(crate) struct Known {
+    /// The kind they are right for: a request of another kind computes its own.
+    pub(crate) kind: &'static str,
+    pub(crate) lifecycle: Lifecycle,
+    /// `None` when the type declares no view.
+    pub(crate) view: Option<Value>,
+}
 
 impl Transition {
     /// A transition over the JSON state (it changes a copy).
@@ -94,12 +114,18 @@ impl Transition {
         Transition(Box::new(move |state: &Value| {
             let mut next = state.clone();
             let result = f(&mut next)?;
-            Ok((next, result))
+            Ok(Changed {
+                state: next,
+                result,
+                known: None,
+            })
         }))
     }
 
     /// A transition over the typed resource: the state is decoded into `R`, changed, and encoded
     /// back; the returned `T` becomes the result and an error `E` becomes a rejection with its code.
+    /// For a request of `R`'s kind, the new lifecycle and the view the outcome shows are read off
+    /// the changed `R` rather than decoded again from its JSON.
     pub fn typed<R, T, E>(mut f: impl FnMut(&mut R) -> Result<T, E> + Send + 'static) -> Self
     where
         R: Entity,
@@ -115,12 +141,21 @@ impl Transition {
                 )
             })?;
             let result = f(&mut resource).map_err(IntoToolError::into_tool_error)?;
-            Ok((encode(&resource)?, encode(&result)?))
+            let known = Known {
+                kind: R::KIND,
+                lifecycle: resource.lifecycle(),
+                view: R::VIEW.map(|view| view(&resource)),
+            };
+            Ok(Changed {
+                state: encode(&resource)?,
+                result: encode(&result)?,
+                known: Some(known),
+            })
         }))
     }
 
     /// The next state and the result, from `state`.
-    pub(crate) fn run(&mut self, state: &Value) -> Result<(Value, Value), ToolError> {
+    pub(crate) fn run(&mut self, state: &Value) -> Result<Changed, ToolError> {
         (self.0)(state)
     }
 }
@@ -497,5 +532,83 @@ impl<S: Store + ?Sized> Store for std::sync::Arc<S> {
 
     fn prune(&self) -> StoreFuture<'_, PruneReport> {
         (**self).prune()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use schemars::JsonSchema;
+    use serde::Deserialize;
+    use serde_json::json;
+
+    use super::*;
+    use crate::context::Principal;
+    use crate::store::{MemoryStore, MutationOutcome, Store};
+
+    #[derive(Clone, Serialize, Deserialize, JsonSchema)]
+    struct Gauge {
+        level: u32,
+    }
+
+    impl Entity for Gauge {
+        const KIND: &'static str = "gauge";
+        const PREFIX: &'static str = "gau";
+        const VIEW: Option<fn(&Self) -> Value> = Some(|gauge| json!({ "shown": gauge.level }));
+
+        fn lifecycle(&self) -> Lifecycle {
+            if self.level >= 10 {
+                Lifecycle::Terminal
+            } else {
+                Lifecycle::Active
+            }
+        }
+    }
+
+    fn fill() -> Transition {
+        Transition::typed(|gauge: &mut Gauge| {
+            gauge.level = 10;
+            Ok::<_, ToolError>(gauge.level)
+        })
+    }
+
+    async fn applied_after_fill(store: &MemoryStore, kind: EntityKind) -> (Value, Lifecycle) {
+        let owner = Principal::subject("tester");
+        let created = store
+            .create(CreateRequest::new(
+                kind,
+                owner.clone(),
+                json!({ "level": 1 }),
+            ))
+            .await
+            .unwrap();
+        let handle = created.applied().unwrap().handle.clone();
+        let request = MutationRequest::new(kind, owner.clone(), &handle);
+        let MutationOutcome::Applied(applied) = store.mutate(request, fill()).await.unwrap() else {
+            panic!("the fill applies");
+        };
+        let read = store
+            .read(ReadRequest::new(kind, owner, &handle))
+            .await
+            .unwrap();
+        let crate::store::ReadOutcome::Current(current) = read else {
+            panic!("the filled gauge reads");
+        };
+        let lifecycle = current.resumption.lifecycle;
+        (Value::clone(&applied.state), lifecycle)
+    }
+
+    /// A typed transition's outcome shows its type's view and records its type's lifecycle,
+    /// read off the changed resource; for a request of another kind, that kind's own apply.
+    #[tokio::test]
+    async fn a_typed_transition_brings_its_view_and_lifecycle_for_its_own_kind_only() {
+        let store = MemoryStore::default();
+        let (shown, lifecycle) = applied_after_fill(&store, Gauge::kind()).await;
+        assert_eq!(shown, json!({ "shown": 10 }));
+        assert_eq!(lifecycle, Lifecycle::Terminal);
+
+        let meter = EntityKind::new("meter", "gau");
+        let (shown, lifecycle) = applied_after_fill(&store, meter).await;
+        assert_eq!(shown, json!({ "level": 10 }));
+        assert_eq!(lifecycle, Lifecycle::Active);
     }
 }

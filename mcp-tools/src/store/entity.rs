@@ -42,6 +42,11 @@ impl Lifecycle {
 
 /// A stateful type kept by a store behind a handle.
 ///
+/// The store keeps the type's JSON, so its serde implementation must round-trip: decoding what
+/// it encoded gives the same value. (After a typed change, the outcome's view and the recorded
+/// lifecycle are computed from the value the tool changed, and later reads from the stored JSON;
+/// a field that does not survive the round trip would show in one and not the other.)
+///
 /// ```
 /// use mcp_tools::store::{Lifecycle, Entity};
 /// use schemars::JsonSchema;
