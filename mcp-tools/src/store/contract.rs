@@ -597,6 +597,65 @@ mod tests {
         (Value::clone(&applied.state), lifecycle)
     }
 
+    /// Decodes of a [`Dial`], counted: only the test below makes dials.
+    static DIAL_DECODES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+    #[derive(Clone, Serialize, JsonSchema)]
+    struct Dial {
+        level: u32,
+    }
+
+    impl<'de> Deserialize<'de> for Dial {
+        fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+            #[derive(Deserialize)]
+            struct Stored {
+                level: u32,
+            }
+            DIAL_DECODES.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            Stored::deserialize(deserializer).map(|stored| Dial {
+                level: stored.level,
+            })
+        }
+    }
+
+    impl Entity for Dial {
+        const KIND: &'static str = "dial";
+        const PREFIX: &'static str = "dia";
+        const VIEW: Option<fn(&Self) -> Value> = Some(|dial| json!({ "shown": dial.level }));
+
+        fn lifecycle(&self) -> Lifecycle {
+            Lifecycle::Active
+        }
+    }
+
+    /// A typed mutation decodes the stored state once, for the tool: the new state's lifecycle
+    /// and view come from the value the tool changed, not from decoding it again.
+    #[tokio::test]
+    async fn a_typed_mutation_decodes_the_state_once() {
+        let store = MemoryStore::default();
+        let owner = Principal::subject("tester");
+        let created = store
+            .create(CreateRequest::new(
+                Dial::kind(),
+                owner.clone(),
+                json!({ "level": 1 }),
+            ))
+            .await
+            .unwrap();
+        let handle = created.applied().unwrap().handle.clone();
+        DIAL_DECODES.store(0, std::sync::atomic::Ordering::SeqCst);
+        let turn = Transition::typed(|dial: &mut Dial| {
+            dial.level += 1;
+            Ok::<_, ToolError>(())
+        });
+        let request = MutationRequest::new(Dial::kind(), owner, &handle);
+        let MutationOutcome::Applied(applied) = store.mutate(request, turn).await.unwrap() else {
+            panic!("the turn applies");
+        };
+        assert_eq!(*applied.state, json!({ "shown": 2 }));
+        assert_eq!(DIAL_DECODES.load(std::sync::atomic::Ordering::SeqCst), 1);
+    }
+
     /// A typed transition's outcome shows its type's view and records its type's lifecycle,
     /// read off the changed resource; for a request of another kind, that kind's own apply.
     #[tokio::test]
