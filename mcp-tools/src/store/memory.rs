@@ -5,7 +5,7 @@ use std::collections::{HashMap, VecDeque};
 use std::future::Future;
 use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicI64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, RwLock, TryLockError, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock, Weak};
 
 use arc_swap::ArcSwap;
 
@@ -26,25 +26,33 @@ use super::task_store::{TaskChange, TaskInsert, TaskStore};
 use crate::context::Principal;
 
 const SHARDS: usize = 64;
+/// Locks for operation ids, each shared by the ids whose keys fall on it. A fixed table instead
+/// of a lock per record: two ids rarely share one, and sharing only makes one wait for the other.
+const OPERATION_LOCKS: usize = 1024;
 /// Writes between two automatic sweeps. A sweep runs on the store's own thread and locks one
 /// shard at a time, so no request pays for it or waits for more than one shard's pass.
 const SWEEP_EVERY: u64 = 4096;
 
-type Slot = Arc<Mutex<Option<Kept>>>;
 type ResourceShard = RwLock<HashMap<String, Arc<Cell>>>;
-/// Ledger slots by [`ledger_key`].
-type LedgerShard = Mutex<HashMap<String, Slot>>;
+/// Ledger records by [`LedgerKey`], kept in the map's own table.
+type LedgerShard = Mutex<HashMap<LedgerKey, Kept>>;
 
-/// One string for (principal, operation id): the principal's length, `:`, the principal and the
-/// operation id. The length prefix keeps distinct pairs distinct.
-fn ledger_key(principal: &str, operation_id: &str) -> String {
-    let length = principal.len().to_string();
-    let mut key = String::with_capacity(length.len() + 1 + principal.len() + operation_id.len());
-    key.push_str(&length);
-    key.push(':');
-    key.push_str(principal);
-    key.push_str(operation_id);
-    key
+/// The SHA-256 digest of (principal, operation id), each part length-prefixed so distinct pairs
+/// stay distinct. A record is keyed by it rather than by a copy of its two strings: keys and
+/// records then live in the map's table, with no allocation of their own per record. Records
+/// outlive the requests around them by hours, and each small block the heap keeps between
+/// short-lived ones slows every later request. Two pairs share a digest with the odds of a
+/// SHA-256 collision, as two different calls share an argument fingerprint.
+type LedgerKey = [u8; 32];
+
+fn ledger_key(principal: &str, operation_id: &str) -> LedgerKey {
+    use sha2::{Digest, Sha256};
+    Sha256::new()
+        .chain_update((principal.len() as u64).to_be_bytes())
+        .chain_update(principal)
+        .chain_update(operation_id)
+        .finalize()
+        .into()
 }
 
 /// One resource. Writers hold `guarded` for the whole boundary; readers only load `current`, so
@@ -147,11 +155,11 @@ struct Guarded {
 
 /// A store that keeps everything in process memory; state is lost when the process ends.
 ///
-/// Resources and ledger records live in 64 shards each. A mutation locks its operation id's ledger
-/// slot (when it has one), then its handle's entry, always in that order, and holds both for the
-/// whole boundary; shard locks are held only to find or insert an entry. Requests on different
-/// handles with different operation ids never wait for each other, and reads wait for nobody:
-/// they load the published current version.
+/// Resources and ledger records live in 64 shards each. A mutation locks its operation id (when it
+/// has one; ids share 1024 locks), then its handle's entry, always in that order, and holds both
+/// for the whole boundary; shard locks are held only to find, insert or remove an entry. Requests
+/// on different handles with operation ids on different locks never wait for each other, and
+/// reads wait for nobody: they load the published current version.
 ///
 /// Expired ledger records and long-expired resources are swept every few thousand writes (and
 /// when the store is idle) on a thread of the store's own, a shard at a time (see
@@ -166,6 +174,7 @@ struct Inner {
     hasher: RandomState,
     resources: Box<[ResourceShard]>,
     ledger: Box<[LedgerShard]>,
+    operation_locks: Box<[Mutex<()>]>,
     /// No ledger record expires before this instant (a lower bound).
     ledger_due: AtomicI64,
     /// No resource is reclaimable before this instant (a lower bound).
@@ -191,6 +200,7 @@ impl MemoryStore {
             hasher: RandomState::new(),
             resources: (0..SHARDS).map(|_| RwLock::default()).collect(),
             ledger: (0..SHARDS).map(|_| Mutex::default()).collect(),
+            operation_locks: (0..OPERATION_LOCKS).map(|_| Mutex::default()).collect(),
             ledger_due: AtomicI64::new(i64::MAX),
             resources_due: AtomicI64::new(i64::MAX),
             tasks: (0..SHARDS).map(|_| Mutex::default()).collect(),
@@ -207,8 +217,8 @@ impl MemoryStore {
         self.inner.resource_count()
     }
 
-    /// How many ledger slots the store holds, expired ones included (for tests that check what a
-    /// failed request leaves behind).
+    /// How many ledger records the store holds, expired ones included (for tests that check what
+    /// a failed request leaves behind).
     #[cfg(feature = "test-hooks")]
     #[doc(hidden)]
     pub fn ledger_count_for_tests(&self) -> usize {
@@ -295,26 +305,20 @@ impl Inner {
         shard.get(handle).cloned()
     }
 
-    /// Takes (creating it if needed) the ledger slot of (principal, operation id) for one request.
-    fn lease<'a>(&'a self, principal: &'a str, operation_id: &'a str) -> Lease<'a> {
+    /// Holds the operation id of (principal, operation id) for one request.
+    fn hold<'a>(&'a self, principal: &str, operation_id: &str) -> Held<'a> {
         let key = ledger_key(principal, operation_id);
-        let shard = self.shard_of(&key);
-        let mut slots = lock(&self.ledger[shard]);
-        let slot = match slots.get(&key) {
-            Some(slot) => Arc::clone(slot),
-            // The key moves into the map: a new operation id costs one copy of it.
-            None => Arc::clone(slots.entry(key).or_default()),
-        };
-        Lease {
-            inner: self,
-            shard,
-            principal,
-            operation_id,
-            slot: Some(slot),
+        // The key is a digest: its bytes are already evenly spread.
+        let shard = usize::from(key[0]) % SHARDS;
+        let stripe = usize::from(u16::from_be_bytes([key[1], key[2]])) % OPERATION_LOCKS;
+        Held {
+            shard: &self.ledger[shard],
+            key,
+            _operation: lock(&self.operation_locks[stripe]),
         }
     }
 
-    /// How many ledger slots the store holds, expired ones included.
+    /// How many ledger records the store holds, expired ones included.
     #[cfg(feature = "test-hooks")]
     fn ledger_count(&self) -> usize {
         self.ledger.iter().map(|shard| lock(shard).len()).sum()
@@ -370,25 +374,15 @@ impl Inner {
     /// Removes the ledger records of one shard past their retention.
     fn prune_ledger_shard(&self, shard: usize, now: i64, due: &mut i64) -> u64 {
         let mut removed = 0;
-        lock(&self.ledger[shard]).retain(|_, slot| {
-            // Clones of a slot are only taken under this shard lock, so a count of one means
-            // no request holds it or is about to lock it. One in use is looked at next time.
-            if Arc::strong_count(slot) > 1 {
-                *due = (*due).min(now);
+        // A request holding an expired record's operation id may have read it: it treats it as
+        // gone already, and what it writes next replaces it or removes nothing.
+        lock(&self.ledger[shard]).retain(|_, kept| {
+            if kept.expires_at > now {
+                *due = (*due).min(kept.expires_at);
                 return true;
             }
-            let expires_at = lock(slot).as_ref().map(|entry| entry.expires_at);
-            match expires_at {
-                Some(at) if at > now => {
-                    *due = (*due).min(at);
-                    true
-                }
-                Some(_) => {
-                    removed += 1;
-                    false
-                }
-                None => false,
-            }
+            removed += 1;
+            false
         });
         removed
     }
@@ -411,8 +405,8 @@ impl Inner {
             .write()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
             .retain(|_, cell| {
-                // As for ledger slots: clones are only taken under the shard lock, so a count of
-                // one means no request holds the cell. An expired resource is never written
+                // Clones of a cell are only taken under the shard lock, so a count of one means
+                // no request holds it. An expired resource is never written
                 // again, so its expiry cannot move once it is past.
                 if Arc::strong_count(cell) > 1 {
                     *due = (*due).min(now);
@@ -455,7 +449,7 @@ impl Inner {
         };
         let mut txn = MemoryTxn {
             inner: self,
-            slot: None,
+            held: None,
             cell: cell.as_deref().map(|cell| (request.handle.as_str(), cell)),
             guarded: guarded.as_deref_mut(),
             inserted: None,
@@ -468,40 +462,38 @@ impl Inner {
         request: &MutationRequest,
         transition: &mut Transition,
     ) -> Result<MutationOutcome, StoreError> {
-        let lease = request
+        let held = request
             .operation
             .as_ref()
-            .map(|(operation_id, _)| self.lease(request.principal.key(), operation_id));
-        let mut slot_guard = lease.as_ref().and_then(Lease::lock);
+            .map(|(operation_id, _)| self.hold(request.principal.key(), operation_id));
         let cell = self.cell(&request.handle);
         let mut guarded = cell.as_deref().map(|cell| lock(&cell.guarded));
         let now = self.config.clock.now_millis();
         let mut txn = MemoryTxn {
             inner: self,
-            slot: slot_guard.as_deref_mut(),
+            held: held.as_ref(),
             cell: cell.as_deref().map(|cell| (request.handle.as_str(), cell)),
             guarded: guarded.as_deref_mut(),
             inserted: None,
         };
         let outcome = boundary::mutate(&mut txn, &self.config, request, transition, now);
         drop(guarded);
-        drop(slot_guard);
+        drop(held);
         self.sweeper.count_write();
         outcome
     }
 
-    /// Runs `work` on a transaction holding the ledger slot of a create's operation id.
-    fn with_slot<T>(
+    /// Runs `work` on a transaction holding a create's operation id.
+    fn with_operation<T>(
         &self,
         principal: &Principal,
         operation_id: Option<&str>,
         work: impl FnOnce(&mut MemoryTxn<'_>, i64) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
-        let lease = operation_id.map(|operation_id| self.lease(principal.key(), operation_id));
-        let mut slot_guard = lease.as_ref().and_then(Lease::lock);
+        let held = operation_id.map(|operation_id| self.hold(principal.key(), operation_id));
         let mut txn = MemoryTxn {
             inner: self,
-            slot: slot_guard.as_deref_mut(),
+            held: held.as_ref(),
             cell: None,
             guarded: None,
             inserted: None,
@@ -523,7 +515,7 @@ impl boundary::CreateUnits for Inner {
         T: Send + 'static,
         F: FnOnce(&mut MemoryTxn<'_>, &StoreConfig, i64) -> Result<T, StoreError> + Send + 'static,
     {
-        let answer = self.with_slot(principal, operation_id, |txn, now| {
+        let answer = self.with_operation(principal, operation_id, |txn, now| {
             work(txn, &self.config, now)
         });
         self.sweeper.count_write();
@@ -531,60 +523,39 @@ impl boundary::CreateUnits for Inner {
     }
 
     fn abandon(&self, principal: &Principal, operation_id: &str, token: u64) {
-        let _ = self.with_slot(principal, Some(operation_id), |txn, _| {
+        let _ = self.with_operation(principal, Some(operation_id), |txn, _| {
             boundary::abandon(txn, principal, operation_id, token)
         });
     }
 }
 
-/// A ledger slot held by one request. A request that fails before recording an outcome (a store
-/// error, a panicking transition) leaves its slot empty; dropping the last lease of an empty slot
-/// removes it from the ledger map instead of leaving it to the next sweep.
-struct Lease<'a> {
-    inner: &'a Inner,
-    /// The ledger shard of the slot's key.
-    shard: usize,
-    principal: &'a str,
-    operation_id: &'a str,
-    /// `Some` until the lease is dropped.
-    slot: Option<Slot>,
+/// An operation id held by one request: its lock for the whole request, its record's shard
+/// only while the record is read or written. A request that fails before recording an outcome
+/// leaves nothing behind.
+struct Held<'a> {
+    shard: &'a LedgerShard,
+    key: LedgerKey,
+    _operation: MutexGuard<'a, ()>,
 }
 
-impl Lease<'_> {
-    fn lock(&self) -> Option<MutexGuard<'_, Option<Kept>>> {
-        self.slot.as_deref().map(lock)
+impl Held<'_> {
+    fn get(&self) -> Option<LedgerEntry> {
+        lock(self.shard).get(&self.key).map(Kept::entry)
     }
-}
 
-impl Drop for Lease<'_> {
-    fn drop(&mut self) {
-        let Some(slot) = self.slot.take() else {
-            return;
-        };
-        // A slot that holds a record keeps it until a sweep removes the slot. Another request
-        // holding the slot's lock has a lease of its own, and takes the path below when it drops.
-        match slot.try_lock() {
-            Ok(entry) if entry.is_some() => return,
-            Err(TryLockError::Poisoned(entry)) if entry.get_ref().is_some() => return,
-            _ => {}
-        }
-        let key = ledger_key(self.principal, self.operation_id);
-        let mut shard = lock(&self.inner.ledger[self.shard]);
-        // Every lease lets go of its clone under the shard lock, where clones are taken, so the
-        // last one to let go sees a count of one (the map's) and nobody can be about to lock it.
-        drop(slot);
-        let unused = shard
-            .get(&key)
-            .is_some_and(|kept| Arc::strong_count(kept) == 1 && lock(kept).is_none());
-        if unused {
-            shard.remove(&key);
-        }
+    fn put(&self, kept: Kept) {
+        lock(self.shard).insert(self.key, kept);
+    }
+
+    fn remove(&self) {
+        lock(self.shard).remove(&self.key);
     }
 }
 
 pub(crate) struct MemoryTxn<'a> {
     inner: &'a Inner,
-    slot: Option<&'a mut Option<Kept>>,
+    /// The operation id the request holds, if it has one.
+    held: Option<&'a Held<'a>>,
     /// The resource the request names, and its handle.
     cell: Option<(&'a str, &'a Cell)>,
     /// The writer's part of `cell`, when the transaction writes it.
@@ -595,17 +566,13 @@ pub(crate) struct MemoryTxn<'a> {
 
 impl Txn for MemoryTxn<'_> {
     fn ledger_get(&mut self, _: &str, _: &str) -> Result<Option<LedgerEntry>, StoreError> {
-        Ok(self
-            .slot
-            .as_ref()
-            .and_then(|slot| slot.as_ref().map(Kept::entry)))
+        Ok(self.held.and_then(Held::get))
     }
 
     fn ledger_put(&mut self, _: &str, _: &str, entry: LedgerEntry) -> Result<(), StoreError> {
-        let slot = self
-            .slot
-            .as_mut()
-            .ok_or_else(|| StoreError::Backend("ledger slot not held".into()))?;
+        let held = self
+            .held
+            .ok_or_else(|| StoreError::Backend("operation id not held".into()))?;
         if entry.handle.is_some() && matches!(entry.state, LedgerState::Done(_)) {
             match (self.guarded.as_mut(), &self.inserted) {
                 (Some(guarded), _) => guarded.ledger.push_back(entry.expires_at),
@@ -623,7 +590,7 @@ impl Txn for MemoryTxn<'_> {
             (None, Some(cell)) => Some(&cell.handle),
             (None, None) => None,
         };
-        **slot = Some(Kept::keep(entry, shared));
+        held.put(Kept::keep(entry, shared));
         Ok(())
     }
 
@@ -641,8 +608,8 @@ impl Txn for MemoryTxn<'_> {
         {
             guarded.ledger.remove(at);
         }
-        if let Some(slot) = self.slot.as_mut() {
-            **slot = None;
+        if let Some(held) = self.held {
+            held.remove();
         }
         Ok(())
     }
@@ -773,7 +740,7 @@ mod tests {
             .unwrap();
     }
 
-    /// Per shard: ledger slots and resources that expire.
+    /// Per shard: ledger records and resources that expire.
     fn census(inner: &Inner) -> Vec<(usize, usize)> {
         (0..SHARDS)
             .map(|shard| {
@@ -836,6 +803,32 @@ mod tests {
         assert!(matches!(kept.outcome, KeptOutcome::Applied { .. }));
     }
 
+    /// A record is swept at the instant its retention ends, not a millisecond before.
+    #[test]
+    fn a_record_is_swept_when_its_retention_ends() {
+        let clock = ManualClock::at_millis(1_785_231_000_000);
+        let retention = Duration::from_secs(60);
+        let store = MemoryStore::new(StoreConfig {
+            ledger_retention: retention,
+            clock: Arc::new(clock.clone()),
+            ..StoreConfig::default()
+        });
+        let inner = &*store.inner;
+        create(inner, LASTING, Some("op-1"));
+        let records = || {
+            census(inner)
+                .iter()
+                .map(|&(records, _)| records)
+                .sum::<usize>()
+        };
+        clock.advance(retention - Duration::from_millis(1));
+        assert_eq!(inner.prune().ledger_records, 0);
+        assert_eq!(records(), 1);
+        clock.advance(Duration::from_millis(1));
+        assert_eq!(inner.prune().ledger_records, 1);
+        assert_eq!(records(), 0);
+    }
+
     /// A sweep reclaims what is past its retention, in every shard, and nothing else.
     #[test]
     fn a_sweep_reclaims_exactly_what_expired() {
@@ -855,7 +848,7 @@ mod tests {
         assert!(
             census(inner)
                 .iter()
-                .all(|&(slots, expiring)| slots > 0 && expiring > 0)
+                .all(|&(records, expiring)| records > 0 && expiring > 0)
         );
         inner.sweep();
         assert_eq!(inner.resource_count(), 2100, "nothing had expired yet");
