@@ -22,7 +22,9 @@
 #   add                quickstart `add` (a=2, b=3), the harness's call.lua: the baseline
 #   get/sqlite         basket_get on a server with --db in a temp dir
 #   get/memory         basket_get on a server with --memory
-#   upgrade/sqlite     basket_upgrade_memory, fresh operation ids, versions learned from answers
+#   upgrade/sqlite     basket_upgrade_memory, fresh operation ids, versions learned from answers,
+#                      on BASKETS new baskets each run (a basket holds at most 10,000 live ledger
+#                      records, the store's default quota, past which upgrades answer LEDGER_FULL)
 #   upgrade/memory     the same on the memory server
 #   note/{memory,sqlite} run 1, run 2   basket_add_note, two back-to-back runs after the rounds
 #
@@ -78,7 +80,7 @@ echo "== servers: add $url_add (pid $pid_add), sqlite $url_sqlite (pid $pid_sqli
 # Baskets: one set per workload and store, so that notes do not grow the baskets that are read.
 for store in sqlite memory; do
   url_var="url_$store"
-  for w in get upgrade note; do make_baskets "${!url_var}" "$work/$w-$store.txt"; done
+  for w in get note; do make_baskets "${!url_var}" "$work/$w-$store.txt"; done
 done
 
 failures=0
@@ -95,8 +97,14 @@ run() {
     *) url_var="url_$store"; pid_var="pid_$store"; url="${!url_var}"; pid="${!pid_var}"; script="$lua" ;;
   esac
   run_seq=$((run_seq + 1))
+  local baskets_file="$work/$tool-$store.txt"
+  if [[ "$tool" == upgrade ]]; then
+    baskets_file="$work/$tool-$store-$run_seq.txt"
+    make_baskets "$url" "$baskets_file"
+    echo "$baskets_file" >>"$work/$tool-$store.files"
+  fi
   wrk_run "$case" "$pid" "$url" "$d" "$script" BENCH_VERIFY=1 BENCH_TOOL="$tool" \
-    BENCH_BASKETS="$work/$tool-$store.txt" BENCH_RUN="r$run_seq$RANDOM"
+    BENCH_BASKETS="$baskets_file" BENCH_RUN="r$run_seq$RANDOM"
   if [[ "$tool" != add ]]; then
     applied_total[$case]=$(( ${applied_total[$case]:-0} + $(field applied "$wrk_result") ))
     runs_of[$case]=$(( ${runs_of[$case]:-0} + 1 ))
@@ -221,7 +229,8 @@ for case in upgrade/sqlite upgrade/memory note/memory note/sqlite; do
     else
       (( notes == v - 1 && mem == 16 )) || inconsistent=$((inconsistent + 1))
     fi
-  done <"$work/$tool-$store.txt"
+  done < <(if [[ "$tool" == upgrade ]]; then xargs cat <"$work/$tool-$store.files"; else
+              cat "$work/$tool-$store.txt"; fi)
   answered="${applied_total[$case]:-0}"
   slack=$(( ${runs_of[$case]:-0} * conns ))
   verdict=ok
