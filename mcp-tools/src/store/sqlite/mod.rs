@@ -2,6 +2,7 @@
 
 use std::future::Future;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
@@ -139,6 +140,23 @@ fn check_layout(connection: &Connection, path: &Path) -> Result<(), StoreError> 
 /// Writes between two wake-ups of the sweep thread.
 const SWEEP_EVERY: u64 = 1024;
 
+/// Lanes of pooled reader connections. A thread takes and returns its connections in its own
+/// lane, so a connection is used by one thread and SQLite's memory for it is allocated and freed
+/// by that thread. Handed from thread to thread, a connection's frees landed in the other
+/// thread's malloc arena, and the two threads contended for the arena locks: 12% of the samples
+/// of `basket_get` over HTTP, 2% in lanes.
+const READER_LANES: usize = 16;
+
+/// The reader lane of the calling thread: threads take lanes in turn, so the first
+/// [`READER_LANES`] threads to read (a runtime's workers first) each have one of their own.
+fn reader_lane() -> usize {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    thread_local! {
+        static LANE: usize = NEXT.fetch_add(1, Ordering::Relaxed) % READER_LANES;
+    }
+    LANE.with(|lane| *lane)
+}
+
 /// How SQLite syncs the write-ahead log.
 ///
 /// Either way a mutation is atomic: its new version, history and ledger record are committed or
@@ -191,7 +209,8 @@ struct Inner {
     config: StoreConfig,
     options: SqliteOptions,
     writer: Arc<Writer>,
-    readers: Mutex<Vec<Connection>>,
+    /// Idle reader connections, by [`reader_lane`].
+    readers: Box<[Mutex<Vec<Connection>>]>,
     sweeper: Sweeper,
 }
 
@@ -236,7 +255,7 @@ impl SqliteStore {
             config,
             options,
             writer,
-            readers: Mutex::new(Vec::new()),
+            readers: (0..READER_LANES).map(|_| Mutex::default()).collect(),
             sweeper: Sweeper::spawn(weak.clone(), Inner::sweep, SWEEP_EVERY),
         });
         Ok(SqliteStore { inner })
@@ -326,13 +345,14 @@ impl Inner {
         &self,
         work: impl FnOnce(&Connection) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
-        let pooled = lock(&self.readers).pop();
+        let lane = &self.readers[reader_lane()];
+        let pooled = lock(lane).pop();
         let connection = match pooled {
             Some(connection) => connection,
             None => connect(&self.path, &self.options)?,
         };
         let result = work(&connection);
-        lock(&self.readers).push(connection);
+        lock(lane).push(connection);
         result
     }
 
@@ -895,6 +915,47 @@ mod tests {
     use rusqlite::StatementStatus;
 
     use super::*;
+
+    /// A thread reads on a connection of its own lane: one another thread left idle is not
+    /// handed over, and a thread's second read takes the connection its first one left.
+    #[test]
+    fn each_thread_reads_on_its_own_connection() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open(dir.path().join("lanes.db"), StoreConfig::default()).unwrap();
+        let inner = &*store.inner;
+        let idle = |lane: usize| lock(&inner.readers[lane]).len();
+        let read = || inner.with_reader(|_| Ok(())).unwrap();
+        let first = reader_lane();
+        read();
+        assert_eq!(idle(first), 1);
+        // Threads take lanes in turn; other tests' threads may take some meanwhile.
+        let second = (0..READER_LANES)
+            .find_map(|_| {
+                std::thread::scope(|scope| {
+                    let other = scope.spawn(|| {
+                        let lane = reader_lane();
+                        (lane != first).then(|| {
+                            read();
+                            lane
+                        })
+                    });
+                    other.join().unwrap()
+                })
+            })
+            .expect("threads take different lanes");
+        assert_eq!(
+            idle(first),
+            1,
+            "the first thread's connection stayed in its lane"
+        );
+        assert_eq!(
+            idle(second),
+            1,
+            "the second thread opened a connection of its own"
+        );
+        read();
+        assert_eq!((idle(first), idle(second)), (1, 1));
+    }
 
     /// The load statement is prepared once and searches the primary key, whatever the handle.
     #[test]
