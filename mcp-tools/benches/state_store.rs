@@ -35,11 +35,20 @@
 //!   version + 1 WHERE id = $2 AND version = $3` (each statement its own transaction), prepared
 //!   statements, one connection.
 //!
-//! The ratio pass alternates raw and versioned windows in the same process
+//! - **floor** (`state_store/floor.rs`): the raw write plus what the versioned contract must
+//!   persist with it, hand-written for this one change in the same transaction or under the same
+//!   lock: the caller's fingerprint of its arguments, a ledger lookup and record of the operation
+//!   id, an undo entry for the version (the oldest dropped past the history limit), and on
+//!   PostgreSQL the advisory locks that keep a retry from running its change twice. It knows the
+//!   shape of this state, so it pays for nothing generic; it is a lower bound on any store that
+//!   keeps the contract on that engine.
+//!
+//! The ratio pass runs raw, floor and versioned windows in turn in the same process
 //! (`STATE_BENCH_ROUNDS` of each, 5 by default) and prints the median time per operation of each
-//! and `versioned/raw`, the median of the ratios of adjacent windows: the cost of a versioned
-//! mutation in raw writes (the project's target is at most 1.25). PostgreSQL's figures swing
-//! with its WAL flushes; more rounds steady them.
+//! and the medians of the ratios of adjacent windows: `versioned/raw`, the cost of a versioned
+//! mutation in raw writes (the project's target is at most 1.25); `floor/raw`, what the
+//! contract costs at least; `versioned/floor`, what the store adds to that. PostgreSQL's figures
+//! swing with its WAL flushes; more rounds steady them.
 //!
 //! Both PostgreSQL clients speak plain TCP to the server (the store's URL gets
 //! `sslmode=disable`, the raw client has no TLS), so the ratio compares the two ways of writing,
@@ -49,6 +58,9 @@ use std::collections::HashMap;
 use std::hint::black_box;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+
+#[path = "state_store/floor.rs"]
+mod floor;
 
 use criterion::Criterion;
 use mcp_tools::Principal;
@@ -170,6 +182,23 @@ impl RawMemory {
     }
 }
 
+/// A connection with the store's settings: busy timeout, WAL, the same `synchronous`.
+fn raw_sqlite_connection(path: &std::path::Path, synchronous: Synchronous) -> Connection {
+    let connection = Connection::open(path).unwrap();
+    connection.busy_timeout(Duration::from_secs(10)).unwrap();
+    let _: String = connection
+        .query_row("PRAGMA journal_mode = WAL", [], |row| row.get(0))
+        .unwrap();
+    let synchronous = match synchronous {
+        Synchronous::Full => "FULL",
+        Synchronous::Normal => "NORMAL",
+    };
+    connection
+        .pragma_update(None, "synchronous", synchronous)
+        .unwrap();
+    connection
+}
+
 /// The raw SQLite equivalent: what a caller does without the framework, on a connection opened
 /// with the store's settings (busy timeout, WAL, the same `synchronous`). One `BEGIN IMMEDIATE`
 /// transaction selects the JSON body and version by handle, applies the same change, writes it
@@ -183,18 +212,7 @@ struct RawSqlite {
 
 impl RawSqlite {
     fn new(path: &std::path::Path, synchronous: Synchronous) -> Self {
-        let connection = Connection::open(path).unwrap();
-        connection.busy_timeout(Duration::from_secs(10)).unwrap();
-        let _: String = connection
-            .query_row("PRAGMA journal_mode = WAL", [], |row| row.get(0))
-            .unwrap();
-        let synchronous = match synchronous {
-            Synchronous::Full => "FULL",
-            Synchronous::Normal => "NORMAL",
-        };
-        connection
-            .pragma_update(None, "synchronous", synchronous)
-            .unwrap();
+        let connection = raw_sqlite_connection(path, synchronous);
         connection
             .execute_batch(
                 "CREATE TABLE IF NOT EXISTS raw (
@@ -298,24 +316,41 @@ fn median(mut values: Vec<f64>) -> f64 {
     values[values.len() / 2]
 }
 
-/// Raw and versioned alternately, [`rounds`] windows each; prints the median time per operation
-/// of each and the median of the rounds' ratios (each round's raw window against the versioned
-/// window right after it, so a drift of the machine or the disk over the run cancels out).
-fn compare(label: &str, mut raw: impl FnMut(), mut versioned: impl FnMut()) {
+/// Raw, floor and versioned in turn, [`rounds`] windows each; prints the median time per
+/// operation of each, then the medians of the rounds' ratios (each round's windows against one
+/// another, so a drift of the machine or the disk over the run cancels out).
+fn compare(
+    label: &str,
+    mut raw: impl FnMut(),
+    mut floor: impl FnMut(),
+    mut versioned: impl FnMut(),
+) {
     const WINDOW: Duration = Duration::from_millis(600);
-    let (mut raws, mut versioneds, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut raws, mut floors, mut versioneds) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut over_raw, mut floor_over_raw, mut over_floor) = (Vec::new(), Vec::new(), Vec::new());
     for _ in 0..rounds() {
         let raw = throughput(WINDOW, &mut raw);
+        let floor = throughput(WINDOW, &mut floor);
         let versioned = throughput(WINDOW, &mut versioned);
         raws.push(raw);
+        floors.push(floor);
         versioneds.push(versioned);
-        ratios.push(raw / versioned);
+        over_raw.push(raw / versioned);
+        floor_over_raw.push(raw / floor);
+        over_floor.push(floor / versioned);
     }
     println!(
         "{label:<28} raw {:>10.0} ns/op   versioned {:>10.0} ns/op   versioned/raw {:>7.2}x",
         1e9 / median(raws),
         1e9 / median(versioneds),
-        median(ratios),
+        median(over_raw),
+    );
+    println!(
+        "{:<28} floor {:>8.0} ns/op   floor/raw {:>5.2}x   versioned/floor {:>5.2}x",
+        "",
+        1e9 / median(floors),
+        median(floor_over_raw),
+        median(over_floor),
     );
 }
 
@@ -336,8 +371,14 @@ fn ratio_pass(runtime: &Runtime, dir: &std::path::Path) {
     let only = std::env::var("STATE_BENCH_ONLY").unwrap_or_default();
     if "memory".starts_with(&only) {
         let mut raw = RawMemory::new();
+        let mut floor = floor::MemoryFloor::new();
         let mut versioned = memory_store(runtime);
-        compare("memory", || raw.step(), || versioned.step(runtime));
+        compare(
+            "memory",
+            || raw.step(),
+            || floor.step(),
+            || versioned.step(runtime),
+        );
         // The caller's share, inside the versioned figure: what no store can save.
         let mut caller = memory_store(runtime);
         let built = throughput(Duration::from_millis(600), || {
@@ -359,8 +400,14 @@ fn ratio_pass(runtime: &Runtime, dir: &std::path::Path) {
         let sub = dir.join(name.replace([' ', '='], "_"));
         std::fs::create_dir_all(&sub).unwrap();
         let mut raw = RawSqlite::new(&sub.join("raw.db"), synchronous);
+        let mut floor = floor::SqliteFloor::new(&sub.join("floor.db"), synchronous);
         let mut versioned = sqlite_store(runtime, &sub, synchronous);
-        compare(name, || raw.step(), || versioned.step(runtime));
+        compare(
+            name,
+            || raw.step(),
+            || floor.step(),
+            || versioned.step(runtime),
+        );
     }
     #[cfg(feature = "postgres")]
     if "postgres".starts_with(&only) {
@@ -368,8 +415,18 @@ fn ratio_pass(runtime: &Runtime, dir: &std::path::Path) {
             Some(database) => {
                 let label = format!("postgres ({})", database.settings(runtime));
                 let mut raw = database.raw(runtime);
+                let mut floor = floor::postgres::PostgresFloor::new(
+                    runtime,
+                    &database.client,
+                    &database.schema,
+                );
                 let mut versioned = database.store(runtime);
-                compare(&label, || raw.step(runtime), || versioned.step(runtime));
+                compare(
+                    &label,
+                    || raw.step(runtime),
+                    || floor.step(runtime),
+                    || versioned.step(runtime),
+                );
                 drop(versioned);
                 database.drop_schema(runtime);
             }
