@@ -13,6 +13,13 @@ pub(crate) mod seal;
 pub use envelope::{Envelope, RequestId};
 pub use meta::{LogLevel, RequestMeta};
 
+/// The compact JSON text of `value`, serialized straight into a buffer. `Value`'s `Display`
+/// writes the same text through the formatting machinery, two to three times slower.
+pub(crate) fn json_text(value: &serde_json::Value) -> String {
+    // Serializing a `Value` cannot fail: its keys are strings and its numbers finite.
+    serde_json::to_string(value).unwrap_or_else(|_| value.to_string())
+}
+
 /// The protocol revision this runtime speaks.
 pub const PROTOCOL_VERSION: &str = "2026-07-28";
 

@@ -275,7 +275,7 @@ fn digest(binding: &Binding<'_>) -> String {
         .chain_update([0])
         .chain_update(binding.principal.as_bytes())
         .chain_update([0])
-        .chain_update(binding.arguments.to_string().as_bytes())
+        .chain_update(super::json_text(binding.arguments).as_bytes())
         .finalize();
     URL_SAFE_NO_PAD.encode(&hash[..16])
 }

@@ -132,7 +132,7 @@ impl CallToolResult {
     /// only read content.
     pub fn structured(structured: Value) -> Self {
         CallToolResult {
-            content: vec![Content::text(structured.to_string())],
+            content: vec![Content::text(crate::protocol::json_text(&structured))],
             structured_content: Some(structured),
             ..Default::default()
         }

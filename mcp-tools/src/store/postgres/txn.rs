@@ -382,7 +382,7 @@ pub(crate) fn statements(
                 vec![
                     Box::new(handle.clone()),
                     Box::new(version_to_sql(record.version)?),
-                    Box::new(record.state.to_string()),
+                    Box::new(to_json(&*record.state, "state")?),
                     Box::new(record.lifecycle.as_str()),
                     Box::new(record.expires_at),
                     Box::new(to_json(&change.undo, "history")?),
@@ -417,7 +417,7 @@ fn statement(write: Write, out: &mut Vec<(Statement, Vec<Param>, bool)>) -> Resu
                 Box::new(record.kind.to_string()),
                 Box::new(record.owner.to_string()),
                 Box::new(version_to_sql(record.version)?),
-                Box::new(record.state.to_string()),
+                Box::new(to_json(&*record.state, "state")?),
                 Box::new(record.lifecycle.as_str()),
                 Box::new(record.expires_at),
                 Box::new(counted),
@@ -436,7 +436,7 @@ fn statement(write: Write, out: &mut Vec<(Statement, Vec<Param>, bool)>) -> Resu
                 vec![
                     Box::new(handle.clone()),
                     Box::new(version),
-                    Box::new(record.state.to_string()),
+                    Box::new(to_json(&*record.state, "state")?),
                     Box::new(record.lifecycle.as_str()),
                     Box::new(record.expires_at),
                     Box::new(counted),

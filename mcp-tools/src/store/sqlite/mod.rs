@@ -694,7 +694,7 @@ impl Txn for SqlTxn<'_> {
                 &*record.kind,
                 &*record.owner,
                 version_to_sql(record.version)?,
-                record.state.to_string(),
+                to_json(&*record.state, "state")?,
                 record.lifecycle.as_str(),
                 record.expires_at
             ])?;
@@ -721,7 +721,7 @@ impl Txn for SqlTxn<'_> {
             .execute(params![
                 handle,
                 version,
-                record.state.to_string(),
+                to_json(&*record.state, "state")?,
                 record.lifecycle.as_str(),
                 record.expires_at,
                 i64::from(recorded)
