@@ -74,6 +74,9 @@ use tokio::runtime::Runtime;
 
 const COUNTER: EntityKind = EntityKind::new("counter", "ctr");
 
+/// The handle of the raw and floor cases' one counter.
+const HANDLE: &str = "ctr_0123456789abcdefghijklmnopq";
+
 fn initial() -> Value {
     json!({ "name": "bench", "count": 0, "tags": ["a", "b"] })
 }
@@ -161,7 +164,7 @@ struct RawMemory {
 
 impl RawMemory {
     fn new() -> Self {
-        let handle = "ctr_0123456789abcdefghijklmnopq".to_owned();
+        let handle = HANDLE.to_owned();
         let map = HashMap::from([(handle.clone(), (1, initial()))]);
         RawMemory {
             map: Mutex::new(map),
@@ -221,7 +224,7 @@ impl RawSqlite {
                  DELETE FROM raw;",
             )
             .unwrap();
-        let handle = "ctr_0123456789abcdefghijklmnopq".to_owned();
+        let handle = HANDLE.to_owned();
         connection
             .execute(
                 "INSERT INTO raw (handle, version, body) VALUES (?1, 1, ?2)",
@@ -521,7 +524,7 @@ mod postgres {
         }
 
         pub(super) fn raw(&self, runtime: &Runtime) -> RawPostgres<'_> {
-            let id = "ctr_0123456789abcdefghijklmnopq".to_owned();
+            let id = HANDLE.to_owned();
             let (select, update) = runtime.block_on(async {
                 self.client
                     .execute(

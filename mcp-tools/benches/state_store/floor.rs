@@ -24,7 +24,7 @@ use mcp_tools::store::Fingerprint;
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 use serde_json::{Value, json};
 
-use super::{Synchronous, increment, initial};
+use super::{HANDLE, Synchronous, increment, initial};
 
 /// Versions whose undo entry is kept, as the store's default history limit keeps them.
 const HISTORY: u64 = 63;
@@ -40,16 +40,42 @@ pub(crate) struct Call {
     pub(crate) fingerprint: Fingerprint,
 }
 
-fn call(handle: &str, version: u64, sequence: u64) -> Call {
-    let operation_id = format!("op-{sequence}");
-    let arguments = json!({
-        "counter_id": handle,
-        "expected_version": version,
-        "operation_id": operation_id,
-    });
-    Call {
-        fingerprint: Fingerprint::of_call("increment", &arguments),
-        operation_id,
+/// The floors' caller: one principal changing one counter, each call with a fresh operation id
+/// and the version the previous call produced.
+struct Caller {
+    principal: String,
+    handle: String,
+    version: u64,
+    /// Calls made so far; also the floors' clock (one tick per operation).
+    sequence: u64,
+}
+
+impl Caller {
+    fn new() -> Self {
+        Caller {
+            principal: "bench".to_owned(),
+            handle: HANDLE.to_owned(),
+            version: 1,
+            sequence: 0,
+        }
+    }
+
+    fn next(&mut self) -> Call {
+        self.sequence += 1;
+        let operation_id = format!("op-{}", self.sequence);
+        let arguments = json!({
+            "counter_id": self.handle,
+            "expected_version": self.version,
+            "operation_id": operation_id,
+        });
+        Call {
+            fingerprint: Fingerprint::of_call("increment", &arguments),
+            operation_id,
+        }
+    }
+
+    fn applied(&mut self, version: u64) {
+        self.version = black_box(version);
     }
 }
 
@@ -82,18 +108,14 @@ struct MemoryTables {
 /// In memory: one lock over the counters and the ledger.
 pub(crate) struct MemoryFloor {
     tables: Mutex<MemoryTables>,
-    principal: String,
-    handle: String,
-    version: u64,
-    sequence: u64,
+    caller: Caller,
 }
 
 impl MemoryFloor {
     pub(crate) fn new() -> Self {
-        let handle = "ctr_0123456789abcdefghijklmnopq".to_owned();
         let mut tables = MemoryTables::default();
         tables.counters.insert(
-            handle.clone(),
+            HANDLE.to_owned(),
             Counter {
                 version: 1,
                 state: initial(),
@@ -102,19 +124,15 @@ impl MemoryFloor {
         );
         MemoryFloor {
             tables: Mutex::new(tables),
-            principal: "bench".to_owned(),
-            handle,
-            version: 1,
-            sequence: 0,
+            caller: Caller::new(),
         }
     }
 
     pub(crate) fn step(&mut self) {
-        self.sequence += 1;
         let Call {
             operation_id,
             fingerprint,
-        } = call(&self.handle, self.version, self.sequence);
+        } = self.caller.next();
         let mut guard = self.tables.lock().unwrap();
         let tables = &mut *guard;
         tables.operations += 1;
@@ -125,15 +143,15 @@ impl MemoryFloor {
             let (_, key) = tables.expiry.pop_front().unwrap();
             tables.ledger.remove(&key);
         }
-        let key = (self.principal.clone(), operation_id);
+        let key = (self.caller.principal.clone(), operation_id);
         if let Some((recorded, _)) = tables.ledger.get(&key) {
             replayed(recorded.as_bytes(), &fingerprint, &key.1);
         }
         let counter = tables
             .counters
-            .get_mut(black_box(self.handle.as_str()))
+            .get_mut(black_box(self.caller.handle.as_str()))
             .unwrap();
-        assert_eq!(counter.version, self.version, "conflict");
+        assert_eq!(counter.version, self.caller.version, "conflict");
         let mut next = counter.state.clone();
         increment(&mut next);
         let previous = std::mem::replace(&mut counter.state, next);
@@ -147,7 +165,7 @@ impl MemoryFloor {
         let version = counter.version;
         tables.ledger.insert(key.clone(), (fingerprint, version));
         tables.expiry.push_back((now + RETENTION, key));
-        self.version = black_box(version);
+        self.caller.applied(version);
     }
 }
 
@@ -158,10 +176,7 @@ impl MemoryFloor {
 /// expiry index, which a ledger of a day's operations would need.
 pub(crate) struct SqliteFloor {
     connection: Connection,
-    principal: String,
-    handle: String,
-    version: u64,
-    sequence: u64,
+    caller: Caller,
 }
 
 impl SqliteFloor {
@@ -184,31 +199,27 @@ impl SqliteFloor {
                  ) STRICT, WITHOUT ROWID;",
             )
             .unwrap();
-        let handle = "ctr_0123456789abcdefghijklmnopq".to_owned();
         connection
             .execute(
                 "INSERT INTO floor_counters (handle, version, body) VALUES (?1, 1, ?2)",
-                params![handle, initial().to_string()],
+                params![HANDLE, initial().to_string()],
             )
             .unwrap();
         SqliteFloor {
             connection,
-            principal: "bench".to_owned(),
-            handle,
-            version: 1,
-            sequence: 0,
+            caller: Caller::new(),
         }
     }
 
     pub(crate) fn step(&mut self) {
-        self.sequence += 1;
-        let call = call(&self.handle, self.version, self.sequence);
-        let now = self.sequence as i64;
+        let call = self.caller.next();
+        let caller = &self.caller;
+        let now = caller.sequence as i64;
         let txn = self
             .connection
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .unwrap();
-        if self.sequence.is_multiple_of(1024) {
+        if caller.sequence.is_multiple_of(1024) {
             txn.prepare_cached("DELETE FROM floor_ledger WHERE expires_at <= ?1")
                 .unwrap()
                 .execute([now])
@@ -220,7 +231,7 @@ impl SqliteFloor {
                  WHERE principal = ?1 AND operation_id = ?2 AND expires_at > ?3",
             )
             .unwrap()
-            .query_row(params![self.principal, call.operation_id, now], |row| {
+            .query_row(params![caller.principal, call.operation_id, now], |row| {
                 row.get::<_, Vec<u8>>(0)
             })
             .optional()
@@ -231,11 +242,11 @@ impl SqliteFloor {
         let (body, version) = txn
             .prepare_cached("SELECT body, version FROM floor_counters WHERE handle = ?1")
             .unwrap()
-            .query_row([&self.handle], |row| {
+            .query_row([&caller.handle], |row| {
                 Ok((row.get::<_, String>(0)?, row.get::<_, i64>(1)?))
             })
             .unwrap();
-        assert_eq!(version as u64, self.version, "conflict");
+        assert_eq!(version as u64, caller.version, "conflict");
         let mut state: Value = serde_json::from_str(&body).unwrap();
         let previous = state["count"].clone();
         increment(&mut state);
@@ -246,16 +257,16 @@ impl SqliteFloor {
                  WHERE handle = ?2 AND version = ?3",
             )
             .unwrap()
-            .execute(params![state.to_string(), self.handle, version])
+            .execute(params![state.to_string(), caller.handle, version])
             .unwrap();
         assert_eq!(updated, 1, "conflict");
         txn.prepare_cached("INSERT INTO floor_undo (handle, version, undo) VALUES (?1, ?2, ?3)")
             .unwrap()
-            .execute(params![self.handle, next, previous.to_string()])
+            .execute(params![caller.handle, next, previous.to_string()])
             .unwrap();
         txn.prepare_cached("DELETE FROM floor_undo WHERE handle = ?1 AND version <= ?2")
             .unwrap()
-            .execute(params![self.handle, next - HISTORY as i64])
+            .execute(params![caller.handle, next - HISTORY as i64])
             .unwrap();
         txn.prepare_cached(
             "INSERT INTO floor_ledger (principal, operation_id, fingerprint, version, expires_at)
@@ -263,7 +274,7 @@ impl SqliteFloor {
         )
         .unwrap()
         .execute(params![
-            self.principal,
+            caller.principal,
             call.operation_id,
             call.fingerprint.as_bytes().as_slice(),
             next,
@@ -271,7 +282,7 @@ impl SqliteFloor {
         ])
         .unwrap();
         txn.commit().unwrap();
-        self.version = black_box(next as u64);
+        self.caller.applied(next as u64);
     }
 }
 
@@ -294,10 +305,7 @@ pub(crate) mod postgres {
         locks: tokio_postgres::Statement,
         read: tokio_postgres::Statement,
         write: tokio_postgres::Statement,
-        principal: String,
-        handle: String,
-        version: u64,
-        sequence: u64,
+        caller: Caller,
     }
 
     impl<'a> PostgresFloor<'a> {
@@ -306,7 +314,6 @@ pub(crate) mod postgres {
             client: &'a tokio_postgres::Client,
             schema: &str,
         ) -> Self {
-            let handle = "ctr_0123456789abcdefghijklmnopq".to_owned();
             let (locks, read, write) = runtime.block_on(async {
                 client
                     .batch_execute(&format!(
@@ -329,7 +336,7 @@ pub(crate) mod postgres {
                             "INSERT INTO {schema}.floor_counters (id, version, state)
                              VALUES ($1, 1, $2)"
                         ),
-                        &[&handle, &initial().to_string()],
+                        &[&HANDLE, &initial().to_string()],
                     )
                     .await
                     .unwrap();
@@ -373,26 +380,23 @@ pub(crate) mod postgres {
                 locks,
                 read,
                 write,
-                principal: "bench".to_owned(),
-                handle,
-                version: 1,
-                sequence: 0,
+                caller: Caller::new(),
             }
         }
 
         pub(crate) fn step(&mut self, runtime: &Runtime) {
-            self.sequence += 1;
-            let call = call(&self.handle, self.version, self.sequence);
+            let call = self.caller.next();
+            let caller = &self.caller;
             let (counter_lock, operation_lock) =
-                (lock_key(&self.handle), lock_key(&call.operation_id));
-            let version = self.version as i64;
-            let expires_at = (self.sequence + RETENTION) as i64;
+                (lock_key(&caller.handle), lock_key(&call.operation_id));
+            let version = caller.version as i64;
+            let expires_at = (caller.sequence + RETENTION) as i64;
             let history = HISTORY as i64;
             let client = self.client;
             runtime.block_on(async {
                 let lock_params: [&(dyn ToSql + Sync); 2] = [&counter_lock, &operation_lock];
                 let read_params: [&(dyn ToSql + Sync); 3] =
-                    [&self.handle, &self.principal, &call.operation_id];
+                    [&caller.handle, &caller.principal, &call.operation_id];
                 let (_, _, row) = tokio::try_join!(
                     biased;
                     client.batch_execute("BEGIN"),
@@ -411,11 +415,11 @@ pub(crate) mod postgres {
                 let fingerprint = call.fingerprint.as_bytes().as_slice();
                 let write_params: [&(dyn ToSql + Sync); 9] = [
                     &state.to_string(),
-                    &self.handle,
+                    &caller.handle,
                     &version,
                     &previous,
                     &history,
-                    &self.principal,
+                    &caller.principal,
                     &call.operation_id,
                     &fingerprint,
                     &expires_at,
@@ -428,7 +432,7 @@ pub(crate) mod postgres {
                 .unwrap();
                 assert_eq!(written.get::<_, i64>(0), 1, "conflict");
             });
-            self.version = black_box(self.version + 1);
+            self.caller.applied(version as u64 + 1);
         }
     }
 
