@@ -165,7 +165,7 @@ fn created(server: &McpServer, record: &crate::tasks::TaskRecord) -> Bytes {
         .base
         .results
         .finish(ResultType::Task, record.created());
-    Bytes::from(body.to_string())
+    Bytes::from(crate::protocol::json_text(&body))
 }
 
 /// `tasks/get`, `tasks/update` and `tasks/cancel`.

@@ -92,7 +92,7 @@ impl Results {
 
     /// A complete result, serialized.
     pub(crate) fn complete(&self, body: Map<String, Value>) -> Bytes {
-        Bytes::from(self.finish(ResultType::Complete, body).to_string())
+        Bytes::from(super::json_text(&self.finish(ResultType::Complete, body)))
     }
 
     /// An `input_required` result, serialized.
@@ -106,7 +106,9 @@ impl Results {
         if !input_requests.is_empty() {
             body.insert("inputRequests".into(), Value::Object(input_requests));
         }
-        Bytes::from(self.finish(ResultType::InputRequired, body).to_string())
+        Bytes::from(super::json_text(
+            &self.finish(ResultType::InputRequired, body),
+        ))
     }
 
     /// A `CallToolResult`, written field by field (the hot path: no intermediate `Value`).

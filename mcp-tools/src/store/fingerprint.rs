@@ -24,8 +24,7 @@ impl std::fmt::Debug for Fingerprint {
 
 impl std::fmt::Display for Fingerprint {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let digits = self.hex_digits();
-        f.write_str(std::str::from_utf8(&digits).map_err(|_| std::fmt::Error)?)
+        f.write_str(&self.to_hex())
     }
 }
 
@@ -98,7 +97,8 @@ impl Fingerprint {
     /// The digest as 64 lowercase hexadecimal digits, as [`Display`](std::fmt::Display) writes
     /// it.
     pub fn to_hex(&self) -> String {
-        self.hex_digits().into_iter().map(char::from).collect()
+        let digits = self.hex_digits();
+        String::from(std::str::from_utf8(&digits).expect("hexadecimal digits are ASCII"))
     }
 
     /// The hexadecimal digits from a table: a SQLite store writes them with every ledger
