@@ -40,15 +40,16 @@
 //!   lock: the caller's fingerprint of its arguments, a ledger lookup and record of the operation
 //!   id, an undo entry for the version (the oldest dropped past the history limit), and on
 //!   PostgreSQL the advisory locks that keep a retry from running its change twice. It knows the
-//!   shape of this state, so it pays for nothing generic; it is a lower bound on any store that
-//!   keeps the contract on that engine.
+//!   shape of this state, so it pays for nothing generic; it is a lower bound for stores that
+//!   keep undo entries and ledger records as rows of their own, as the three stores here do.
 //!
-//! The ratio pass runs raw, floor and versioned windows in turn in the same process
-//! (`STATE_BENCH_ROUNDS` of each, 5 by default) and prints the median time per operation of each
-//! and the medians of the ratios of adjacent windows: `versioned/raw`, the cost of a versioned
-//! mutation in raw writes (the project's target is at most 1.25); `floor/raw`, what the
-//! contract costs at least; `versioned/floor`, what the store adds to that. PostgreSQL's figures
-//! swing with its WAL flushes; more rounds steady them.
+//! The ratio pass runs raw, floor and versioned windows in rounds in the same process
+//! (`STATE_BENCH_ROUNDS` rounds, 5 by default; each round starts with the next of the three) and
+//! prints the median time per operation of each and the medians of the ratios within a round:
+//! `versioned/raw`, the cost of a versioned mutation in raw writes (the project's target is at
+//! most 1.25); `floor/raw`, what the contract costs at least in this layout; `versioned/floor`,
+//! what the store adds to that. PostgreSQL's figures swing with its WAL flushes; more rounds
+//! steady them. The criterion pass measures the same cases for memory and SQLite.
 //!
 //! Both PostgreSQL clients speak plain TCP to the server (the store's URL gets
 //! `sslmode=disable`, the raw client has no TLS), so the ratio compares the two ways of writing,
@@ -258,7 +259,7 @@ impl RawSqlite {
                 "UPDATE raw SET body = ?1, version = version + 1 WHERE handle = ?2 AND version = ?3",
             )
             .unwrap()
-            .execute(params![state.to_string(), self.handle, self.version])
+            .execute(params![floor::text(&state), self.handle, self.version])
             .unwrap();
         assert_eq!(updated, 1, "conflict");
         txn.commit().unwrap();
@@ -289,6 +290,8 @@ fn criterion_pass(c: &mut Criterion, runtime: &Runtime, dir: &std::path::Path) {
     let mut group = c.benchmark_group("memory");
     let mut raw = RawMemory::new();
     group.bench_function("raw_locked_map_write", |b| b.iter(|| raw.step()));
+    let mut floor = floor::MemoryFloor::new();
+    group.bench_function("floor", |b| b.iter(|| floor.step()));
     let mut versioned = memory_store(runtime);
     group.bench_function("versioned_mutate", |b| b.iter(|| versioned.step(runtime)));
     group.finish();
@@ -296,6 +299,8 @@ fn criterion_pass(c: &mut Criterion, runtime: &Runtime, dir: &std::path::Path) {
     let mut group = c.benchmark_group("sqlite_synchronous_normal");
     let mut raw = RawSqlite::new(&dir.join("raw.db"), Synchronous::Normal);
     group.bench_function("raw_select_update_txn", |b| b.iter(|| raw.step()));
+    let mut floor = floor::SqliteFloor::new(&dir.join("floor.db"), Synchronous::Normal);
+    group.bench_function("floor", |b| b.iter(|| floor.step()));
     let mut versioned = sqlite_store(runtime, dir, Synchronous::Normal);
     group.bench_function("versioned_mutate", |b| b.iter(|| versioned.step(runtime)));
     group.finish();
@@ -319,9 +324,10 @@ fn median(mut values: Vec<f64>) -> f64 {
     values[values.len() / 2]
 }
 
-/// Raw, floor and versioned in turn, [`rounds`] windows each; prints the median time per
-/// operation of each, then the medians of the rounds' ratios (each round's windows against one
-/// another, so a drift of the machine or the disk over the run cancels out).
+/// Raw, floor and versioned, [`rounds`] windows each; prints the median time per operation of
+/// each, then the medians of the ratios within each round (so a drift of the machine or the disk
+/// over the run cancels out). Each round starts with the next case of the three, so whatever a
+/// window leaves behind (dirty pages, a WAL flush) falls on each case in turn.
 fn compare(
     label: &str,
     mut raw: impl FnMut(),
@@ -329,31 +335,40 @@ fn compare(
     mut versioned: impl FnMut(),
 ) {
     const WINDOW: Duration = Duration::from_millis(600);
-    let (mut raws, mut floors, mut versioneds) = (Vec::new(), Vec::new(), Vec::new());
-    let (mut over_raw, mut floor_over_raw, mut over_floor) = (Vec::new(), Vec::new(), Vec::new());
-    for _ in 0..rounds() {
-        let raw = throughput(WINDOW, &mut raw);
-        let floor = throughput(WINDOW, &mut floor);
-        let versioned = throughput(WINDOW, &mut versioned);
-        raws.push(raw);
-        floors.push(floor);
-        versioneds.push(versioned);
-        over_raw.push(raw / versioned);
+    let mut per_case: [Vec<f64>; 3] = Default::default();
+    let (mut versioned_over_raw, mut floor_over_raw, mut versioned_over_floor) =
+        (Vec::new(), Vec::new(), Vec::new());
+    for round in 0..rounds() {
+        let mut rates = [0.0; 3];
+        for turn in 0..3 {
+            let case = (round + turn) % 3;
+            rates[case] = match case {
+                0 => throughput(WINDOW, &mut raw),
+                1 => throughput(WINDOW, &mut floor),
+                _ => throughput(WINDOW, &mut versioned),
+            };
+        }
+        let [raw, floor, versioned] = rates;
+        versioned_over_raw.push(raw / versioned);
         floor_over_raw.push(raw / floor);
-        over_floor.push(floor / versioned);
+        versioned_over_floor.push(floor / versioned);
+        for (all, rate) in per_case.iter_mut().zip(rates) {
+            all.push(rate);
+        }
     }
+    let [raws, floors, versioneds] = per_case;
     println!(
         "{label:<28} raw {:>10.0} ns/op   versioned {:>10.0} ns/op   versioned/raw {:>7.2}x",
         1e9 / median(raws),
         1e9 / median(versioneds),
-        median(over_raw),
+        median(versioned_over_raw),
     );
     println!(
         "{:<28} floor {:>8.0} ns/op   floor/raw {:>5.2}x   versioned/floor {:>5.2}x",
         "",
         1e9 / median(floors),
         median(floor_over_raw),
-        median(over_floor),
+        median(versioned_over_floor),
     );
 }
 
@@ -368,7 +383,7 @@ fn rounds() -> usize {
 
 fn ratio_pass(runtime: &Runtime, dir: &std::path::Path) {
     println!(
-        "\nSame-run ratios (median of {} alternating 0.6 s windows, one writer):",
+        "\nSame-run ratios (medians of {} rounds of 0.6 s windows, one writer):",
         rounds()
     );
     let only = std::env::var("STATE_BENCH_ONLY").unwrap_or_default();
@@ -588,7 +603,10 @@ mod postgres {
                 increment(&mut state);
                 let updated = self
                     .client
-                    .execute(&self.update, &[&state.to_string(), &self.id, &self.version])
+                    .execute(
+                        &self.update,
+                        &[&floor::text(&state), &self.id, &self.version],
+                    )
                     .await
                     .unwrap();
                 assert_eq!(updated, 1, "conflict");

@@ -14,11 +14,14 @@
 //! Each floor knows the shape of this one state and change, so it skips everything a generic
 //! store pays for: no state diff, no lifecycle, expiry, ownership or quota, no outcome beyond
 //! the version. Where a store needs an index at scale, the floor goes without one when the bench's
-//! sizes let it (the SQLite ledger is swept by a scan), so it stays a lower bound.
+//! sizes let it (the SQLite ledger is swept by a scan). So it is a lower bound for stores that
+//! keep undo entries and ledger records as rows of their own, as the three stores here do. (An
+//! undo ring kept inside the resource's row would save SQLite a page per commit and rewrite the
+//! whole ring with every change instead.)
 
 use std::collections::{HashMap, VecDeque};
 use std::hint::black_box;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use mcp_tools::store::Fingerprint;
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
@@ -26,18 +29,34 @@ use serde_json::{Value, json};
 
 use super::{HANDLE, Synchronous, increment, initial};
 
-/// Versions whose undo entry is kept, as the store's default history limit keeps them.
+/// Undo entries kept: the store's default history limit is 64 versions, the current one
+/// included.
 const HISTORY: u64 = 63;
+
+/// Versions between two deletions of undo entries past the limit, as the SQL stores batch them.
+const HISTORY_SWEEP_EVERY: u64 = 16;
 
 /// Operations a ledger record outlives: the versioned store's retention (1 s) at the bench
 /// clock's 1 ms per operation.
 const RETENTION: u64 = 1000;
 
-/// What every floor does before it touches its engine, as the versioned caller does: a fresh
-/// operation id, the tool arguments, and their fingerprint.
-pub(crate) struct Call {
-    pub(crate) operation_id: String,
-    pub(crate) fingerprint: Fingerprint,
+/// What every floor has before it touches its engine, as the versioned caller does: a fresh
+/// operation id and the fingerprint of the tool arguments that carry it.
+struct Call {
+    operation_id: String,
+    fingerprint: Fingerprint,
+}
+
+/// The undo entries a write at `version` drops, as the SQL stores batch it: through the last
+/// version past the limit, once every [`HISTORY_SWEEP_EVERY`] versions.
+fn undo_to_drop(version: u64) -> Option<u64> {
+    let through = version.checked_sub(HISTORY)?;
+    (through > 0 && through.is_multiple_of(HISTORY_SWEEP_EVERY)).then_some(through)
+}
+
+/// `value`'s JSON text, serialized into a buffer as the stores write theirs.
+pub(crate) fn text(value: &Value) -> String {
+    serde_json::to_string(value).unwrap()
 }
 
 /// The floors' caller: one principal changing one counter, each call with a fresh operation id
@@ -95,19 +114,23 @@ struct Counter {
     undo: VecDeque<(u64, Value)>,
 }
 
+/// (principal, operation id), shared between the ledger and its expiry queue.
+type LedgerKey = (Arc<str>, Arc<str>);
+
 #[derive(Default)]
 struct MemoryTables {
     counters: HashMap<String, Counter>,
     /// (principal, operation id) to (fingerprint, version produced).
-    ledger: HashMap<(String, String), (Fingerprint, u64)>,
+    ledger: HashMap<LedgerKey, (Fingerprint, u64)>,
     /// Ledger keys in recording order, with the operation count they expire at.
-    expiry: VecDeque<(u64, (String, String))>,
+    expiry: VecDeque<(u64, LedgerKey)>,
     operations: u64,
 }
 
 /// In memory: one lock over the counters and the ledger.
 pub(crate) struct MemoryFloor {
     tables: Mutex<MemoryTables>,
+    principal: Arc<str>,
     caller: Caller,
 }
 
@@ -122,9 +145,11 @@ impl MemoryFloor {
                 undo: VecDeque::new(),
             },
         );
+        let caller = Caller::new();
         MemoryFloor {
             tables: Mutex::new(tables),
-            caller: Caller::new(),
+            principal: Arc::from(caller.principal.as_str()),
+            caller,
         }
     }
 
@@ -143,7 +168,7 @@ impl MemoryFloor {
             let (_, key) = tables.expiry.pop_front().unwrap();
             tables.ledger.remove(&key);
         }
-        let key = (self.caller.principal.clone(), operation_id);
+        let key = (Arc::clone(&self.principal), Arc::<str>::from(operation_id));
         if let Some((recorded, _)) = tables.ledger.get(&key) {
             replayed(recorded.as_bytes(), &fingerprint, &key.1);
         }
@@ -257,17 +282,19 @@ impl SqliteFloor {
                  WHERE handle = ?2 AND version = ?3",
             )
             .unwrap()
-            .execute(params![state.to_string(), caller.handle, version])
+            .execute(params![text(&state), caller.handle, version])
             .unwrap();
         assert_eq!(updated, 1, "conflict");
         txn.prepare_cached("INSERT INTO floor_undo (handle, version, undo) VALUES (?1, ?2, ?3)")
             .unwrap()
-            .execute(params![caller.handle, next, previous.to_string()])
+            .execute(params![caller.handle, next, text(&previous)])
             .unwrap();
-        txn.prepare_cached("DELETE FROM floor_undo WHERE handle = ?1 AND version <= ?2")
-            .unwrap()
-            .execute(params![caller.handle, next - HISTORY as i64])
-            .unwrap();
+        if let Some(through) = undo_to_drop(next as u64) {
+            txn.prepare_cached("DELETE FROM floor_undo WHERE handle = ?1 AND version <= ?2")
+                .unwrap()
+                .execute(params![caller.handle, through as i64])
+                .unwrap();
+        }
         txn.prepare_cached(
             "INSERT INTO floor_ledger (principal, operation_id, fingerprint, version, expires_at)
              VALUES (?1, ?2, ?3, ?4, ?5)",
@@ -292,14 +319,15 @@ pub(crate) mod postgres {
     use tokio::runtime::Runtime;
     use tokio_postgres::types::ToSql;
 
-    /// PostgreSQL, on the raw client's connection: the same guarantees as the store's unit,
-    /// written the way the store writes them (the fastest this design allows). First round
-    /// trip, pipelined: `BEGIN`, transaction-scoped advisory locks on the counter and the
-    /// operation id (so a retry racing its first attempt waits instead of running its change
-    /// twice), and one read of the row and the ledger record. Second round trip, pipelined: one
-    /// statement that makes the conditional update and, from its `RETURNING`, inserts the undo
-    /// row, drops the one past the limit and inserts the ledger record; then `COMMIT`. The
-    /// ledger is not swept: it grows by one row per operation over the run.
+    /// PostgreSQL, on the raw client's connection, shaped as the store's unit is (the fewest
+    /// round trips this design allows). First round trip, pipelined: `BEGIN`,
+    /// transaction-scoped advisory locks on the counter and the operation id (so a retry racing
+    /// its first attempt waits instead of running its change twice), and one read of the row
+    /// and the unexpired ledger record. Second round trip, pipelined: one statement that makes
+    /// the conditional update and, from its `RETURNING`, inserts the undo row, drops the
+    /// entries past the limit (in batches, as the store does) and inserts the ledger record;
+    /// then `COMMIT`. Unlike the store, the floor never sweeps its ledger: it grows by a row per
+    /// operation over the run.
     pub(crate) struct PostgresFloor<'a> {
         client: &'a tokio_postgres::Client,
         locks: tokio_postgres::Statement,
@@ -352,7 +380,8 @@ pub(crate) mod postgres {
                          FROM (SELECT 1) AS one
                          LEFT JOIN {schema}.floor_counters AS c ON c.id = $1
                          LEFT JOIN {schema}.floor_ledger AS l
-                             ON l.principal = $2 AND l.operation_id = $3"
+                             ON l.principal = $2 AND l.operation_id = $3
+                                AND l.expires_at > $4"
                     ))
                     .await
                     .unwrap();
@@ -364,7 +393,7 @@ pub(crate) mod postgres {
                          h AS (INSERT INTO {schema}.floor_undo (handle, version, undo)
                                SELECT id, version, $4 FROM u),
                          d AS (DELETE FROM {schema}.floor_undo
-                               WHERE handle = $2 AND version <= $3 + 1 - $5::int8
+                               WHERE handle = $2 AND version <= $5::int8
                                  AND EXISTS (SELECT 1 FROM u)),
                          l AS (INSERT INTO {schema}.floor_ledger
                                (principal, operation_id, fingerprint, version, expires_at)
@@ -390,13 +419,14 @@ pub(crate) mod postgres {
             let (counter_lock, operation_lock) =
                 (lock_key(&caller.handle), lock_key(&call.operation_id));
             let version = caller.version as i64;
-            let expires_at = (caller.sequence + RETENTION) as i64;
-            let history = HISTORY as i64;
+            let now = caller.sequence as i64;
+            let expires_at = now + RETENTION as i64;
+            let undo_through = undo_to_drop(caller.version + 1).unwrap_or(0) as i64;
             let client = self.client;
             runtime.block_on(async {
                 let lock_params: [&(dyn ToSql + Sync); 2] = [&counter_lock, &operation_lock];
-                let read_params: [&(dyn ToSql + Sync); 3] =
-                    [&caller.handle, &caller.principal, &call.operation_id];
+                let read_params: [&(dyn ToSql + Sync); 4] =
+                    [&caller.handle, &caller.principal, &call.operation_id, &now];
                 let (_, _, row) = tokio::try_join!(
                     biased;
                     client.batch_execute("BEGIN"),
@@ -410,15 +440,15 @@ pub(crate) mod postgres {
                 let (body, current): (String, i64) = (row.get(0), row.get(1));
                 assert_eq!(current, version, "conflict");
                 let mut state: Value = serde_json::from_str(&body).unwrap();
-                let previous = state["count"].to_string();
+                let previous = text(&state["count"]);
                 increment(&mut state);
                 let fingerprint = call.fingerprint.as_bytes().as_slice();
                 let write_params: [&(dyn ToSql + Sync); 9] = [
-                    &state.to_string(),
+                    &text(&state),
                     &caller.handle,
                     &version,
                     &previous,
-                    &history,
+                    &undo_through,
                     &caller.principal,
                     &call.operation_id,
                     &fingerprint,
@@ -436,7 +466,7 @@ pub(crate) mod postgres {
         }
     }
 
-    /// A 64-bit lock key for `name`, as the store derives its own from a digest.
+    /// A 64-bit lock key for `name`: the first bytes of a SHA-256 digest, as the store's are.
     fn lock_key(name: &str) -> i64 {
         let digest = Fingerprint::of(&Value::String(name.to_owned()));
         i64::from_le_bytes(digest.as_bytes()[..8].try_into().unwrap())
