@@ -22,9 +22,18 @@ impl std::fmt::Debug for Fingerprint {
     }
 }
 
+/// A digest's 64 lowercase hexadecimal digits.
+struct HexDigits([u8; 64]);
+
+impl HexDigits {
+    fn as_str(&self) -> &str {
+        std::str::from_utf8(&self.0).expect("hexadecimal digits are ASCII")
+    }
+}
+
 impl std::fmt::Display for Fingerprint {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.to_hex())
+        f.write_str(self.hex_digits().as_str())
     }
 }
 
@@ -97,20 +106,19 @@ impl Fingerprint {
     /// The digest as 64 lowercase hexadecimal digits, as [`Display`](std::fmt::Display) writes
     /// it.
     pub fn to_hex(&self) -> String {
-        let digits = self.hex_digits();
-        String::from(std::str::from_utf8(&digits).expect("hexadecimal digits are ASCII"))
+        self.hex_digits().as_str().to_owned()
     }
 
-    /// The hexadecimal digits from a table: a SQLite store writes them with every ledger
-    /// record, and `write!` per byte cost a few percent of a mutation there.
-    fn hex_digits(&self) -> [u8; 64] {
+    /// The hexadecimal digits from a table, on the stack: a SQLite store writes them with every
+    /// ledger record, and `write!` per byte cost a few percent of a mutation there.
+    fn hex_digits(&self) -> HexDigits {
         const DIGITS: &[u8; 16] = b"0123456789abcdef";
         let mut digits = [0u8; 64];
         for (pair, byte) in digits.chunks_exact_mut(2).zip(self.0) {
             pair[0] = DIGITS[usize::from(byte >> 4)];
             pair[1] = DIGITS[usize::from(byte & 0x0f)];
         }
-        digits
+        HexDigits(digits)
     }
 
     /// The fingerprint written as [`to_hex`](Self::to_hex) writes it; `None` for anything else.
