@@ -78,6 +78,18 @@ const COUNTER: EntityKind = EntityKind::new("counter", "ctr");
 /// The handle of the raw and floor cases' one counter.
 const HANDLE: &str = "ctr_0123456789abcdefghijklmnopq";
 
+/// How far the store's manual clock moves per operation.
+const TICK: Duration = Duration::from_millis(1);
+
+/// The store's ledger retention in the bench: about a thousand operations at [`TICK`], so the
+/// automatic sweep keeps the ledger small.
+const LEDGER_RETENTION: Duration = Duration::from_secs(1);
+
+/// `value`'s JSON text, serialized into a buffer as the stores write theirs.
+fn text(value: &Value) -> String {
+    serde_json::to_string(value).unwrap()
+}
+
 fn initial() -> Value {
     json!({ "name": "bench", "count": 0, "tags": ["a", "b"] })
 }
@@ -91,7 +103,7 @@ fn increment(state: &mut Value) {
 /// records expire after about a thousand operations and the automatic sweep keeps the ledger small.
 fn config(clock: &ManualClock) -> StoreConfig {
     StoreConfig {
-        ledger_retention: Duration::from_secs(1),
+        ledger_retention: LEDGER_RETENTION,
         clock: Arc::new(clock.clone()),
         ..StoreConfig::default()
     }
@@ -124,7 +136,7 @@ impl<S: Store> Versioned<S> {
     /// fingerprint, the request and the transition.
     fn request(&mut self) -> (MutationRequest, Transition) {
         self.next_id += 1;
-        self.clock.advance(Duration::from_millis(1));
+        self.clock.advance(TICK);
         let operation_id = format!("op-{}", self.next_id);
         let arguments = json!({
             "counter_id": self.handle,
@@ -259,7 +271,7 @@ impl RawSqlite {
                 "UPDATE raw SET body = ?1, version = version + 1 WHERE handle = ?2 AND version = ?3",
             )
             .unwrap()
-            .execute(params![floor::text(&state), self.handle, self.version])
+            .execute(params![text(&state), self.handle, self.version])
             .unwrap();
         assert_eq!(updated, 1, "conflict");
         txn.commit().unwrap();
@@ -603,10 +615,7 @@ mod postgres {
                 increment(&mut state);
                 let updated = self
                     .client
-                    .execute(
-                        &self.update,
-                        &[&floor::text(&state), &self.id, &self.version],
-                    )
+                    .execute(&self.update, &[&text(&state), &self.id, &self.version])
                     .await
                     .unwrap();
                 assert_eq!(updated, 1, "conflict");

@@ -21,24 +21,27 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::hint::black_box;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, LazyLock, Mutex};
 
-use mcp_tools::store::Fingerprint;
+use mcp_tools::store::{Fingerprint, StoreConfig};
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 use serde_json::{Value, json};
 
-use super::{HANDLE, Synchronous, increment, initial};
+use super::{HANDLE, LEDGER_RETENTION, Synchronous, TICK, increment, initial, text};
 
-/// Undo entries kept: the store's default history limit is 64 versions, the current one
-/// included.
-const HISTORY: u64 = 63;
-
-/// Versions between two deletions of undo entries past the limit, as the SQL stores batch them.
+/// Versions between two deletions of undo entries past the limit, as the SQL stores batch them
+/// (`HISTORY_SWEEP_EVERY` in the store's columns, private to the crate).
 const HISTORY_SWEEP_EVERY: u64 = 16;
 
-/// Operations a ledger record outlives: the versioned store's retention (1 s) at the bench
-/// clock's 1 ms per operation.
-const RETENTION: u64 = 1000;
+/// Operations a ledger record outlives: the versioned store's retention at its clock's tick.
+const RETENTION: u64 = (LEDGER_RETENTION.as_millis() / TICK.as_millis()) as u64;
+
+/// Undo entries kept: the store's default history limit, less the current version. Read once:
+/// a default config builds a clock.
+fn history() -> u64 {
+    static HISTORY: LazyLock<u64> = LazyLock::new(|| StoreConfig::default().history_limit - 1);
+    *HISTORY
+}
 
 /// What every floor has before it touches its engine, as the versioned caller does: a fresh
 /// operation id and the fingerprint of the tool arguments that carry it.
@@ -50,19 +53,14 @@ struct Call {
 /// The undo entries a write at `version` drops, as the SQL stores batch it: through the last
 /// version past the limit, once every [`HISTORY_SWEEP_EVERY`] versions.
 fn undo_to_drop(version: u64) -> Option<u64> {
-    let through = version.checked_sub(HISTORY)?;
+    let through = version.checked_sub(history())?;
     (through > 0 && through.is_multiple_of(HISTORY_SWEEP_EVERY)).then_some(through)
-}
-
-/// `value`'s JSON text, serialized into a buffer as the stores write theirs.
-pub(crate) fn text(value: &Value) -> String {
-    serde_json::to_string(value).unwrap()
 }
 
 /// The floors' caller: one principal changing one counter, each call with a fresh operation id
 /// and the version the previous call produced.
 struct Caller {
-    principal: String,
+    principal: Arc<str>,
     handle: String,
     version: u64,
     /// Calls made so far; also the floors' clock (one tick per operation).
@@ -72,7 +70,7 @@ struct Caller {
 impl Caller {
     fn new() -> Self {
         Caller {
-            principal: "bench".to_owned(),
+            principal: Arc::from("bench"),
             handle: HANDLE.to_owned(),
             version: 1,
             sequence: 0,
@@ -124,13 +122,11 @@ struct MemoryTables {
     ledger: HashMap<LedgerKey, (Fingerprint, u64)>,
     /// Ledger keys in recording order, with the operation count they expire at.
     expiry: VecDeque<(u64, LedgerKey)>,
-    operations: u64,
 }
 
 /// In memory: one lock over the counters and the ledger.
 pub(crate) struct MemoryFloor {
     tables: Mutex<MemoryTables>,
-    principal: Arc<str>,
     caller: Caller,
 }
 
@@ -145,11 +141,9 @@ impl MemoryFloor {
                 undo: VecDeque::new(),
             },
         );
-        let caller = Caller::new();
         MemoryFloor {
             tables: Mutex::new(tables),
-            principal: Arc::from(caller.principal.as_str()),
-            caller,
+            caller: Caller::new(),
         }
     }
 
@@ -158,17 +152,19 @@ impl MemoryFloor {
             operation_id,
             fingerprint,
         } = self.caller.next();
+        let now = self.caller.sequence;
         let mut guard = self.tables.lock().unwrap();
         let tables = &mut *guard;
-        tables.operations += 1;
-        let now = tables.operations;
         while let Some((expires, _)) = tables.expiry.front()
             && *expires <= now
         {
             let (_, key) = tables.expiry.pop_front().unwrap();
             tables.ledger.remove(&key);
         }
-        let key = (Arc::clone(&self.principal), Arc::<str>::from(operation_id));
+        let key = (
+            Arc::clone(&self.caller.principal),
+            Arc::<str>::from(operation_id),
+        );
         if let Some((recorded, _)) = tables.ledger.get(&key) {
             replayed(recorded.as_bytes(), &fingerprint, &key.1);
         }
@@ -184,7 +180,7 @@ impl MemoryFloor {
         counter
             .undo
             .push_back((counter.version, previous["count"].clone()));
-        if counter.undo.len() as u64 > HISTORY {
+        if counter.undo.len() as u64 > history() {
             counter.undo.pop_front();
         }
         let version = counter.version;
@@ -195,8 +191,8 @@ impl MemoryFloor {
 }
 
 /// SQLite, on a connection with the store's settings: one `BEGIN IMMEDIATE` transaction reads
-/// the ledger record and the row, writes the conditional update, the undo row (dropping the one
-/// past the limit) and the ledger record, and commits. The ledger is keyed by (principal,
+/// the ledger record and the row, writes the conditional update, the undo row (dropping those
+/// past the limit in batches) and the ledger record, and commits. The ledger is keyed by (principal,
 /// operation id) alone (`WITHOUT ROWID`) and swept by a scan every 1,024 operations: no
 /// expiry index, which a ledger of a day's operations would need.
 pub(crate) struct SqliteFloor {
@@ -256,7 +252,7 @@ impl SqliteFloor {
                  WHERE principal = ?1 AND operation_id = ?2 AND expires_at > ?3",
             )
             .unwrap()
-            .query_row(params![caller.principal, call.operation_id, now], |row| {
+            .query_row(params![&*caller.principal, call.operation_id, now], |row| {
                 row.get::<_, Vec<u8>>(0)
             })
             .optional()
@@ -301,7 +297,7 @@ impl SqliteFloor {
         )
         .unwrap()
         .execute(params![
-            caller.principal,
+            &*caller.principal,
             call.operation_id,
             call.fingerprint.as_bytes().as_slice(),
             next,
@@ -425,8 +421,12 @@ pub(crate) mod postgres {
             let client = self.client;
             runtime.block_on(async {
                 let lock_params: [&(dyn ToSql + Sync); 2] = [&counter_lock, &operation_lock];
-                let read_params: [&(dyn ToSql + Sync); 4] =
-                    [&caller.handle, &caller.principal, &call.operation_id, &now];
+                let read_params: [&(dyn ToSql + Sync); 4] = [
+                    &caller.handle,
+                    &&*caller.principal,
+                    &call.operation_id,
+                    &now,
+                ];
                 let (_, _, row) = tokio::try_join!(
                     biased;
                     client.batch_execute("BEGIN"),
@@ -449,7 +449,7 @@ pub(crate) mod postgres {
                     &version,
                     &previous,
                     &undo_through,
-                    &caller.principal,
+                    &&*caller.principal,
                     &call.operation_id,
                     &fingerprint,
                     &expires_at,
