@@ -51,7 +51,7 @@
 //! what the store adds to that. PostgreSQL's figures swing with its WAL flushes; more rounds
 //! steady them. The criterion pass measures the same cases for memory and SQLite.
 //!
-//! Both PostgreSQL clients speak plain TCP to the server (the store's URL gets
+//! All PostgreSQL clients speak plain TCP to the server (the store's URL gets
 //! `sslmode=disable`, the raw client has no TLS), so the ratio compares the two ways of writing,
 //! not TLS against none.
 
@@ -447,7 +447,7 @@ fn ratio_pass(runtime: &Runtime, dir: &std::path::Path) {
                 let mut raw = database.raw(runtime);
                 let mut floor = floor::postgres::PostgresFloor::new(
                     runtime,
-                    &database.client,
+                    &database.floor_client,
                     &database.schema,
                 );
                 let mut versioned = database.store(runtime);
@@ -474,17 +474,24 @@ mod postgres {
         pub(super) url: String,
         pub(super) schema: String,
         pub(super) client: tokio_postgres::Client,
+        /// The floor's own connection, planning as the store's connections do: each statement
+        /// once, for any value.
+        pub(super) floor_client: tokio_postgres::Client,
     }
 
     impl Database {
         pub(super) fn open(runtime: &Runtime) -> Option<Self> {
             let url = std::env::var("MCP_TOOLS_POSTGRES_URL").ok()?;
             let schema = format!("bench_{}", std::process::id());
-            let client = runtime.block_on(async {
+            let connect = || async {
                 let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
                     .await
                     .unwrap();
                 tokio::spawn(connection);
+                client
+            };
+            let (client, floor_client) = runtime.block_on(async {
+                let client = connect().await;
                 client
                     .batch_execute(&format!(
                         "CREATE SCHEMA {schema};
@@ -493,12 +500,18 @@ mod postgres {
                     ))
                     .await
                     .unwrap();
-                client
+                let floor_client = connect().await;
+                floor_client
+                    .batch_execute("SET plan_cache_mode = force_generic_plan")
+                    .await
+                    .unwrap();
+                (client, floor_client)
             });
             Some(Database {
                 url,
                 schema,
                 client,
+                floor_client,
             })
         }
 

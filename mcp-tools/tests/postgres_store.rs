@@ -497,6 +497,58 @@ async fn history_beyond_the_limit_is_deleted() {
     .await;
 }
 
+/// The request path plans each statement once, for any value: mutations (fresh, replayed and
+/// stale), reads and creates make no plan for their values. The sweep plans per call.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_request_path_plans_each_statement_once() {
+    whole_test(async {
+        let Some(schema) = pg::Schema::new() else {
+            return;
+        };
+        let options = PostgresOptions {
+            pool_size: 1,
+            ..schema.options()
+        };
+        let store = schema.connect_with(StoreConfig::default(), options).await;
+        let handle = create(&store).await;
+        for call in 0..12 {
+            let request = MutationRequest::new(Counter::kind(), alice(), &handle)
+                .expect_version(call + 1)
+                .operation(
+                    format!("op-{call}"),
+                    mcp_tools::store::Fingerprint::of_call("increment", &serde_json::json!(call)),
+                );
+            let outcome = within("a mutation", store.mutate(request, increment()))
+                .await
+                .unwrap();
+            assert!(
+                matches!(outcome, MutationOutcome::Applied(_)),
+                "{outcome:?}"
+            );
+            let stale = MutationRequest::new(Counter::kind(), alice(), &handle).expect_version(1);
+            let outcome = within("a stale mutation", store.mutate(stale, increment()))
+                .await
+                .unwrap();
+            assert!(
+                matches!(outcome, MutationOutcome::StaleView(_)),
+                "{outcome:?}"
+            );
+            assert_eq!(read_count(&store, &handle).await, call + 1);
+        }
+        let (generic, custom) = store.plans_for_tests().await.unwrap();
+        assert_eq!(custom, 0, "{custom} plans made for the values of one call");
+        assert!(generic > 0, "no statement was planned");
+
+        within("a sweep", store.prune()).await.unwrap();
+        let (_, custom) = store.plans_for_tests().await.unwrap();
+        assert!(
+            custom > 0,
+            "the sweep planned its statements once, for any value"
+        );
+    })
+    .await;
+}
+
 /// By default the database's clock judges time, whatever the replica's clock says: a store whose
 /// own clock stands in the year 2000 records the database's instant.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,8 +1,10 @@
 //! Task records in PostgreSQL: one row per task, the record as a document; a change locks the
 //! row (`SELECT ... FOR UPDATE`) for the length of one short transaction.
 
+use tokio_postgres::types::ToSql;
+
 use super::schema::backend;
-use super::{Inner, PostgresStore};
+use super::{BEGIN_PLANNED, Inner, PostgresStore};
 use crate::store::StoreFuture;
 use crate::store::contract::StoreError;
 use crate::store::task_record::TaskRecord;
@@ -116,11 +118,20 @@ impl TaskStore for PostgresStore {
         let inner = &self.inner;
         Box::pin(inner.bounded(async move {
             let session = inner.session().await?;
-            let deleted = session
-                .client()
-                .execute(&inner.sql.task_purge, &[&to_i64(now_ms)])
+            let client = session.client();
+            let purge = client
+                .prepare_cached(&inner.sql.task_purge)
                 .await
                 .map_err(backend)?;
+            let now_ms = to_i64(now_ms);
+            let params: [&(dyn ToSql + Sync); 1] = [&now_ms];
+            let (_, deleted, _) = tokio::try_join!(
+                biased;
+                client.batch_execute(BEGIN_PLANNED),
+                client.execute(&purge, &params),
+                client.batch_execute("COMMIT"),
+            )
+            .map_err(backend)?;
             session.release();
             Ok(deleted)
         }))
