@@ -91,23 +91,26 @@ impl Default for PostgresOptions {
 ///    (schema, table prefix, principal, operation id): every unit that writes one resource
 ///    queues on the first, every unit of one operation id on the second, on every replica,
 ///    whether or not the row or the ledger record exists yet; then one statement that reads the
-///    database's clock, the resource, its undo patches after `expected_version`, and the ledger
-///    record with the resource it names. That statement starts after both locks are held, so in
+///    database's clock, the ledger record and the resource (for a create, the resource the
+///    ledger record names). That statement starts after both locks are held, so in
 ///    `READ COMMITTED` its snapshot holds everything committed by the units it waited for.
 ///    Advisory locks write nothing (a `SELECT … FOR UPDATE` would write the row's lock into the
 ///    table and its log).
 /// 2. The boundary runs in this process on what was read: version comparison, lifecycle,
 ///    expiry, the ledger's answer, the transition, the undo patch. If it needs a row it was not
-///    given (a replay naming another resource, an older history), that row is read in the same
-///    transaction and the boundary starts over, before its transition runs.
+///    given (the undo patches back to a stale `expected_version`, a replay naming another
+///    resource), that row is read in the same transaction and the boundary starts over, before
+///    its transition runs. The opening read leaves them out because most mutations need
+///    neither, and each join costs every mutation time to set up and run.
 /// 3. **Second round trip**, pipelined: the writes and `COMMIT`. The usual mutation is one
 ///    statement: the conditional `UPDATE … WHERE version = $2 - 1` with the undo patch and the
 ///    ledger record inserted from its `RETURNING`, so neither is written unless the update was.
 ///    A failing statement aborts the transaction, and the `COMMIT` then rolls it back: the
 ///    change, its history and its ledger record commit or vanish together.
 ///
-/// So a mutation costs **two round trips**, a read one, a create whose state is known up front
-/// two, and a create whose state the tool makes four (claim, then store). A mutation runs five
+/// So a mutation costs **two round trips** (three when its version is stale and its delta is
+/// rebuilt from the history), a read one, a create whose state is known up front two, and a
+/// create whose state the tool makes four (claim, then store). A mutation runs five
 /// statements (`BEGIN`, the locks, the read, the write, `COMMIT`), where a hand-written
 /// read-then-conditional-update runs two. The locks are always taken in the same order
 /// (resource, then operation id), so these units cannot deadlock one another; the sweep, which
@@ -364,8 +367,6 @@ struct Opening<'a> {
     handle: Option<&'a str>,
     /// The operation id to lock, and whose ledger record to read.
     operation: Option<(&'a str, &'a str)>,
-    /// The undo patches to read: of `handle`, after this version.
-    since: Option<u64>,
 }
 
 impl Inner {
@@ -409,9 +410,13 @@ impl Inner {
         opening: &Opening<'_>,
     ) -> Result<(PgTxn, i64), StoreError> {
         let client = session.client();
-        let (locks, fetch) = tokio::try_join!(
+        let opening_sql = match opening.handle {
+            Some(_) => &self.sql.open_mutation,
+            None => &self.sql.open_create,
+        };
+        let (locks, read) = tokio::try_join!(
             client.prepare_cached(LOCKS),
-            client.prepare_cached(&self.sql.fetch),
+            client.prepare_cached(opening_sql),
         )
         .map_err(backend)?;
         let resource_lock = opening.handle.map(|handle| self.resource_key(handle));
@@ -419,40 +424,40 @@ impl Inner {
             .operation
             .map(|(principal, operation_id)| self.op_key(principal, operation_id));
         let (principal, operation_id) = opening.operation.unzip();
-        let since = opening.since.map(txn::version_to_sql).transpose()?;
         let lock_params: [&(dyn ToSql + Sync); 2] = [&resource_lock, &operation_lock];
-        let fetch_params: [&(dyn ToSql + Sync); 4] =
-            [&principal, &operation_id, &opening.handle, &since];
+        let read_params: [&(dyn ToSql + Sync); 3] = [&principal, &operation_id, &opening.handle];
+        let read_params = match opening.handle {
+            Some(_) => &read_params[..],
+            None => &read_params[..2],
+        };
         // Each request is sent when its future is first polled: `biased` polls them in this
-        // order, which is the order the server runs them in. The fetch starts after the locks
+        // order, which is the order the server runs them in. The read starts after the locks
         // are held, so it sees all that the units it waited for committed.
         let (_, _, fetched) = tokio::try_join!(
             biased;
             client.batch_execute("BEGIN"),
             client.execute(&locks, &lock_params),
-            client.query_one(&fetch, &fetch_params),
+            client.query_one(&read, read_params),
         )
         .map_err(backend)?;
         let mut pg = PgTxn::new();
-        if let Some(handle) = opening.handle {
-            pg.know_resource(handle, record_from(&fetched, 14)?);
+        // Columns 7 on hold the resource the request names or, for a create, the one its
+        // ledger record names.
+        let resource = record_from(&fetched, 7)?;
+        let entry = match opening.operation {
+            Some(_) => entry_from(&fetched, 1)?,
+            None => None,
+        };
+        match opening.handle {
+            Some(handle) => pg.know_resource(handle, resource),
+            None => {
+                if let Some(named) = entry.as_ref().and_then(|entry| entry.handle.as_deref()) {
+                    pg.know_resource(named, resource);
+                }
+            }
         }
         if let Some((principal, operation_id)) = opening.operation {
-            let entry = entry_from(&fetched, 1)?;
-            if let Some(named) = entry.as_ref().and_then(|entry| entry.handle.as_deref())
-                && Some(named) != opening.handle
-            {
-                pg.know_resource(named, record_from(&fetched, 7)?);
-            }
             pg.know_ledger(principal, operation_id, entry);
-        }
-        if let (Some(handle), Some(since)) = (opening.handle, opening.since) {
-            pg.know_history(History {
-                handle: handle.to_owned(),
-                since,
-                versions: fetched.try_get(21).map_err(corrupt)?,
-                patches: fetched.try_get(22).map_err(corrupt)?,
-            });
         }
         let now = self.now(fetched.try_get(0).map_err(corrupt)?);
         Ok((pg, now))
@@ -482,14 +487,12 @@ impl Inner {
                 });
             }
             Need::Ledger(principal, operation_id) => {
-                let fetch = client
-                    .prepare_cached(&self.sql.fetch)
+                let read = client
+                    .prepare_cached(&self.sql.open_create)
                     .await
                     .map_err(backend)?;
-                let none: Option<&str> = None;
-                let no_version: Option<i64> = None;
                 let row = client
-                    .query_one(&fetch, &[&principal, &operation_id, &none, &no_version])
+                    .query_one(&read, &[&principal, &operation_id])
                     .await
                     .map_err(backend)?;
                 let entry = entry_from(&row, 1)?;
@@ -675,7 +678,6 @@ impl Inner {
                 .operation
                 .as_ref()
                 .map(|(operation_id, _)| (principal, operation_id.as_str())),
-            since: request.expected_version,
         };
         self.unit(opening, |pg, now| {
             boundary::mutate(pg, &self.config, request, transition, now)
@@ -795,7 +797,6 @@ impl boundary::CreateUnits for PostgresStore {
                 operation: operation_id
                     .as_deref()
                     .map(|operation_id| (principal.as_str(), operation_id)),
-                since: None,
             };
             // The create's steps read only the ledger record and the resource it names, both
             // fetched up front, so `work` runs once.

@@ -105,7 +105,8 @@ pub(crate) struct Sql {
     pub(crate) tasks: String,
     /// What names a table of the store without the schema (for `to_regclass`).
     unqualified: Vec<String>,
-    pub(crate) fetch: String,
+    pub(crate) open_create: String,
+    pub(crate) open_mutation: String,
     pub(crate) read: String,
     pub(crate) insert_resource: String,
     pub(crate) update_resource: String,
@@ -131,6 +132,10 @@ pub(crate) struct Sql {
 /// The database's clock in milliseconds since the epoch, read when the statement runs (after
 /// any lock it waited for).
 pub(crate) const NOW_MS: &str = "floor(extract(epoch FROM clock_timestamp()) * 1000)::int8";
+
+/// The columns of a ledger row (alias `l`), in the order [`super::txn::entry_from`] reads them.
+const LEDGER_COLUMNS: &str =
+    "l.fingerprint, l.outcome, l.claim, l.handle, l.recorded_at, l.expires_at";
 
 /// The columns of a resource row, in the order [`super::txn::record_from`] reads them.
 const RESOURCE_COLUMNS: &str = "kind, owner, version, state, lifecycle, expires_at, ledger_live";
@@ -168,18 +173,23 @@ impl Sql {
                 .iter()
                 .map(|name| format!("{prefix}{name}"))
                 .collect(),
-            // After the locks: the clock, the ledger record of (principal, operation id) with
-            // the resource it names (a replay shows it), the resource the request names, and
-            // its undo patches after a version; one statement, so one snapshot.
-            fetch: format!(
-                "SELECT {NOW_MS}, l.fingerprint, l.outcome, l.claim, l.handle, l.recorded_at,
-                        l.expires_at, {lr_columns}, {r_columns}, h.versions, h.patches
+            // After the locks: the clock, and the ledger record of (principal, operation id)
+            // with the resource it names (a replay shows it); one statement, so one snapshot.
+            open_create: format!(
+                "SELECT {NOW_MS}, {LEDGER_COLUMNS}, {lr_columns}
                  FROM (SELECT 1) AS one
                  LEFT JOIN {ledger} AS l ON l.principal = $1::text AND l.operation_id = $2::text
-                 LEFT JOIN {resources} AS lr ON lr.handle = l.handle
-                 LEFT JOIN {resources} AS r ON r.handle = $3::text
-                 {history}",
-                history = history("$3", "$4"),
+                 LEFT JOIN {resources} AS lr ON lr.handle = l.handle"
+            ),
+            // After the locks: the clock, the ledger record and the resource the request names.
+            // What only a stale version or a replay about another resource needs (the undo
+            // patches, that resource) is read after it, when the boundary asks: a statement
+            // costs more to start than these lookups cost to run.
+            open_mutation: format!(
+                "SELECT {NOW_MS}, {LEDGER_COLUMNS}, {r_columns}
+                 FROM (SELECT 1) AS one
+                 LEFT JOIN {ledger} AS l ON l.principal = $1::text AND l.operation_id = $2::text
+                 LEFT JOIN {resources} AS r ON r.handle = $3::text"
             ),
             // One statement, so one snapshot: the state and its history agree.
             read: format!(
