@@ -512,17 +512,29 @@ async fn the_request_path_plans_each_statement_once() {
         let store = schema.connect_with(StoreConfig::default(), options).await;
         let handle = create(&store).await;
         for call in 0..12 {
-            let request = MutationRequest::new(Counter::kind(), alice(), &handle)
-                .expect_version(call + 1)
-                .operation(
-                    format!("op-{call}"),
-                    mcp_tools::store::Fingerprint::of_call("increment", &serde_json::json!(call)),
-                );
-            let outcome = within("a mutation", store.mutate(request, increment()))
+            let request = || {
+                MutationRequest::new(Counter::kind(), alice(), &handle)
+                    .expect_version(call + 1)
+                    .operation(
+                        format!("op-{call}"),
+                        mcp_tools::store::Fingerprint::of_call(
+                            "increment",
+                            &serde_json::json!(call),
+                        ),
+                    )
+            };
+            let outcome = within("a mutation", store.mutate(request(), increment()))
                 .await
                 .unwrap();
             assert!(
                 matches!(outcome, MutationOutcome::Applied(_)),
+                "{outcome:?}"
+            );
+            let outcome = within("a replay", store.mutate(request(), increment()))
+                .await
+                .unwrap();
+            assert!(
+                matches!(outcome, MutationOutcome::Replayed(_)),
                 "{outcome:?}"
             );
             let stale = MutationRequest::new(Counter::kind(), alice(), &handle).expect_version(1);
