@@ -6,7 +6,7 @@ use serde_json::{Map, Value};
 use crate::RpcError;
 use crate::context::Context;
 use crate::server::McpServer;
-use crate::tools::content::{CallToolResult, Rendered};
+use crate::tools::content::{CallToolResult, Content, Rendered};
 use crate::tools::input::Reply;
 use crate::tools::set::CompiledTool;
 
@@ -53,11 +53,18 @@ pub(super) async fn call_tool(
 }
 
 pub(super) fn serialize_call_result(server: &McpServer, result: &CallToolResult) -> Bytes {
+    let content = Content::size_hint(&result.content);
+    // Structured content, when there is some, mostly restates the text.
+    let structured = match result.structured_content {
+        Some(_) => content,
+        None => 0,
+    };
     server.shared.base.results.call_tool(
         &result.content,
         result.structured_content.as_ref(),
         result.is_error,
         result.meta.as_ref(),
+        content + structured,
     )
 }
 
@@ -67,5 +74,6 @@ pub(super) fn serialize_rendered(server: &McpServer, rendered: &Rendered) -> Byt
         Some(&*rendered.structured),
         false,
         None,
+        Content::size_hint(&rendered.content) + rendered.structured.get().len(),
     )
 }

@@ -112,13 +112,16 @@ impl Results {
     }
 
     /// A `CallToolResult`, written field by field (the hot path: no intermediate `Value`).
-    /// `tool_meta` is the tool's own `_meta`, merged over the server info.
+    /// `tool_meta` is the tool's own `_meta`, merged over the server info. `size_hint`: about
+    /// how many bytes the content and structured content take, so the body is allocated once
+    /// instead of doubling its way up.
     pub(crate) fn call_tool<S: Serialize + ?Sized>(
         &self,
         content: &impl Serialize,
         structured_content: Option<&S>,
         is_error: bool,
         tool_meta: Option<&Map<String, Value>>,
+        size_hint: usize,
     ) -> Bytes {
         #[derive(Serialize)]
         #[serde(rename_all = "camelCase")]
@@ -149,7 +152,10 @@ impl Results {
             is_error,
             meta,
         };
-        Bytes::from(serde_json::to_vec(&wire).expect("tool results serialize"))
+        // The envelope's own keys and punctuation take under 100 bytes.
+        let mut body = Vec::with_capacity(size_hint + meta.get().len() + 100);
+        serde_json::to_writer(&mut body, &wire).expect("tool results serialize");
+        Bytes::from(body)
     }
 }
 
