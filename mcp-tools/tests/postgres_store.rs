@@ -498,7 +498,8 @@ async fn history_beyond_the_limit_is_deleted() {
 }
 
 /// The request path plans each statement once, for any value: mutations (fresh, replayed and
-/// stale), reads and creates make no plan for their values. The sweep plans per call.
+/// stale), reads and creates make no plan for their values. The sweep plans per call, and so
+/// does the batch a request sweeps at a full ledger share.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_request_path_plans_each_statement_once() {
     whole_test(async {
@@ -556,6 +557,42 @@ async fn the_request_path_plans_each_statement_once() {
         assert!(
             custom > 0,
             "the sweep planned its statements once, for any value"
+        );
+
+        // At a full ledger share a request sweeps a batch itself, planned for its values too.
+        let options = PostgresOptions {
+            pool_size: 1,
+            ..schema.options()
+        };
+        let config = StoreConfig {
+            ledger_quota: 2,
+            ..StoreConfig::default()
+        };
+        let store = schema.connect_with(config, options).await;
+        let handle = create(&store).await;
+        for call in 0..3 {
+            let request = MutationRequest::new(Counter::kind(), alice(), &handle).operation(
+                format!("op-full-{call}"),
+                mcp_tools::store::Fingerprint::of_call("increment", &serde_json::json!(call)),
+            );
+            let outcome = within("a mutation", store.mutate(request, increment()))
+                .await
+                .unwrap();
+            match call {
+                2 => assert!(
+                    matches!(&outcome, MutationOutcome::Rejected(rejected) if rejected.code == "LEDGER_FULL"),
+                    "{outcome:?}"
+                ),
+                _ => assert!(
+                    matches!(outcome, MutationOutcome::Applied(_)),
+                    "{outcome:?}"
+                ),
+            }
+        }
+        let (_, custom) = store.plans_for_tests().await.unwrap();
+        assert!(
+            custom > 0,
+            "the sweep at a full share planned once, for any value"
         );
     })
     .await;

@@ -134,8 +134,9 @@ impl Default for PostgresOptions {
 /// on each call whenever a plan for the call's values looks cheaper than the generic one, as
 /// it does for the history's `version > $n` once statistics show a handle with many versions;
 /// a fresh plan costs more than the statement it plans (60–190 µs against 10–20 µs, measured
-/// in the store bench). The sweeps, whose range scans do depend on how much has expired, set
-/// `auto` back for their own transactions.
+/// in the store bench). The sweeps, whose range scans do depend on how much has expired, are
+/// planned on every call (`force_custom_plan`), and so is the batch a request sweeps when its
+/// resource's ledger share is full.
 ///
 /// # Time
 ///
@@ -156,7 +157,9 @@ impl Default for PostgresOptions {
 ///
 /// The SQL is plain (text, bigint, bytea, CTEs, `ARRAY(subquery)`), except the
 /// advisory locks (`pg_advisory_xact_lock`) and `to_regclass`/`to_regnamespace`, which some such
-/// engines lack or treat as no-ops; only PostgreSQL 15 and later is tested.
+/// engines lack or treat as no-ops, and the `plan_cache_mode` setting sent when connecting
+/// (PostgreSQL 12 and later), which an engine without it refuses; only PostgreSQL 15 and later
+/// is tested.
 #[derive(Clone)]
 pub struct PostgresStore {
     inner: Arc<Inner>,
@@ -176,10 +179,16 @@ struct Inner {
 /// written nowhere.
 const LOCKS: &str = "SELECT pg_advisory_xact_lock($1::int8), pg_advisory_xact_lock($2::int8)";
 
-/// Opens a transaction whose statements are planned for the values they are given: the sweeps'
-/// range scans, whose best plan depends on how much has expired (the session plans every
-/// statement once, for any value).
-const BEGIN_PLANNED: &str = "BEGIN; SET LOCAL plan_cache_mode = auto";
+/// Opens a transaction whose statements are planned on every call, for the values they are
+/// given: the sweeps' range scans, whose best plan depends on how much has expired (the session
+/// plans every statement once, for any value; a generic plan of the ledger's sweep scans the
+/// whole table to delete a batch).
+const BEGIN_PLANNED: &str = "BEGIN; SET LOCAL plan_cache_mode = force_custom_plan";
+
+/// Within a unit, around the one sweep a request makes: planned per call, then back to the
+/// session's one plan for the unit's own statements.
+const PLAN_PER_CALL: &str = "SET LOCAL plan_cache_mode = force_custom_plan";
+const PLAN_ONCE: &str = "SET LOCAL plan_cache_mode = force_generic_plan";
 
 /// Writes between two sweeps prompted by writes.
 const SWEEP_EVERY: u64 = 1024;
@@ -508,10 +517,14 @@ impl Inner {
                     .prepare_cached(&self.sql.prune_ledger)
                     .await
                     .map_err(backend)?;
-                client
-                    .query_one(&prune, &[&now, &SWEEP_BATCH])
-                    .await
-                    .map_err(backend)?;
+                let params: [&(dyn ToSql + Sync); 2] = [&now, &SWEEP_BATCH];
+                tokio::try_join!(
+                    biased;
+                    client.batch_execute(PLAN_PER_CALL),
+                    client.query_one(&prune, &params),
+                    client.batch_execute(PLAN_ONCE),
+                )
+                .map_err(backend)?;
                 let row = self.read_row(client, &handle, None).await?;
                 let live = record_from(&row, 1)?.map_or(0, |(_, live)| live);
                 pg.know_exact_count(&handle, live);
