@@ -6,7 +6,7 @@ use std::fmt;
 use std::marker::PhantomData;
 
 use schemars::{JsonSchema, Schema, SchemaGenerator};
-use serde::de::value::{MapAccessDeserializer, StringDeserializer};
+use serde::de::value::{MapAccessDeserializer, StrDeserializer};
 use serde::de::{DeserializeOwned, DeserializeSeed, Error as _, MapAccess, Visitor};
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::{Map, Value};
@@ -88,7 +88,7 @@ impl<'de, M: MapAccess<'de>> MapAccess<'de> for Recording<'_, '_, M> {
         let Some(key) = self.map.next_key::<String>()? else {
             return Ok(None);
         };
-        let decoded = seed.deserialize(StringDeserializer::<M::Error>::new(key.clone()))?;
+        let decoded = seed.deserialize(StrDeserializer::<M::Error>::new(&key))?;
         self.key = Some(key);
         Ok(Some(decoded))
     }
