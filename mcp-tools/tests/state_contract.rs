@@ -361,6 +361,46 @@ async fn replay_comes_before_the_stale_check<S: Store>(open: Open<'_, S>) {
     assert_eq!(state(&store, &handle).await.0, 2);
 }
 
+/// An operation id whose record is about another resource, sent with the payload it was recorded
+/// with, is replayed as that resource's change: the replay shows that resource as it is now,
+/// and the resource the request names is left alone.
+async fn a_replay_shows_the_resource_its_record_names<S: Store>(open: Open<'_, S>) {
+    let clock = ManualClock::at_millis(T0);
+    let store = open(config(&clock));
+    let recorded = create(&store, alice(), &laptop()).await;
+    let named = create(&store, alice(), &laptop()).await;
+    let calls = Arc::new(AtomicUsize::new(0));
+    let first = request(
+        alice(),
+        &recorded,
+        "upgrade_memory",
+        Some(1),
+        Some("op-1"),
+        json!(32),
+    );
+    let fingerprint = first.operation.clone().expect("an operation id").1;
+    let applied = expect_applied(&mutate(&store, first, set_memory(32, &calls)).await).clone();
+
+    let elsewhere = MutationRequest::new(Basket::kind(), alice(), &named)
+        .expect_version(1)
+        .operation("op-1", fingerprint);
+    let again = mutate(&store, elsewhere, set_memory(32, &calls)).await;
+    let MutationOutcome::Replayed(replayed) = &again else {
+        panic!("expected a replay, got {again:?}")
+    };
+    let current = replayed
+        .current
+        .as_ref()
+        .expect("the resource is still there");
+    assert_eq!(current.handle, recorded);
+    assert_eq!(current.version, applied.version);
+    assert_eq!(current.state, applied.state);
+    assert_eq!(again.committed_handle(), Some(recorded.as_str()));
+    assert_eq!(calls.load(Ordering::SeqCst), 1, "the transition ran twice");
+    assert_eq!(state(&store, &named).await.0, 1);
+    assert_eq!(state(&store, &recorded).await.0, 2);
+}
+
 async fn reused_operation_id_is_rejected<S: Store>(open: Open<'_, S>) {
     let clock = ManualClock::at_millis(T0);
     let store = open(config(&clock));
@@ -1648,6 +1688,7 @@ macro_rules! contract {
 
             case!(create_and_read);
             case!(replay_comes_before_the_stale_check);
+            case!(a_replay_shows_the_resource_its_record_names);
             case!(reused_operation_id_is_rejected);
             case!(stale_view_reports_the_delta);
             case!(reconfirm_policy);
