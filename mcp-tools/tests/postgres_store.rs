@@ -498,8 +498,8 @@ async fn history_beyond_the_limit_is_deleted() {
 }
 
 /// The request path plans each statement once, for any value: mutations (fresh, replayed and
-/// stale), reads and creates make no plan for their values. The sweep plans per call, and so
-/// does the batch a request sweeps at a full ledger share.
+/// stale), reads and creates make no plan for their values. The task purge and the sweep plan
+/// per call, and so does the batch a request sweeps at a full ledger share.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_request_path_plans_each_statement_once() {
     whole_test(async {
@@ -552,10 +552,22 @@ async fn the_request_path_plans_each_statement_once() {
         assert_eq!(custom, 0, "{custom} plans made for the values of one call");
         assert!(generic > 0, "no statement was planned");
 
+        within(
+            "a purge of tasks",
+            mcp_tools::tasks::TaskStore::purge_tasks(&store, 0),
+        )
+        .await
+        .unwrap();
+        let (_, purged) = store.plans_for_tests().await.unwrap();
+        assert!(
+            purged > 0,
+            "the task purge planned its statement once, for any value"
+        );
+
         within("a sweep", store.prune()).await.unwrap();
         let (_, custom) = store.plans_for_tests().await.unwrap();
         assert!(
-            custom > 0,
+            custom > purged,
             "the sweep planned its statements once, for any value"
         );
 
