@@ -369,9 +369,8 @@ async fn locks_and_a_full_pool_are_bounded_in_time() {
             .connect_with(
                 StoreConfig::default(),
                 PostgresOptions {
-                    pool_size: 1,
                     timeout,
-                    ..schema.options()
+                    ..schema.one_connection()
                 },
             )
             .await;
@@ -506,11 +505,9 @@ async fn the_request_path_plans_each_statement_once() {
         let Some(schema) = pg::Schema::new() else {
             return;
         };
-        let options = PostgresOptions {
-            pool_size: 1,
-            ..schema.options()
-        };
-        let store = schema.connect_with(StoreConfig::default(), options).await;
+        let store = schema
+            .connect_with(StoreConfig::default(), schema.one_connection())
+            .await;
         let handle = create(&store).await;
         for call in 0..12 {
             let request = || {
@@ -572,15 +569,11 @@ async fn the_request_path_plans_each_statement_once() {
         );
 
         // At a full ledger share a request sweeps a batch itself, planned for its values too.
-        let options = PostgresOptions {
-            pool_size: 1,
-            ..schema.options()
-        };
         let config = StoreConfig {
             ledger_quota: 2,
             ..StoreConfig::default()
         };
-        let store = schema.connect_with(config, options).await;
+        let store = schema.connect_with(config, schema.one_connection()).await;
         let handle = create(&store).await;
         for call in 0..3 {
             let request = MutationRequest::new(Counter::kind(), alice(), &handle).operation(

@@ -315,8 +315,9 @@ pub(crate) mod postgres {
     use tokio::runtime::Runtime;
     use tokio_postgres::types::ToSql;
 
-    /// PostgreSQL, on a connection of its own that plans as the store's do, shaped as the store's unit is (the fewest
-    /// round trips this design allows). First round trip, pipelined: `BEGIN`,
+    /// PostgreSQL, on a connection of its own that plans as the store's do, shaped as the
+    /// store's unit is (the fewest round trips this design allows). First round trip, pipelined:
+    /// `BEGIN`,
     /// transaction-scoped advisory locks on the counter and the operation id (so a retry racing
     /// its first attempt waits instead of running its change twice), and one read of the row
     /// and the unexpired ledger record. Second round trip, pipelined: one statement that makes

@@ -57,6 +57,14 @@ impl Schema {
         }
     }
 
+    /// [`Schema::options`] with a pool of one connection: every statement runs on it.
+    pub fn one_connection(&self) -> PostgresOptions {
+        PostgresOptions {
+            pool_size: 1,
+            ..self.options()
+        }
+    }
+
     pub async fn connect(&self, config: StoreConfig) -> PostgresStore {
         self.connect_with(config, self.options()).await
     }

@@ -18,7 +18,7 @@ mod tasks;
 mod txn;
 
 use schema::{Sql, backend, describe};
-use txn::{History, Need, PgTxn, Statement, entry_from, record_from, statements};
+use txn::{Need, PgTxn, Statement, history_from, know_opened, record_from, statements};
 
 use crate::context::Principal;
 use crate::store::boundary;
@@ -179,15 +179,14 @@ struct Inner {
 /// written nowhere.
 const LOCKS: &str = "SELECT pg_advisory_xact_lock($1::int8), pg_advisory_xact_lock($2::int8)";
 
-/// Opens a transaction whose statements are planned on every call, for the values they are
-/// given: the sweeps' range scans, whose best plan depends on how much has expired (the session
-/// plans every statement once, for any value; a generic plan of the ledger's sweep scans the
-/// whole table to delete a batch).
-const BEGIN_PLANNED: &str = "BEGIN; SET LOCAL plan_cache_mode = force_custom_plan";
-
-/// Within a unit, around the one sweep a request makes: planned per call, then back to the
-/// session's one plan for the unit's own statements.
+/// Plans the rest of the transaction's statements on every call, for the values they are given:
+/// the sweeps' range scans, whose best plan depends on how much has expired (the session plans
+/// every statement once, for any value, and a generic plan of the ledger's sweep scans the whole
+/// table to delete a batch). Sent after `BEGIN` by the sweeps and the task purge, and around the
+/// one sweep a request makes, which [`PLAN_ONCE`] then ends.
 const PLAN_PER_CALL: &str = "SET LOCAL plan_cache_mode = force_custom_plan";
+
+/// Back to the session's one plan per statement, for the rest of a unit.
 const PLAN_ONCE: &str = "SET LOCAL plan_cache_mode = force_generic_plan";
 
 /// Writes between two sweeps prompted by writes.
@@ -419,26 +418,22 @@ impl Inner {
         opening: &Opening<'_>,
     ) -> Result<(PgTxn, i64), StoreError> {
         let client = session.client();
-        let opening_sql = match opening.handle {
-            Some(_) => &self.sql.open_mutation,
-            None => &self.sql.open_create,
+        let (principal, operation_id) = opening.operation.unzip();
+        let read_params: [&(dyn ToSql + Sync); 3] = [&principal, &operation_id, &opening.handle];
+        let (read_sql, read_params) = match opening.handle {
+            Some(_) => (&self.sql.open_mutation, &read_params[..]),
+            None => (&self.sql.open_create, &read_params[..2]),
         };
         let (locks, read) = tokio::try_join!(
             client.prepare_cached(LOCKS),
-            client.prepare_cached(opening_sql),
+            client.prepare_cached(read_sql),
         )
         .map_err(backend)?;
         let resource_lock = opening.handle.map(|handle| self.resource_key(handle));
         let operation_lock = opening
             .operation
             .map(|(principal, operation_id)| self.op_key(principal, operation_id));
-        let (principal, operation_id) = opening.operation.unzip();
         let lock_params: [&(dyn ToSql + Sync); 2] = [&resource_lock, &operation_lock];
-        let read_params: [&(dyn ToSql + Sync); 3] = [&principal, &operation_id, &opening.handle];
-        let read_params = match opening.handle {
-            Some(_) => &read_params[..],
-            None => &read_params[..2],
-        };
         // Each request is sent when its future is first polled: `biased` polls them in this
         // order, which is the order the server runs them in. The read starts after the locks
         // are held, so it sees all that the units it waited for committed.
@@ -450,24 +445,7 @@ impl Inner {
         )
         .map_err(backend)?;
         let mut pg = PgTxn::new();
-        // Columns 7 on hold the resource the request names or, for a create, the one its
-        // ledger record names.
-        let resource = record_from(&fetched, 7)?;
-        let entry = match opening.operation {
-            Some(_) => entry_from(&fetched, 1)?,
-            None => None,
-        };
-        match opening.handle {
-            Some(handle) => pg.know_resource(handle, resource),
-            None => {
-                if let Some(named) = entry.as_ref().and_then(|entry| entry.handle.as_deref()) {
-                    pg.know_resource(named, resource);
-                }
-            }
-        }
-        if let Some((principal, operation_id)) = opening.operation {
-            pg.know_ledger(principal, operation_id, entry);
-        }
+        know_opened(&mut pg, &fetched, opening.handle, opening.operation)?;
         let now = self.now(fetched.try_get(0).map_err(corrupt)?);
         Ok((pg, now))
     }
@@ -488,12 +466,7 @@ impl Inner {
             }
             Need::Undo(handle, since) => {
                 let row = self.read_row(client, &handle, Some(since)).await?;
-                pg.know_history(History {
-                    handle,
-                    since,
-                    versions: row.try_get(8).map_err(corrupt)?,
-                    patches: row.try_get(9).map_err(corrupt)?,
-                });
+                pg.know_history(history_from(&row, handle, since)?);
             }
             Need::Ledger(principal, operation_id) => {
                 let read = client
@@ -504,11 +477,7 @@ impl Inner {
                     .query_one(&read, &[&principal, &operation_id])
                     .await
                     .map_err(backend)?;
-                let entry = entry_from(&row, 1)?;
-                if let Some(named) = entry.as_ref().and_then(|entry| entry.handle.clone()) {
-                    pg.know_resource(&named, record_from(&row, 7)?);
-                }
-                pg.know_ledger(&principal, &operation_id, entry);
+                know_opened(pg, &row, None, Some((&principal, &operation_id)))?;
             }
             Need::Count(handle) => {
                 // At the limit, expired records may still be counted: take a batch of them off
@@ -666,12 +635,7 @@ impl Inner {
         let mut pg = PgTxn::new();
         pg.know_resource(&request.handle, record_from(&row, 1)?);
         if let Some(since) = request.since {
-            pg.know_history(History {
-                handle: request.handle.clone(),
-                since,
-                versions: row.try_get(8).map_err(corrupt)?,
-                patches: row.try_get(9).map_err(corrupt)?,
-            });
+            pg.know_history(history_from(&row, request.handle.clone(), since)?);
         }
         let now = self.now(row.try_get(0).map_err(corrupt)?);
         session.release();
@@ -704,7 +668,12 @@ impl Inner {
         let session = self.session().await?;
         let client = session.client();
         let key = lock_key(&["sweep", &self.options.schema, &self.options.table_prefix]);
-        client.batch_execute(BEGIN_PLANNED).await.map_err(backend)?;
+        tokio::try_join!(
+            biased;
+            client.batch_execute("BEGIN"),
+            client.batch_execute(PLAN_PER_CALL),
+        )
+        .map_err(backend)?;
         let lock = if wait {
             format!(
                 "SELECT true, {} FROM (SELECT pg_advisory_xact_lock($1)) AS locked",

@@ -4,7 +4,7 @@
 use tokio_postgres::types::ToSql;
 
 use super::schema::backend;
-use super::{BEGIN_PLANNED, Inner, PostgresStore};
+use super::{Inner, PLAN_PER_CALL, PostgresStore};
 use crate::store::StoreFuture;
 use crate::store::contract::StoreError;
 use crate::store::task_record::TaskRecord;
@@ -125,9 +125,10 @@ impl TaskStore for PostgresStore {
                 .map_err(backend)?;
             let now_ms = to_i64(now_ms);
             let params: [&(dyn ToSql + Sync); 1] = [&now_ms];
-            let (_, deleted, _) = tokio::try_join!(
+            let (_, _, deleted, _) = tokio::try_join!(
                 biased;
-                client.batch_execute(BEGIN_PLANNED),
+                client.batch_execute("BEGIN"),
+                client.batch_execute(PLAN_PER_CALL),
                 client.execute(&purge, &params),
                 client.batch_execute("COMMIT"),
             )

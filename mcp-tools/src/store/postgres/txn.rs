@@ -330,6 +330,40 @@ pub(crate) fn entry_from(row: &Row, at: usize) -> Result<Option<LedgerEntry>, St
     }))
 }
 
+/// Tells `pg` what an opening read (`open_mutation`, `open_create`) found: the ledger record of
+/// `operation` in columns 1 to 6 and, from column 7, the resource `handle` names or, without
+/// one, the resource the ledger record names.
+pub(crate) fn know_opened(
+    pg: &mut PgTxn,
+    row: &Row,
+    handle: Option<&str>,
+    operation: Option<(&str, &str)>,
+) -> Result<(), StoreError> {
+    let resource = record_from(row, 7)?;
+    let entry = match operation {
+        Some(_) => entry_from(row, 1)?,
+        None => None,
+    };
+    let named = entry.as_ref().and_then(|entry| entry.handle.as_deref());
+    if let Some(handle) = handle.or(named) {
+        pg.know_resource(handle, resource);
+    }
+    if let Some((principal, operation_id)) = operation {
+        pg.know_ledger(principal, operation_id, entry);
+    }
+    Ok(())
+}
+
+/// The undo patches a `read` row holds (columns 8 and 9): of `handle`, after `since`.
+pub(crate) fn history_from(row: &Row, handle: String, since: u64) -> Result<History, StoreError> {
+    Ok(History {
+        handle,
+        since,
+        versions: column(row, 8)?,
+        patches: column(row, 9)?,
+    })
+}
+
 /// A boxed statement parameter.
 pub(crate) type Param = Box<dyn ToSql + Sync + Send>;
 
