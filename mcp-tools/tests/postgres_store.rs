@@ -657,3 +657,189 @@ async fn the_databases_clock_is_the_default() {
     })
     .await;
 }
+
+/// A resource with two independent members, so that a change to one can rebase over a change
+/// to the other.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+struct Pair {
+    left: u64,
+    right: u64,
+}
+
+impl Entity for Pair {
+    const KIND: &'static str = "pair";
+    const PREFIX: &'static str = "par";
+}
+
+fn bump_left() -> Transition {
+    Transition::typed(|pair: &mut Pair| {
+        pair.left += 1;
+        Ok::<_, String>(pair.left)
+    })
+}
+
+fn bump_right() -> Transition {
+    Transition::typed(|pair: &mut Pair| {
+        pair.right += 1;
+        Ok::<_, String>(pair.right)
+    })
+}
+
+fn refuse() -> Transition {
+    Transition::typed(|_: &mut Pair| Err::<u64, _>("refused"))
+}
+
+/// The README's table of round trips and statements per call ("How a change stays atomic
+/// across hosts"), counted on the wire by a proxy that reads the frontend protocol. Each kind of
+/// call runs twice, the first time to prepare its statements on the one pooled connection, and
+/// is counted the second time. On a current-thread runtime every pipelined batch is queued
+/// before the connection's task runs, so the counts do not depend on timing.
+#[tokio::test]
+async fn round_trips_per_call_are_those_documented() {
+    whole_test(async {
+        let Some(schema) = pg::Schema::new() else {
+            return;
+        };
+        let wire = pg::Wire::start(&schema.url).await;
+        let config = StoreConfig {
+            history_limit: 3,
+            ..StoreConfig::default()
+        };
+        let options = PostgresOptions {
+            sweep_interval: Duration::from_secs(3600),
+            ..schema.one_connection()
+        };
+        let store = within(
+            "connecting through the proxy",
+            PostgresStore::connect_with(&wire.url, config, options),
+        )
+        .await
+        .expect("the store opens through the proxy");
+        let fingerprint = |payload: &str| {
+            mcp_tools::store::Fingerprint::of_call("pair", &serde_json::json!(payload))
+        };
+        let mutation = |handle: &str| MutationRequest::new(Pair::kind(), alice(), handle);
+
+        let mut measured = Vec::new();
+        for round in 0..2 {
+            macro_rules! count {
+                ($call:expr, $future:expr) => {{
+                    let before = wire.traffic();
+                    let outcome = within($call, $future).await.unwrap();
+                    measured.push((round, $call, wire.traffic() - before));
+                    outcome
+                }};
+            }
+            let op = |name: &str| format!("wire-{round}-{name}");
+
+            let create = CreateRequest::typed(alice(), &Pair { left: 0, right: 0 }).unwrap();
+            let create = create.operation(op("create"), fingerprint("create"));
+            let created = count!("create, state known up front", store.create(create));
+            let handle = created.applied().expect("created").handle.clone();
+            let plain = CreateRequest::typed(alice(), &Pair { left: 0, right: 0 }).unwrap();
+            count!("create without an operation id", store.create(plain));
+            let making = mcp_tools::store::Creation::typed(async {
+                Ok::<_, String>(Pair { left: 0, right: 0 })
+            });
+            let made = CreateRequest::deferred(Pair::kind(), alice(), making)
+                .operation(op("made"), fingerprint("made"));
+            let made = count!("create whose function makes the state", store.create(made));
+            assert!(made.applied().is_some(), "{made:?}");
+
+            let read = ReadRequest::new(Pair::kind(), alice(), &handle);
+            count!("read", store.read(read));
+
+            // Each mutation below carries an operation id, as the README's rows do, but one.
+            let recorded = |name: &str| mutation(&handle).operation(op(name), fingerprint(name));
+            let plain = mutation(&handle).expect_version(1);
+            let outcome = count!(
+                "mutation without an operation id, applied",
+                store.mutate(plain, bump_left())
+            );
+            assert!(matches!(outcome, MutationOutcome::Applied(_)), "{outcome:?}");
+            let applied = recorded("v3").expect_version(2);
+            let outcome = count!("mutation, applied", store.mutate(applied, bump_left()));
+            assert!(matches!(outcome, MutationOutcome::Applied(_)), "{outcome:?}");
+            store.mutate(recorded("v4"), bump_left()).await.unwrap();
+            store.mutate(recorded("v5"), bump_left()).await.unwrap();
+
+            let replay = count!("replay", store.mutate(recorded("v5"), bump_left()));
+            assert!(matches!(replay, MutationOutcome::Replayed(_)), "{replay:?}");
+            let other = made.applied().unwrap().handle.clone();
+            let elsewhere = mutation(&other).operation(op("v5"), fingerprint("v5"));
+            let replay = count!(
+                "an operation id recorded about another resource",
+                store.mutate(elsewhere, bump_left())
+            );
+            assert!(
+                matches!(&replay, MutationOutcome::Replayed(replayed)
+                    if replayed.current.as_ref().is_some_and(|now| now.handle == handle)),
+                "{replay:?}"
+            );
+
+            let stale = recorded("stale").expect_version(4);
+            let outcome = count!(
+                "mutation, stale_view with its delta",
+                store.mutate(stale, bump_left())
+            );
+            assert!(
+                matches!(&outcome, MutationOutcome::StaleView(stale) if stale.delta_available),
+                "{outcome:?}"
+            );
+            let rebased = recorded("rebased")
+                .expect_version(4)
+                .policy(mcp_tools::store::ConflictPolicy::rebase::<Pair>(&["right"]));
+            let outcome = count!(
+                "mutation, rebased over a concurrent change",
+                store.mutate(rebased, bump_right())
+            );
+            assert!(
+                matches!(&outcome, MutationOutcome::Applied(applied) if applied.rebased_from == Some(4)),
+                "{outcome:?}"
+            );
+            let past = recorded("past").expect_version(1);
+            let outcome = count!(
+                "mutation, stale_view past the history limit",
+                store.mutate(past, bump_left())
+            );
+            assert!(
+                matches!(&outcome, MutationOutcome::StaleView(stale) if !stale.delta_available),
+                "{outcome:?}"
+            );
+            let outcome = count!(
+                "mutation, a recorded rejection",
+                store.mutate(recorded("refused"), refuse())
+            );
+            assert!(matches!(outcome, MutationOutcome::Rejected(_)), "{outcome:?}");
+        }
+
+        let documented = |call: &str| -> (u64, u64) {
+            match call {
+                "read" => (1, 1),
+                "mutation, applied" => (2, 5),
+                "mutation without an operation id, applied" => (2, 6),
+                "mutation, stale_view with its delta" => (3, 7),
+                "mutation, rebased over a concurrent change" => (3, 6),
+                "mutation, stale_view past the history limit" => (2, 6),
+                "mutation, a recorded rejection" => (2, 6),
+                "replay" => (2, 4),
+                "an operation id recorded about another resource" => (3, 5),
+                "create, state known up front" => (2, 6),
+                "create without an operation id" => (2, 5),
+                "create whose function makes the state" => (4, 12),
+                other => panic!("no documented count for {other}"),
+            }
+        };
+        let counted: Vec<_> = measured
+            .iter()
+            .filter(|(round, _, _)| *round == 1)
+            .map(|(_, call, traffic)| (*call, (traffic.round_trips, traffic.statements)))
+            .collect();
+        let expected: Vec<_> = counted
+            .iter()
+            .map(|(call, _)| (*call, documented(call)))
+            .collect();
+        assert_eq!(counted, expected, "(round trips, statements) per call");
+    })
+    .await;
+}

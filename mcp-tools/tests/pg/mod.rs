@@ -132,3 +132,171 @@ impl Drop for Schema {
         }
     }
 }
+
+/// What one connection through a [`Wire`] sent, counted from the PostgreSQL protocol.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Traffic {
+    /// Flights of messages the client sent, each after an answer from the server: the round
+    /// trips it waited for.
+    pub round_trips: u64,
+    /// Statements the server was asked to run: simple queries (`Q`) and executions of a
+    /// prepared statement (`E`).
+    pub statements: u64,
+}
+
+impl std::ops::Sub for Traffic {
+    type Output = Traffic;
+
+    fn sub(self, earlier: Traffic) -> Traffic {
+        Traffic {
+            round_trips: self.round_trips - earlier.round_trips,
+            statements: self.statements - earlier.statements,
+        }
+    }
+}
+
+/// A loopback proxy in front of the test database that reads the frontend protocol as it
+/// passes, so a test can count what a store call costs on the wire.
+pub struct Wire {
+    /// The test database's URL with its address replaced by the proxy's (and TLS off, so the
+    /// messages can be read).
+    pub url: String,
+    seen: std::sync::Arc<std::sync::Mutex<Traffic>>,
+}
+
+/// Who spoke last on the proxied connection.
+struct Turn {
+    traffic: std::sync::Arc<std::sync::Mutex<Traffic>>,
+    server_spoke: bool,
+}
+
+impl Wire {
+    /// Starts the proxy on the current runtime.
+    pub async fn start(url: &str) -> Wire {
+        let (scheme, rest) = url
+            .split_once("://")
+            .expect("the test URL is a postgres:// URL");
+        let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
+        let (user, target) = match authority.rsplit_once('@') {
+            Some((user, target)) => (format!("{user}@"), target.to_owned()),
+            None => (String::new(), authority.to_owned()),
+        };
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let local = listener.local_addr().unwrap();
+        let separator = if path.contains('?') { '&' } else { '?' };
+        let url = format!("{scheme}://{user}{local}/{path}{separator}sslmode=disable");
+        let seen = std::sync::Arc::new(std::sync::Mutex::new(Traffic::default()));
+        let counted = std::sync::Arc::clone(&seen);
+        tokio::spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                let server = tokio::net::TcpStream::connect(&target)
+                    .await
+                    .expect("the proxy reaches the test database");
+                let turn = std::sync::Arc::new(std::sync::Mutex::new(Turn {
+                    traffic: std::sync::Arc::clone(&counted),
+                    server_spoke: true,
+                }));
+                tokio::spawn(relay(client, server, turn));
+            }
+        });
+        Wire { url, seen }
+    }
+
+    /// What every connection through the proxy sent so far.
+    pub fn traffic(&self) -> Traffic {
+        *self.seen.lock().unwrap()
+    }
+}
+
+async fn relay(
+    client: tokio::net::TcpStream,
+    server: tokio::net::TcpStream,
+    turn: std::sync::Arc<std::sync::Mutex<Turn>>,
+) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let (mut client_reads, mut client_writes) = client.into_split();
+    let (mut server_reads, mut server_writes) = server.into_split();
+    let asked = std::sync::Arc::clone(&turn);
+    let requests = async move {
+        let mut frames = Frames::default();
+        let mut buffer = vec![0u8; 64 * 1024];
+        loop {
+            let read = match client_reads.read(&mut buffer).await {
+                Ok(0) | Err(_) => break,
+                Ok(read) => read,
+            };
+            // Counted before the bytes go on, so a call's answer never arrives uncounted.
+            {
+                let mut turn = asked.lock().unwrap();
+                let statements = frames.statements_in(&buffer[..read]);
+                let mut traffic = turn.traffic.lock().unwrap();
+                traffic.statements += statements;
+                if turn.server_spoke {
+                    traffic.round_trips += 1;
+                }
+                drop(traffic);
+                turn.server_spoke = false;
+            }
+            if server_writes.write_all(&buffer[..read]).await.is_err() {
+                break;
+            }
+        }
+        let _ = server_writes.shutdown().await;
+    };
+    let answers = async move {
+        let mut buffer = vec![0u8; 64 * 1024];
+        loop {
+            let read = match server_reads.read(&mut buffer).await {
+                Ok(0) | Err(_) => break,
+                Ok(read) => read,
+            };
+            turn.lock().unwrap().server_spoke = true;
+            if client_writes.write_all(&buffer[..read]).await.is_err() {
+                break;
+            }
+        }
+        let _ = client_writes.shutdown().await;
+    };
+    tokio::join!(requests, answers);
+}
+
+/// The client's side of the protocol, cut into messages as its bytes arrive.
+#[derive(Default)]
+struct Frames {
+    pending: Vec<u8>,
+    /// Past the startup message, which has no type byte.
+    started: bool,
+}
+
+impl Frames {
+    /// The statements among the complete messages `bytes` finishes.
+    fn statements_in(&mut self, bytes: &[u8]) -> u64 {
+        const SSL_REQUEST: u32 = 80_877_103;
+        const GSS_REQUEST: u32 = 80_877_104;
+        self.pending.extend_from_slice(bytes);
+        let mut statements = 0;
+        let mut at = 0;
+        loop {
+            let header = if self.started { 5 } else { 4 };
+            let Some(length) = self.pending.get(at + header - 4..at + header) else {
+                break;
+            };
+            let length = u32::from_be_bytes(length.try_into().unwrap()) as usize;
+            let end = at + header - 4 + length;
+            if self.pending.len() < end {
+                break;
+            }
+            if self.started {
+                if matches!(self.pending[at], b'Q' | b'E') {
+                    statements += 1;
+                }
+            } else {
+                let code = u32::from_be_bytes(self.pending[at + 4..at + 8].try_into().unwrap());
+                self.started = code != SSL_REQUEST && code != GSS_REQUEST;
+            }
+            at = end;
+        }
+        self.pending.drain(..at);
+        statements
+    }
+}
