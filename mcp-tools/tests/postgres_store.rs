@@ -817,16 +817,16 @@ async fn round_trips_per_call_are_those_documented() {
             match call {
                 "read" => (1, 1),
                 "mutation, applied" => (2, 5),
-                "mutation without an operation id, applied" => (2, 6),
-                "mutation, stale_view with its delta" => (3, 7),
+                "mutation without an operation id, applied" => (2, 5),
+                "mutation, stale_view with its delta" => (3, 6),
                 "mutation, rebased over a concurrent change" => (3, 6),
-                "mutation, stale_view past the history limit" => (2, 6),
-                "mutation, a recorded rejection" => (2, 6),
+                "mutation, stale_view past the history limit" => (2, 5),
+                "mutation, a recorded rejection" => (2, 5),
                 "replay" => (2, 4),
                 "an operation id recorded about another resource" => (3, 5),
-                "create, state known up front" => (2, 6),
+                "create, state known up front" => (2, 5),
                 "create without an operation id" => (2, 5),
-                "create whose function makes the state" => (4, 12),
+                "create whose function makes the state" => (4, 11),
                 other => panic!("no documented count for {other}"),
             }
         };

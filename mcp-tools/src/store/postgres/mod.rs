@@ -105,6 +105,8 @@ impl Default for PostgresOptions {
 /// 3. **Second round trip**, pipelined: the writes and `COMMIT`. The usual mutation is one
 ///    statement: the conditional `UPDATE … WHERE version = $2 - 1` with the undo patch and the
 ///    ledger record inserted from its `RETURNING`, so neither is written unless the update was.
+///    Every other write is one statement too: a change without a ledger record, a new
+///    resource with its record, a recorded outcome that changes nothing with its count.
 ///    A failing statement aborts the transaction, and the `COMMIT` then rolls it back: the
 ///    change, its history and its ledger record commit or vanish together.
 ///
@@ -551,12 +553,11 @@ impl Inner {
         for (statement, _, _) in &list {
             let sql = match statement {
                 Statement::InsertResource => &self.sql.insert_resource,
+                Statement::InsertRecorded => &self.sql.insert_recorded,
                 Statement::UpdateResource => &self.sql.update_resource,
                 Statement::UpdateRecorded => &self.sql.update_recorded,
-                Statement::InsertChange => &self.sql.insert_change,
-                Statement::DropChanges => &self.sql.drop_changes,
-                Statement::Count => &self.sql.count,
                 Statement::InsertLedger => &self.sql.insert_ledger,
+                Statement::InsertLedgerCounted => &self.sql.insert_ledger_counted,
                 Statement::DeleteLedger => &self.sql.delete_ledger,
             };
             prepared.push(client.prepare_cached(sql).await.map_err(backend)?);

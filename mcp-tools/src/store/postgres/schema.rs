@@ -109,12 +109,11 @@ pub(crate) struct Sql {
     pub(crate) open_mutation: String,
     pub(crate) read: String,
     pub(crate) insert_resource: String,
+    pub(crate) insert_recorded: String,
     pub(crate) update_resource: String,
     pub(crate) update_recorded: String,
-    pub(crate) insert_change: String,
-    pub(crate) drop_changes: String,
-    pub(crate) count: String,
     pub(crate) insert_ledger: String,
+    pub(crate) insert_ledger_counted: String,
     pub(crate) delete_ledger: String,
     pub(crate) prune_ledger: String,
     pub(crate) prune_resources: String,
@@ -204,15 +203,33 @@ impl Sql {
                  (handle, kind, owner, version, state, lifecycle, expires_at, ledger_live)
                  VALUES ($1, $2, $3, $4, $5, $6, $7, $8)"
             ),
-            // The handle's advisory lock is held; should the row still have moved (or gone),
-            // the division by zero aborts the transaction, so the `COMMIT` sent with it rolls
-            // everything back.
+            // A new resource and the ledger record about it, in one statement: a create with an
+            // operation id.
+            insert_recorded: format!(
+                "WITH r AS (
+                     INSERT INTO {resources}
+                     (handle, kind, owner, version, state, lifecycle, expires_at, ledger_live)
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, 1))
+                 INSERT INTO {ledger}
+                 (principal, operation_id, fingerprint, outcome, claim, handle, recorded_at,
+                  expires_at)
+                 VALUES ($8, $9, $10, $11, NULL, $1, $12, $13)"
+            ),
+            // A change, its undo patch and the history beyond the limit ($8: versions up to
+            // it, 0 for none), in one statement. The insert reads `u`. The handle's advisory
+            // lock is held; should the row still have moved (or gone), the division by zero
+            // aborts the transaction, so the `COMMIT` sent with it rolls everything back.
             update_resource: format!(
                 "WITH u AS (
                      UPDATE {resources} SET version = $2::int8, state = $3, lifecycle = $4,
                          expires_at = $5::int8, ledger_live = ledger_live + $6::int8
                      WHERE handle = $1 AND version = $2::int8 - 1
-                     RETURNING handle)
+                     RETURNING handle),
+                 c AS (INSERT INTO {changes} (handle, version, undo)
+                       SELECT handle, $2::int8, $7 FROM u),
+                 d AS (DELETE FROM {changes}
+                       WHERE handle = $1 AND version <= $8::int8
+                         AND EXISTS (SELECT 1 FROM u))
                  SELECT 1 / count(*)::int FROM u"
             ),
             // A change, its undo patch, the history beyond the limit ($13: versions up to it, 0
@@ -236,19 +253,21 @@ impl Sql {
                        SELECT $7, $8, $9, $10, NULL, handle, $11::int8, $12::int8 FROM u)
                  SELECT 1 / count(*)::int FROM u"
             ),
-            insert_change: format!(
-                "INSERT INTO {changes} (handle, version, undo) VALUES ($1, $2, $3)"
-            ),
-            drop_changes: format!("DELETE FROM {changes} WHERE handle = $1 AND version <= $2"),
-            count: format!(
-                "UPDATE {resources} SET ledger_live = greatest(ledger_live + $2::int8, 0)
-                 WHERE handle = $1"
-            ),
             insert_ledger: format!(
                 "INSERT INTO {ledger}
                  (principal, operation_id, fingerprint, outcome, claim, handle, recorded_at,
                   expires_at)
                  VALUES ($1, $2, $3, $4, $5, $6, $7, $8)"
+            ),
+            // A record that names a resource no write of this transaction counts it in: the
+            // resource may be gone, so its count is not required to change.
+            insert_ledger_counted: format!(
+                "WITH l AS (
+                     INSERT INTO {ledger}
+                     (principal, operation_id, fingerprint, outcome, claim, handle, recorded_at,
+                      expires_at)
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8))
+                 UPDATE {resources} SET ledger_live = ledger_live + 1 WHERE handle = $6"
             ),
             // A record a sweep already took is not there, nor counted, any more: the count goes
             // down only for a record this statement removed.

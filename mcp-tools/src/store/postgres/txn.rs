@@ -57,14 +57,13 @@ pub(crate) enum Write {
         principal: String,
         operation_id: String,
         entry: LedgerEntry,
+        /// Whether this statement counts the record against its resource's share (no write of
+        /// that resource in the transaction does).
+        counts: bool,
     },
     LedgerDelete {
         principal: String,
         operation_id: String,
-    },
-    Count {
-        handle: String,
-        by: i64,
     },
 }
 
@@ -187,16 +186,15 @@ impl Txn for PgTxn {
         operation_id: &str,
         entry: LedgerEntry,
     ) -> Result<(), StoreError> {
-        if let (Some(handle), LedgerState::Done(_)) = (&entry.handle, &entry.state) {
-            let handle = handle.clone();
-            if !self.fold_count(&handle) {
-                self.writes.push(Write::Count { handle, by: 1 });
-            }
-        }
+        let counts = match (&entry.handle, &entry.state) {
+            (Some(handle), LedgerState::Done(_)) => !self.fold_count(handle),
+            _ => false,
+        };
         self.writes.push(Write::LedgerInsert {
             principal: principal.to_owned(),
             operation_id: operation_id.to_owned(),
             entry,
+            counts,
         });
         Ok(())
     }
@@ -371,18 +369,21 @@ pub(crate) type Param = Box<dyn ToSql + Sync + Send>;
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Statement {
     InsertResource,
+    /// A new resource and the ledger record about it.
+    InsertRecorded,
+    /// An update, its undo patch and the history beyond the limit.
     UpdateResource,
-    /// An update, its undo patch and the ledger record about it.
+    /// An update, its undo patch, the history beyond the limit and the ledger record about it.
     UpdateRecorded,
-    InsertChange,
-    DropChanges,
-    Count,
     InsertLedger,
+    /// A ledger record and its count against the resource it names.
+    InsertLedgerCounted,
     DeleteLedger,
 }
 
 /// The statements the writes run, with their parameters, in order; `true` where exactly one row
-/// must change. A change followed by its ledger record (the common mutation) is one statement.
+/// must change. A change or a new resource followed by its ledger record (the common mutation
+/// and create) is one statement.
 pub(crate) fn statements(
     writes: Vec<Write>,
     out: &mut Vec<(Statement, Vec<Param>, bool)>,
@@ -407,6 +408,7 @@ pub(crate) fn statements(
                 principal,
                 operation_id,
                 entry,
+                ..
             }) = writes.peek()
             && entry.handle.as_ref() == Some(handle)
             && let LedgerState::Done(outcome) = &entry.state
@@ -427,6 +429,42 @@ pub(crate) fn statements(
                     Box::new(entry.recorded_at),
                     Box::new(entry.expires_at),
                     Box::new(version_to_sql(history_to_drop(change.drop_through))?),
+                ],
+                true,
+            ));
+            writes.next();
+            continue;
+        }
+        if let Write::Insert {
+            handle,
+            record,
+            counted: 1,
+        } = &write
+            && let Some(Write::LedgerInsert {
+                principal,
+                operation_id,
+                entry,
+                ..
+            }) = writes.peek()
+            && entry.handle.as_ref() == Some(handle)
+            && let LedgerState::Done(outcome) = &entry.state
+        {
+            out.push((
+                Statement::InsertRecorded,
+                vec![
+                    Box::new(handle.clone()),
+                    Box::new(record.kind.to_string()),
+                    Box::new(record.owner.to_string()),
+                    Box::new(version_to_sql(record.version)?),
+                    Box::new(to_json(&*record.state, "state")?),
+                    Box::new(record.lifecycle.as_str()),
+                    Box::new(record.expires_at),
+                    Box::new(principal.clone()),
+                    Box::new(operation_id.clone()),
+                    Box::new(entry.fingerprint.as_bytes().to_vec()),
+                    Box::new(to_json(outcome, "ledger outcome")?),
+                    Box::new(entry.recorded_at),
+                    Box::new(entry.expires_at),
                 ],
                 true,
             ));
@@ -463,46 +501,34 @@ fn statement(write: Write, out: &mut Vec<(Statement, Vec<Param>, bool)>) -> Resu
             record,
             change,
             counted,
-        } => {
-            let version = version_to_sql(record.version)?;
-            out.push((
-                Statement::UpdateResource,
-                vec![
-                    Box::new(handle.clone()),
-                    Box::new(version),
-                    Box::new(to_json(&*record.state, "state")?),
-                    Box::new(record.lifecycle.as_str()),
-                    Box::new(record.expires_at),
-                    Box::new(counted),
-                ],
-                true,
-            ));
-            out.push((
-                Statement::InsertChange,
-                vec![
-                    Box::new(handle.clone()),
-                    Box::new(version),
-                    Box::new(to_json(&change.undo, "history")?),
-                ],
-                true,
-            ));
-            let drop_through = history_to_drop(change.drop_through);
-            if drop_through > 0 {
-                out.push((
-                    Statement::DropChanges,
-                    vec![Box::new(handle), Box::new(version_to_sql(drop_through)?)],
-                    false,
-                ));
-            }
-        }
+        } => out.push((
+            Statement::UpdateResource,
+            vec![
+                Box::new(handle),
+                Box::new(version_to_sql(record.version)?),
+                Box::new(to_json(&*record.state, "state")?),
+                Box::new(record.lifecycle.as_str()),
+                Box::new(record.expires_at),
+                Box::new(counted),
+                Box::new(to_json(&change.undo, "history")?),
+                Box::new(version_to_sql(history_to_drop(change.drop_through))?),
+            ],
+            true,
+        )),
         Write::LedgerInsert {
             principal,
             operation_id,
             entry,
+            counts,
         } => {
             let (outcome, claim) = ledger_state_to_sql(&entry.state)?;
+            let statement = if counts {
+                Statement::InsertLedgerCounted
+            } else {
+                Statement::InsertLedger
+            };
             out.push((
-                Statement::InsertLedger,
+                statement,
                 vec![
                     Box::new(principal),
                     Box::new(operation_id),
@@ -513,7 +539,8 @@ fn statement(write: Write, out: &mut Vec<(Statement, Vec<Param>, bool)>) -> Resu
                     Box::new(entry.recorded_at),
                     Box::new(entry.expires_at),
                 ],
-                true,
+                // The insert cannot miss; the count can, once its resource is gone.
+                !counts,
             ));
         }
         Write::LedgerDelete {
@@ -522,11 +549,6 @@ fn statement(write: Write, out: &mut Vec<(Statement, Vec<Param>, bool)>) -> Resu
         } => out.push((
             Statement::DeleteLedger,
             vec![Box::new(principal), Box::new(operation_id)],
-            false,
-        )),
-        Write::Count { handle, by } => out.push((
-            Statement::Count,
-            vec![Box::new(handle), Box::new(by)],
             false,
         )),
     }
@@ -596,16 +618,26 @@ mod tests {
         txn.write("ctr_a", record(2), change(0)).unwrap();
         txn.ledger_put("alice", "op", done("ctr_b")).unwrap();
         assert!(matches!(txn.writes[0], Write::Update { counted: 0, .. }));
-        assert!(matches!(&txn.writes[1], Write::Count { handle, by: 1 } if handle == "ctr_b"));
+        assert!(matches!(
+            &txn.writes[1],
+            Write::LedgerInsert { counts: true, .. }
+        ));
         let writes = std::mem::take(&mut txn.writes);
         assert!(matches!(
             kinds(writes)[..],
             [
                 (Statement::UpdateResource, true),
-                (Statement::InsertChange, true),
-                (Statement::Count, false),
-                (Statement::InsertLedger, true)
+                (Statement::InsertLedgerCounted, false)
             ]
+        ));
+
+        // A record about a resource the transaction does not write counts in its own statement.
+        let mut txn = PgTxn::new();
+        txn.ledger_put("alice", "op", done("ctr_a")).unwrap();
+        let writes = std::mem::take(&mut txn.writes);
+        assert!(matches!(
+            kinds(writes)[..],
+            [(Statement::InsertLedgerCounted, false)]
         ));
     }
 
@@ -633,16 +665,19 @@ mod tests {
         assert_eq!(history_to_drop(1), 0);
         assert_eq!(history_to_drop(HISTORY_SWEEP_EVERY), HISTORY_SWEEP_EVERY);
         assert_eq!(history_to_drop(HISTORY_SWEEP_EVERY + 1), 0);
-        let unrecorded = |drop_through| {
+        // The unrecorded update's last parameter: the versions it drops up to, 0 for none.
+        let dropped = |drop_through| {
             let mut txn = PgTxn::new();
             txn.write("ctr_a", record(2), change(drop_through)).unwrap();
-            kinds(std::mem::take(&mut txn.writes))
-                .iter()
-                .any(|(statement, _)| matches!(statement, Statement::DropChanges))
+            let mut out = Vec::new();
+            statements(std::mem::take(&mut txn.writes), &mut out).unwrap();
+            assert!(matches!(out[..], [(Statement::UpdateResource, _, true)]));
+            format!("{:?}", out[0].1.last().unwrap())
         };
-        assert!(unrecorded(HISTORY_SWEEP_EVERY * 2));
-        assert!(!unrecorded(HISTORY_SWEEP_EVERY * 2 + 1));
-        assert!(!unrecorded(0));
+        let every = HISTORY_SWEEP_EVERY * 2;
+        assert_eq!(dropped(every), every.to_string());
+        assert_eq!(dropped(every + 1), "0");
+        assert_eq!(dropped(0), "0");
     }
 
     /// Reads answer from what was fetched, by its exact key, and name what they were not given.
