@@ -603,6 +603,31 @@ async fn the_request_path_plans_each_statement_once() {
     .await;
 }
 
+/// The connection string's own `options` apply, except for the settings the store's bounds and
+/// plans rest on, which the store's values override.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_stores_settings_win_over_the_connection_strings() {
+    whole_test(async {
+        let Some(schema) = pg::Schema::new() else {
+            return;
+        };
+        let options = "options=-c%20work_mem%3D7MB%20-c%20statement_timeout%3D0\
+                       %20-c%20plan_cache_mode%3Dforce_custom_plan";
+        let url = with_query(&schema.url, options);
+        let store = within(
+            "connecting with options",
+            PostgresStore::connect_with(&url, StoreConfig::default(), schema.one_connection()),
+        )
+        .await
+        .unwrap();
+        let setting = async |name| within(name, store.setting_for_tests(name)).await.unwrap();
+        assert_eq!(setting("work_mem").await, "7MB");
+        assert_eq!(setting("statement_timeout").await, "10s");
+        assert_eq!(setting("plan_cache_mode").await, "force_generic_plan");
+    })
+    .await;
+}
+
 /// By default the database's clock judges time, whatever the replica's clock says: a store whose
 /// own clock stands in the year 2000 records the database's instant.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -123,7 +123,10 @@ impl Default for PostgresOptions {
 /// transition runs once per attempt.) A unit is bounded in time: the pool wait, each statement
 /// (`statement_timeout`), each lock wait (`lock_timeout`) and the time a transaction may sit
 /// idle holding its locks while the transition runs (`idle_in_transaction_session_timeout`) are
-/// all set from [`PostgresOptions::timeout`], and the whole unit is abandoned past it. A
+/// all set from [`PostgresOptions::timeout`], and the whole unit is abandoned past it (these
+/// settings, and `plan_cache_mode` below, are sent when connecting after the `options` of the
+/// connection string or `PGOPTIONS`, so they win over the same settings there; the others
+/// there apply as given). A
 /// connection whose unit did not finish is closed, never reused: the server rolls its
 /// transaction back and lets its locks go once it notices, within the statement and lock
 /// timeouts at worst.
@@ -319,6 +322,19 @@ impl PostgresStore {
             .map_err(backend)?;
         session.release();
         Ok((row.get(0), row.get(1)))
+    }
+
+    /// The value of the setting `name` in a pooled connection's session.
+    #[doc(hidden)]
+    pub async fn setting_for_tests(&self, name: &str) -> Result<String, StoreError> {
+        let session = self.inner.session().await?;
+        let row = session
+            .client()
+            .query_one("SELECT current_setting($1)", &[&name])
+            .await
+            .map_err(backend)?;
+        session.release();
+        Ok(row.get(0))
     }
 }
 
