@@ -16,6 +16,9 @@
 #   ALLOCATOR   a malloc library to preload into every server, the baseline's included
 #               (LD_PRELOAD), for example /usr/lib/x86_64-linux-gnu/libmimalloc.so.2 (Debian's
 #               libmimalloc2.0); unset: the C library's malloc
+#   TOKIO_WORKER_THREADS  worker threads of every server's runtime, the baseline's included
+#               (tokio reads it); unset: one a core. With wrk on the same cores, `1` gives the
+#               servers one core and wrk the other, where the default oversubscribes them
 #
 # Cases (each run of each case reads the server's user+sys time from /proc/PID/stat before and
 # after, as the harness's compare.sh does):
@@ -73,7 +76,8 @@ url_memory="http://127.0.0.1:$((port + 2))/mcp"
 
 echo "== wrk $(wrk -v 2>&1 | head -n1 | awk '{print $2}'), threads=$threads connections=$conns" \
   "run=${secs}s rounds=$rounds warm-up=${warmup}s baskets=$baskets cores=$(nproc)" \
-  "malloc=${allocator:-libc}${GLIBC_TUNABLES:+ GLIBC_TUNABLES=$GLIBC_TUNABLES}"
+  "malloc=${allocator:-libc}${GLIBC_TUNABLES:+ GLIBC_TUNABLES=$GLIBC_TUNABLES}" \
+  "server-workers=${TOKIO_WORKER_THREADS:-$(nproc)}"
 echo "== servers: add $url_add (pid $pid_add), sqlite $url_sqlite (pid $pid_sqlite, $work/basket.db)," \
   "memory $url_memory (pid $pid_memory)"
 
