@@ -111,7 +111,7 @@ async fn test_tool_with_progress(cx: &Context) -> String {
             Some(&format!("Completed step {step} of 100")),
         );
     }
-    match &cx.meta().progress_token {
+    match cx.meta().progress_token() {
         Some(Value::String(token)) => token.clone(),
         Some(token) => token.to_string(),
         None => "0".into(),

@@ -239,17 +239,17 @@ impl Context {
 
     /// The protocol version the request claims.
     pub fn protocol_version(&self) -> &str {
-        &self.inner.meta.protocol_version
+        self.inner.meta.protocol_version()
     }
 
     /// The capabilities the client declared on this request.
     pub fn client_capabilities(&self) -> &Map<String, Value> {
-        &self.inner.meta.client_capabilities
+        self.inner.meta.client_capabilities()
     }
 
     /// The client's self-reported implementation, if sent. Never a basis for security.
     pub fn client_info(&self) -> Option<&Value> {
-        self.inner.meta.client_info.as_ref()
+        self.inner.meta.client_info()
     }
 
     /// The whole request `_meta`, including keys the runtime does not interpret.

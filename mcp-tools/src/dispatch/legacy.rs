@@ -5,7 +5,7 @@ use http::HeaderMap;
 use serde_json::{Map, Value, json};
 
 use crate::protocol::era::{LEGACY_VERSIONS, version_header};
-use crate::protocol::{LogLevel, RequestMeta, meta_keys};
+use crate::protocol::{LogLevel, RequestMeta};
 
 /// The request metadata of a legacy request: no capabilities are declared per request in that
 /// era, and log messages go out unless the client asked otherwise on this request (a level set
@@ -19,17 +19,7 @@ pub(crate) fn meta(params: &mut Map<String, Value>, headers: Option<&HeaderMap>)
         .and_then(version_header)
         .filter(|v| LEGACY_VERSIONS.contains(&&**v))
         .map_or_else(|| LEGACY_VERSIONS[0].to_owned(), |v| v.into_owned());
-    RequestMeta {
-        protocol_version,
-        client_capabilities: Map::new(),
-        client_info: None,
-        progress_token: raw
-            .get(meta_keys::PROGRESS_TOKEN)
-            .filter(|t| t.is_string() || t.is_i64() || t.is_u64())
-            .cloned(),
-        log_level: Some(LogLevel::Debug),
-        raw,
-    }
+    RequestMeta::legacy(protocol_version, Some(LogLevel::Debug), raw)
 }
 
 /// The `initialize` answer: the client's version when served, else the newest legacy one.

@@ -256,13 +256,13 @@ fn prepare(
             headers,
             headers::PROTOCOL_VERSION,
             "MCP-Protocol-Version",
-            &meta.protocol_version,
+            meta.protocol_version(),
             Presence::Required,
         )?;
     }
-    if !legacy && !SUPPORTED_VERSIONS.contains(&meta.protocol_version.as_str()) {
+    if !legacy && !SUPPORTED_VERSIONS.contains(&meta.protocol_version()) {
         return Err(RpcError::unsupported_version(
-            &meta.protocol_version,
+            meta.protocol_version(),
             &server.shared.base.supported_versions,
         ));
     }
@@ -335,17 +335,17 @@ fn prepare(
     } else if matches!(
         route,
         Route::CallTool | Route::GetPrompt | Route::ReadResource
-    ) && (meta.progress_token.is_some()
-        || (meta.log_level.is_some() && snapshot.capabilities.get("logging").is_some()))
+    ) && (meta.progress_token().is_some()
+        || (meta.log_level().is_some() && snapshot.capabilities.get("logging").is_some()))
     {
         let (sender, receiver) = mpsc::channel(crate::context::notify::BUFFER);
         let log_level = meta
-            .log_level
+            .log_level()
             .filter(|_| snapshot.capabilities.get("logging").is_some());
         (
             Some(Notifier::new(
                 sender,
-                meta.progress_token.clone(),
+                meta.progress_token().cloned(),
                 log_level,
             )),
             Some(receiver),

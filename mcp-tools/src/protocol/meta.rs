@@ -3,22 +3,21 @@ use serde_json::{Map, Value};
 use super::meta_keys;
 use crate::RpcError;
 
-/// The per-request `_meta` every 2026-07-28 request must carry.
+/// The per-request `_meta` every 2026-07-28 request must carry, checked once and kept whole:
+/// the accessors read the checked keys from it.
 #[derive(Debug, Clone, Default)]
 pub struct RequestMeta {
-    /// The protocol version the request claims.
-    pub protocol_version: String,
-    /// What the client can do, for this request only.
-    pub client_capabilities: Map<String, Value>,
-    /// The self-reported client implementation, if sent.
-    pub client_info: Option<Value>,
-    /// The progress token, if the client opted in to progress.
-    pub progress_token: Option<Value>,
-    /// The log level, if the client opted in to log messages.
-    pub log_level: Option<LogLevel>,
-    /// The whole `_meta` object, including keys this runtime does not interpret.
-    pub raw: Map<String, Value>,
+    protocol_version: String,
+    /// Whether the client's capabilities and implementation come from `_meta` (2026-07-28); a
+    /// request of the 2025-11-25 era declares neither per request.
+    declared: bool,
+    log_level: Option<LogLevel>,
+    raw: Map<String, Value>,
 }
+
+/// The capabilities of a request that declares none.
+static NO_CAPABILITIES: std::sync::LazyLock<Map<String, Value>> =
+    std::sync::LazyLock::new(Map::new);
 
 impl RequestMeta {
     /// Takes `_meta` out of `params` and checks its required keys.
@@ -56,8 +55,8 @@ impl RequestMeta {
                 )));
             }
         };
-        let client_capabilities = match raw.get(meta_keys::CLIENT_CAPABILITIES) {
-            Some(Value::Object(caps)) => caps.clone(),
+        match raw.get(meta_keys::CLIENT_CAPABILITIES) {
+            Some(Value::Object(_)) => {}
             Some(_) => {
                 return Err(RpcError::invalid_meta(format!(
                     "`_meta[\"{}\"]` must be an object",
@@ -70,34 +69,27 @@ impl RequestMeta {
                     meta_keys::CLIENT_CAPABILITIES
                 )));
             }
-        };
-        let client_info = match raw.get(meta_keys::CLIENT_INFO) {
-            None => None,
-            Some(info @ Value::Object(fields))
-                if fields.get("name").is_some_and(Value::is_string) =>
-            {
-                Some(info.clone())
-            }
+        }
+        match raw.get(meta_keys::CLIENT_INFO) {
+            None => {}
+            Some(Value::Object(fields)) if fields.get("name").is_some_and(Value::is_string) => {}
             Some(_) => {
                 return Err(RpcError::invalid_meta(format!(
                     "`_meta[\"{}\"]` must be an object with a string `name`",
                     meta_keys::CLIENT_INFO
                 )));
             }
-        };
-        let progress_token = match raw.get(meta_keys::PROGRESS_TOKEN) {
-            None => None,
-            // The token is echoed in every progress notification, where it must be a string or an
-            // integer: a fractional one would make those notifications invalid.
-            Some(token) if token.is_string() || token.is_i64() || token.is_u64() => {
-                Some(token.clone())
-            }
-            Some(_) => {
-                return Err(RpcError::invalid_meta(
-                    "`_meta.progressToken` must be a string or an integer",
-                ));
-            }
-        };
+        }
+        // The token is echoed in every progress notification, where it must be a string or an
+        // integer: a fractional one would make those notifications invalid.
+        if raw
+            .get(meta_keys::PROGRESS_TOKEN)
+            .is_some_and(|token| !is_progress_token(token))
+        {
+            return Err(RpcError::invalid_meta(
+                "`_meta.progressToken` must be a string or an integer",
+            ));
+        }
         let log_level = match raw.get(meta_keys::LOG_LEVEL) {
             None => None,
             Some(Value::String(level)) if LogLevel::parse(level).is_some() => {
@@ -113,13 +105,68 @@ impl RequestMeta {
         };
         Ok(RequestMeta {
             protocol_version,
-            client_capabilities,
-            client_info,
-            progress_token,
+            declared: true,
             log_level,
             raw,
         })
     }
+
+    /// The `_meta` of a request of the 2025-11-25 era, which declares no capabilities and no
+    /// implementation per request: `protocol_version` comes from elsewhere (a header), and an
+    /// invalid progress token is ignored rather than refused.
+    pub(crate) fn legacy(
+        protocol_version: String,
+        log_level: Option<LogLevel>,
+        raw: Map<String, Value>,
+    ) -> RequestMeta {
+        RequestMeta {
+            protocol_version,
+            declared: false,
+            log_level,
+            raw,
+        }
+    }
+
+    /// The protocol version the request claims.
+    pub fn protocol_version(&self) -> &str {
+        &self.protocol_version
+    }
+
+    /// What the client can do, for this request only.
+    pub fn client_capabilities(&self) -> &Map<String, Value> {
+        match self.raw.get(meta_keys::CLIENT_CAPABILITIES) {
+            Some(Value::Object(capabilities)) if self.declared => capabilities,
+            _ => &NO_CAPABILITIES,
+        }
+    }
+
+    /// The self-reported client implementation, if sent.
+    pub fn client_info(&self) -> Option<&Value> {
+        self.raw
+            .get(meta_keys::CLIENT_INFO)
+            .filter(|_| self.declared)
+    }
+
+    /// The progress token, if the client opted in to progress.
+    pub fn progress_token(&self) -> Option<&Value> {
+        self.raw
+            .get(meta_keys::PROGRESS_TOKEN)
+            .filter(|token| is_progress_token(token))
+    }
+
+    /// The log level, if the client opted in to log messages.
+    pub fn log_level(&self) -> Option<LogLevel> {
+        self.log_level
+    }
+
+    /// The whole `_meta` object, including keys this runtime does not interpret.
+    pub fn raw(&self) -> &Map<String, Value> {
+        &self.raw
+    }
+}
+
+fn is_progress_token(token: &Value) -> bool {
+    token.is_string() || token.is_i64() || token.is_u64()
 }
 
 /// Severity of a log message, lowest first (RFC 5424 order).
@@ -194,7 +241,7 @@ mod tests {
     fn client_info_must_be_an_object_with_a_string_name() {
         let info = json!({ "name": "client", "version": "1.0.0" });
         let meta = RequestMeta::take_from(Some(&mut meta_with_client_info(info.clone()))).unwrap();
-        assert_eq!(meta.client_info, Some(info));
+        assert_eq!(meta.client_info(), Some(&info));
         for bad in [
             json!({}),
             json!({ "version": "1.0.0" }),
@@ -223,7 +270,7 @@ mod tests {
         };
         for token in [json!("p-1"), json!(7), json!(-7), json!(u64::MAX)] {
             let meta = with_token(token.clone()).unwrap();
-            assert_eq!(meta.progress_token, Some(token));
+            assert_eq!(meta.progress_token(), Some(&token));
         }
         for token in [json!(1.5), json!(true), json!(null), json!({})] {
             let error = with_token(token.clone()).unwrap_err();

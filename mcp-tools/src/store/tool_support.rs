@@ -282,7 +282,7 @@ fn precondition(
 ) -> Result<(u64, bool), CallToolResult> {
     let invalid =
         |message: String| Err(ToolError::new(ToolError::INVALID_ARGUMENTS, message).into_result());
-    let from_meta = match cx.meta().raw.get(VALIDATOR_META_KEY) {
+    let from_meta = match cx.meta().raw().get(VALIDATOR_META_KEY) {
         None => None,
         Some(Value::String(validator)) => Some(validator.as_str()),
         Some(_) => {
@@ -393,7 +393,7 @@ fn confirmed_version<R: IsEntity>(
         }
         return Ok(Some(version));
     }
-    match cx.meta().raw.get(CONFIRMATION_META_KEY) {
+    match cx.meta().raw().get(CONFIRMATION_META_KEY) {
         None => Ok(None),
         Some(Value::String(sealed)) => {
             let target = tool_call_target(tool);
