@@ -255,6 +255,54 @@ mod tests {
         }
     }
 
+    /// A request of the 2025-11-25 era declares no capabilities and no implementation per
+    /// request, whatever its `_meta` carries, and an invalid progress token is ignored there.
+    #[test]
+    fn a_legacy_request_declares_nothing_per_request() {
+        let raw = json!({
+            meta_keys::CLIENT_CAPABILITIES: { "elicitation": {} },
+            meta_keys::CLIENT_INFO: { "name": "client" },
+            meta_keys::PROGRESS_TOKEN: 1.5,
+            "x-custom": true,
+        })
+        .as_object()
+        .unwrap()
+        .clone();
+        let meta = RequestMeta::legacy("2025-11-25".into(), Some(LogLevel::Debug), raw.clone());
+        assert_eq!(meta.protocol_version(), "2025-11-25");
+        assert!(meta.client_capabilities().is_empty());
+        assert_eq!(meta.client_info(), None);
+        assert_eq!(meta.progress_token(), None);
+        assert_eq!(meta.log_level(), Some(LogLevel::Debug));
+        assert_eq!(meta.raw(), &raw);
+
+        let mut with_token = raw;
+        with_token.insert(meta_keys::PROGRESS_TOKEN.into(), json!("p-1"));
+        let meta = RequestMeta::legacy("2025-11-25".into(), None, with_token);
+        assert_eq!(meta.progress_token(), Some(&json!("p-1")));
+    }
+
+    /// A current request's accessors read what its `_meta` declared.
+    #[test]
+    fn a_current_request_reads_its_meta() {
+        let mut params = json!({ "_meta": {
+            meta_keys::PROTOCOL_VERSION: "2026-07-28",
+            meta_keys::CLIENT_CAPABILITIES: { "elicitation": {} },
+            meta_keys::LOG_LEVEL: "warning",
+        } })
+        .as_object()
+        .unwrap()
+        .clone();
+        let meta = RequestMeta::take_from(Some(&mut params)).unwrap();
+        assert!(params.is_empty(), "`_meta` is taken out of the params");
+        assert_eq!(meta.protocol_version(), "2026-07-28");
+        assert!(meta.client_capabilities().contains_key("elicitation"));
+        assert_eq!(meta.client_info(), None);
+        assert_eq!(meta.progress_token(), None);
+        assert_eq!(meta.log_level(), Some(LogLevel::Warning));
+        assert_eq!(meta.raw().len(), 3);
+    }
+
     #[test]
     fn a_progress_token_is_a_string_or_any_integer() {
         let with_token = |token: Value| {
