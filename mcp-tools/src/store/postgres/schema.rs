@@ -215,24 +215,24 @@ impl Sql {
                   expires_at)
                  VALUES ($8, $9, $10, $11, NULL, $1, $12, $13)"
             ),
-            // A change, its undo patch and the history beyond the limit ($8: versions up to
+            // A change, its undo patch and the history beyond the limit ($7: versions up to
             // it, 0 for none), in one statement. The insert reads `u`. The handle's advisory
             // lock is held; should the row still have moved (or gone), the division by zero
             // aborts the transaction, so the `COMMIT` sent with it rolls everything back.
             update_resource: format!(
                 "WITH u AS (
                      UPDATE {resources} SET version = $2::int8, state = $3, lifecycle = $4,
-                         expires_at = $5::int8, ledger_live = ledger_live + $6::int8
+                         expires_at = $5::int8, ledger_live = ledger_live + $8::int8
                      WHERE handle = $1 AND version = $2::int8 - 1
                      RETURNING handle),
                  c AS (INSERT INTO {changes} (handle, version, undo)
-                       SELECT handle, $2::int8, $7 FROM u),
+                       SELECT handle, $2::int8, $6 FROM u),
                  d AS (DELETE FROM {changes}
-                       WHERE handle = $1 AND version <= $8::int8
+                       WHERE handle = $1 AND version <= $7::int8
                          AND EXISTS (SELECT 1 FROM u))
                  SELECT 1 / count(*)::int FROM u"
             ),
-            // A change, its undo patch, the history beyond the limit ($13: versions up to it, 0
+            // A change, its undo patch, the history beyond the limit ($7: versions up to it, 0
             // for none) and the ledger record about it, in one statement: the usual mutation.
             // The inserts read `u`, and the division by zero aborts the transaction if the
             // conditional update changed nothing.
@@ -245,12 +245,12 @@ impl Sql {
                  c AS (INSERT INTO {changes} (handle, version, undo)
                        SELECT handle, $2::int8, $6 FROM u),
                  d AS (DELETE FROM {changes}
-                       WHERE handle = $1 AND version <= $13::int8
+                       WHERE handle = $1 AND version <= $7::int8
                          AND EXISTS (SELECT 1 FROM u)),
                  l AS (INSERT INTO {ledger}
                        (principal, operation_id, fingerprint, outcome, claim, handle,
                         recorded_at, expires_at)
-                       SELECT $7, $8, $9, $10, NULL, handle, $11::int8, $12::int8 FROM u)
+                       SELECT $8, $9, $10, $11, NULL, handle, $12::int8, $13::int8 FROM u)
                  SELECT 1 / count(*)::int FROM u"
             ),
             insert_ledger: format!(

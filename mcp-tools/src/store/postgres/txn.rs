@@ -398,82 +398,98 @@ pub(crate) fn statements(
     }
     let mut writes = rest.into_iter().peekable();
     while let Some(write) = writes.next() {
-        if let Write::Update {
-            handle,
-            record,
-            change,
-            counted: 1,
-        } = &write
-            && let Some(Write::LedgerInsert {
-                principal,
-                operation_id,
-                entry,
-                ..
-            }) = writes.peek()
-            && entry.handle.as_ref() == Some(handle)
-            && let LedgerState::Done(outcome) = &entry.state
-        {
-            out.push((
-                Statement::UpdateRecorded,
-                vec![
-                    Box::new(handle.clone()),
-                    Box::new(version_to_sql(record.version)?),
-                    Box::new(to_json(&*record.state, "state")?),
-                    Box::new(record.lifecycle.as_str()),
-                    Box::new(record.expires_at),
-                    Box::new(to_json(&change.undo, "history")?),
-                    Box::new(principal.clone()),
-                    Box::new(operation_id.clone()),
-                    Box::new(entry.fingerprint.as_bytes().to_vec()),
-                    Box::new(to_json(outcome, "ledger outcome")?),
-                    Box::new(entry.recorded_at),
-                    Box::new(entry.expires_at),
-                    Box::new(version_to_sql(history_to_drop(change.drop_through))?),
-                ],
-                true,
-            ));
-            writes.next();
-            continue;
+        // The write's own parameters come first, the record's last.
+        let folded = match &write {
+            Write::Update {
+                handle,
+                record,
+                change,
+                counted: 1,
+            } => record_about(handle, writes.peek()).map(|recorded| {
+                (
+                    Statement::UpdateRecorded,
+                    update_params(handle, record, change),
+                    recorded,
+                )
+            }),
+            Write::Insert {
+                handle,
+                record,
+                counted: 1,
+            } => record_about(handle, writes.peek()).map(|recorded| {
+                (
+                    Statement::InsertRecorded,
+                    insert_params(handle, record),
+                    recorded,
+                )
+            }),
+            _ => None,
+        };
+        match folded {
+            Some((statement, params, recorded)) => {
+                let mut params = params?;
+                params.extend(recorded?);
+                out.push((statement, params, true));
+                writes.next();
+            }
+            None => statement(write, out)?,
         }
-        if let Write::Insert {
-            handle,
-            record,
-            counted: 1,
-        } = &write
-            && let Some(Write::LedgerInsert {
-                principal,
-                operation_id,
-                entry,
-                ..
-            }) = writes.peek()
-            && entry.handle.as_ref() == Some(handle)
-            && let LedgerState::Done(outcome) = &entry.state
-        {
-            out.push((
-                Statement::InsertRecorded,
-                vec![
-                    Box::new(handle.clone()),
-                    Box::new(record.kind.to_string()),
-                    Box::new(record.owner.to_string()),
-                    Box::new(version_to_sql(record.version)?),
-                    Box::new(to_json(&*record.state, "state")?),
-                    Box::new(record.lifecycle.as_str()),
-                    Box::new(record.expires_at),
-                    Box::new(principal.clone()),
-                    Box::new(operation_id.clone()),
-                    Box::new(entry.fingerprint.as_bytes().to_vec()),
-                    Box::new(to_json(outcome, "ledger outcome")?),
-                    Box::new(entry.recorded_at),
-                    Box::new(entry.expires_at),
-                ],
-                true,
-            ));
-            writes.next();
-            continue;
-        }
-        statement(write, out)?;
     }
     Ok(())
+}
+
+/// A new resource's columns, the parameters its statements start with.
+fn insert_params(handle: &str, record: &Record) -> Result<Vec<Param>, StoreError> {
+    Ok(vec![
+        Box::new(handle.to_owned()),
+        Box::new(record.kind.to_string()),
+        Box::new(record.owner.to_string()),
+        Box::new(version_to_sql(record.version)?),
+        Box::new(to_json(&*record.state, "state")?),
+        Box::new(record.lifecycle.as_str()),
+        Box::new(record.expires_at),
+    ])
+}
+
+/// A change's columns, its undo patch and the history it drops: the parameters its statements
+/// start with.
+fn update_params(handle: &str, record: &Record, change: &Change) -> Result<Vec<Param>, StoreError> {
+    Ok(vec![
+        Box::new(handle.to_owned()),
+        Box::new(version_to_sql(record.version)?),
+        Box::new(to_json(&*record.state, "state")?),
+        Box::new(record.lifecycle.as_str()),
+        Box::new(record.expires_at),
+        Box::new(to_json(&change.undo, "history")?),
+        Box::new(version_to_sql(history_to_drop(change.drop_through))?),
+    ])
+}
+
+/// The parameters of the ledger record `next`, if it records an outcome about `handle`: the
+/// write of `handle` and the record are then one statement, the record's parameters last.
+fn record_about(handle: &str, next: Option<&Write>) -> Option<Result<Vec<Param>, StoreError>> {
+    let Some(Write::LedgerInsert {
+        principal,
+        operation_id,
+        entry,
+        ..
+    }) = next
+    else {
+        return None;
+    };
+    let LedgerState::Done(outcome) = &entry.state else {
+        return None;
+    };
+    (entry.handle.as_deref() == Some(handle)).then(|| {
+        Ok(vec![
+            Box::new(principal.clone()) as Param,
+            Box::new(operation_id.clone()),
+            Box::new(entry.fingerprint.as_bytes().to_vec()),
+            Box::new(to_json(outcome, "ledger outcome")?),
+            Box::new(entry.recorded_at),
+            Box::new(entry.expires_at),
+        ])
+    })
 }
 
 fn statement(write: Write, out: &mut Vec<(Statement, Vec<Param>, bool)>) -> Result<(), StoreError> {
@@ -482,39 +498,21 @@ fn statement(write: Write, out: &mut Vec<(Statement, Vec<Param>, bool)>) -> Resu
             handle,
             record,
             counted,
-        } => out.push((
-            Statement::InsertResource,
-            vec![
-                Box::new(handle),
-                Box::new(record.kind.to_string()),
-                Box::new(record.owner.to_string()),
-                Box::new(version_to_sql(record.version)?),
-                Box::new(to_json(&*record.state, "state")?),
-                Box::new(record.lifecycle.as_str()),
-                Box::new(record.expires_at),
-                Box::new(counted),
-            ],
-            true,
-        )),
+        } => {
+            let mut params = insert_params(&handle, &record)?;
+            params.push(Box::new(counted));
+            out.push((Statement::InsertResource, params, true));
+        }
         Write::Update {
             handle,
             record,
             change,
             counted,
-        } => out.push((
-            Statement::UpdateResource,
-            vec![
-                Box::new(handle),
-                Box::new(version_to_sql(record.version)?),
-                Box::new(to_json(&*record.state, "state")?),
-                Box::new(record.lifecycle.as_str()),
-                Box::new(record.expires_at),
-                Box::new(counted),
-                Box::new(to_json(&change.undo, "history")?),
-                Box::new(version_to_sql(history_to_drop(change.drop_through))?),
-            ],
-            true,
-        )),
+        } => {
+            let mut params = update_params(&handle, &record, &change)?;
+            params.push(Box::new(counted));
+            out.push((Statement::UpdateResource, params, true));
+        }
         Write::LedgerInsert {
             principal,
             operation_id,
@@ -665,14 +663,14 @@ mod tests {
         assert_eq!(history_to_drop(1), 0);
         assert_eq!(history_to_drop(HISTORY_SWEEP_EVERY), HISTORY_SWEEP_EVERY);
         assert_eq!(history_to_drop(HISTORY_SWEEP_EVERY + 1), 0);
-        // The unrecorded update's last parameter: the versions it drops up to, 0 for none.
+        // The unrecorded update's seventh parameter: the versions it drops up to, 0 for none.
         let dropped = |drop_through| {
             let mut txn = PgTxn::new();
             txn.write("ctr_a", record(2), change(drop_through)).unwrap();
             let mut out = Vec::new();
             statements(std::mem::take(&mut txn.writes), &mut out).unwrap();
             assert!(matches!(out[..], [(Statement::UpdateResource, _, true)]));
-            format!("{:?}", out[0].1.last().unwrap())
+            format!("{:?}", out[0].1[6])
         };
         let every = HISTORY_SWEEP_EVERY * 2;
         assert_eq!(dropped(every), every.to_string());
