@@ -842,7 +842,7 @@ async fn round_trips_per_call_are_those_documented() {
             match call {
                 "read" => (1, 1),
                 "mutation, applied" => (2, 5),
-                "mutation without an operation id, applied" => (2, 5),
+                "mutation without an operation id, applied" => (3, 5),
                 "mutation, stale_view with its delta" => (3, 6),
                 "mutation, rebased over a concurrent change" => (3, 6),
                 "mutation, stale_view past the history limit" => (2, 5),
@@ -850,7 +850,7 @@ async fn round_trips_per_call_are_those_documented() {
                 "replay" => (2, 4),
                 "an operation id recorded about another resource" => (3, 5),
                 "create, state known up front" => (2, 5),
-                "create without an operation id" => (2, 5),
+                "create without an operation id" => (3, 5),
                 "create whose function makes the state" => (4, 11),
                 other => panic!("no documented count for {other}"),
             }

@@ -107,6 +107,9 @@ impl Default for PostgresOptions {
 ///    ledger record inserted from its `RETURNING`, so neither is written unless the update was.
 ///    Every other write is one statement too: a change without a ledger record, a new
 ///    resource with its record, a recorded outcome that changes nothing with its count.
+///    A unit without an operation id sends `COMMIT` only once its writes have answered (a third
+///    round trip): abandoned past its timeout before then, it commits nothing, where a unit
+///    with an operation id leaves what it sent to the ledger to tell its retry.
 ///    A failing statement aborts the transaction, and the `COMMIT` then rolls it back: the
 ///    change, its history and its ledger record commit or vanish together.
 ///
@@ -560,8 +563,13 @@ impl Inner {
         }
     }
 
-    /// The second round trip: the writes and `COMMIT`, pipelined.
-    async fn commit(&self, session: &Session, pg: PgTxn) -> Result<(), StoreError> {
+    /// The second round trip: the writes and `COMMIT`, pipelined when the unit has an operation
+    /// id. A unit abandoned past its timeout may still commit what it already sent; with an
+    /// operation id its retry reads the outcome from the ledger, so that costs nothing. Without
+    /// one, nothing would tell a retry that the change was made, so `COMMIT` goes out only
+    /// once the writes have answered (one more round trip): a unit abandoned before then never
+    /// commits.
+    async fn commit(&self, session: &Session, pg: PgTxn, ledgered: bool) -> Result<(), StoreError> {
         let client = session.client();
         let mut list = Vec::new();
         statements(pg.writes, &mut list)?;
@@ -590,7 +598,13 @@ impl Inner {
                     )
                 }),
         );
-        let (written, committed) = tokio::join!(biased; writes, client.batch_execute("COMMIT"));
+        // With nothing written, there is nothing a lost answer could hide.
+        let pipelined = ledgered || list.is_empty();
+        let (written, committed) = if pipelined {
+            tokio::join!(biased; writes, client.batch_execute("COMMIT"))
+        } else {
+            (writes.await, Ok(()))
+        };
         for (result, (statement, _, exact)) in written.into_iter().zip(&list) {
             let rows = result.map_err(backend)?;
             if *exact && rows != 1 {
@@ -600,6 +614,9 @@ impl Inner {
             }
         }
         committed.map_err(backend)?;
+        if !pipelined {
+            client.batch_execute("COMMIT").await.map_err(backend)?;
+        }
         Ok(())
     }
 
@@ -616,7 +633,8 @@ impl Inner {
         let value = self
             .settle(&session, &mut pg, now, |pg| step(pg, now))
             .await?;
-        self.commit(&session, pg).await?;
+        self.commit(&session, pg, opening.operation.is_some())
+            .await?;
         session.release();
         self.count_write();
         Ok(value)
