@@ -104,12 +104,7 @@ async fn verify_full_with_the_servers_root_connects_over_tls() {
             &schema.url,
             &format!("sslmode=verify-full&sslrootcert={ca}&application_name=tls_full"),
         );
-        let store = within(
-            "connecting",
-            PostgresStore::connect_with(&url, StoreConfig::default(), schema.options()),
-        )
-        .await
-        .unwrap();
+        let store = pg::connect_to(&url, StoreConfig::default(), schema.options()).await;
         let handle = create(&store).await;
         assert_eq!(read_count(&store, &handle).await, 0);
         let sessions = tls_in_use(&schema, "tls_full").await;
@@ -123,12 +118,7 @@ async fn verify_full_with_the_servers_root_connects_over_tls() {
             &schema.url,
             &format!("sslmode=verify-ca&sslrootcert={ca}&application_name=tls_ca"),
         );
-        let store = within(
-            "connecting",
-            PostgresStore::connect_with(&url, StoreConfig::default(), schema.options()),
-        )
-        .await
-        .unwrap();
+        let store = pg::connect_to(&url, StoreConfig::default(), schema.options()).await;
         create(&store).await;
         let sessions = tls_in_use(&schema, "tls_ca").await;
         assert!(
@@ -148,12 +138,7 @@ async fn tls_modes_are_honoured() {
             return;
         };
         let plain = with_query(&schema.url, "sslmode=disable&application_name=tls_off");
-        let store = within(
-            "connecting",
-            PostgresStore::connect_with(&plain, StoreConfig::default(), schema.options()),
-        )
-        .await
-        .unwrap();
+        let store = pg::connect_to(&plain, StoreConfig::default(), schema.options()).await;
         create(&store).await;
         let sessions = tls_in_use(&schema, "tls_off").await;
         assert!(
@@ -162,12 +147,7 @@ async fn tls_modes_are_honoured() {
         );
 
         let required = with_query(&schema.url, "sslmode=require&application_name=tls_required");
-        let store = within(
-            "connecting",
-            PostgresStore::connect_with(&required, StoreConfig::default(), schema.options()),
-        )
-        .await
-        .unwrap();
+        let store = pg::connect_to(&required, StoreConfig::default(), schema.options()).await;
         create(&store).await;
         let sessions = tls_in_use(&schema, "tls_required").await;
         assert!(
@@ -614,12 +594,7 @@ async fn the_stores_settings_win_over_the_connection_strings() {
         let options = "options=-c%20work_mem%3D7MB%20-c%20statement_timeout%3D0\
                        %20-c%20plan_cache_mode%3Dforce_custom_plan";
         let url = with_query(&schema.url, options);
-        let store = within(
-            "connecting with options",
-            PostgresStore::connect_with(&url, StoreConfig::default(), schema.one_connection()),
-        )
-        .await
-        .unwrap();
+        let store = pg::connect_to(&url, StoreConfig::default(), schema.one_connection()).await;
         let setting = async |name| within(name, store.setting_for_tests(name)).await.unwrap();
         assert_eq!(setting("work_mem").await, "7MB");
         assert_eq!(setting("statement_timeout").await, "10s");
@@ -734,12 +709,7 @@ async fn round_trips_per_call_are_those_documented() {
             sweep_interval: Duration::from_secs(3600),
             ..schema.one_connection()
         };
-        let store = within(
-            "connecting through the proxy",
-            PostgresStore::connect_with(&wire.url, config, options),
-        )
-        .await
-        .expect("the store opens through the proxy");
+        let store = pg::connect_to(&wire.url, config, options).await;
         let fingerprint = |payload: &str| {
             mcp_tools::store::Fingerprint::of_call("pair", &serde_json::json!(payload))
         };

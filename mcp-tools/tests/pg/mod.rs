@@ -26,6 +26,17 @@ pub fn url() -> Option<String> {
     }
 }
 
+/// A store on `url` (the test database's, or another way to reach it), which must open.
+pub async fn connect_to(url: &str, config: StoreConfig, options: PostgresOptions) -> PostgresStore {
+    tokio::time::timeout(
+        std::time::Duration::from_secs(30),
+        PostgresStore::connect_with(url, config, options),
+    )
+    .await
+    .expect("connecting to PostgreSQL timed out")
+    .expect("the PostgreSQL store opens")
+}
+
 /// A schema of its own for one test, dropped with it, so tests run side by side on one database.
 pub struct Schema {
     pub url: String,
@@ -74,13 +85,7 @@ impl Schema {
         config: StoreConfig,
         options: PostgresOptions,
     ) -> PostgresStore {
-        tokio::time::timeout(
-            std::time::Duration::from_secs(30),
-            PostgresStore::connect_with(&self.url, config, options),
-        )
-        .await
-        .expect("connecting to PostgreSQL timed out")
-        .expect("the PostgreSQL store opens")
+        connect_to(&self.url, config, options).await
     }
 
     /// Opens a store from synchronous code inside a multi-threaded runtime.
