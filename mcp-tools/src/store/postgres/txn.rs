@@ -465,14 +465,14 @@ fn update_params(handle: &str, record: &Record, change: &Change) -> Result<Vec<P
     ])
 }
 
-/// The parameters of the ledger record `next`, if it records an outcome about `handle`: the
-/// write of `handle` and the record are then one statement, the record's parameters last.
+/// The parameters of the ledger record `next`, if it records an outcome about `handle` that the
+/// write of `handle` counts: the two are then one statement, the record's parameters last.
 fn record_about(handle: &str, next: Option<&Write>) -> Option<Result<Vec<Param>, StoreError>> {
     let Some(Write::LedgerInsert {
         principal,
         operation_id,
         entry,
-        ..
+        counts: false,
     }) = next
     else {
         return None;
