@@ -319,6 +319,44 @@ mod tests {
 
     use super::*;
 
+    /// The size hint covers what the usual blocks take as JSON, so a result body allocated
+    /// from it is written without growing: text of any length (up to one escape in eight
+    /// characters), media data, links.
+    #[test]
+    fn the_size_hint_covers_the_usual_blocks() {
+        let blocks = |text: &str| {
+            vec![
+                Content::text(text),
+                Content::Image {
+                    data: "iVBORw0KGgo".repeat(40),
+                    mime_type: "image/png".into(),
+                },
+                Content::ResourceLink {
+                    uri: "mem://baskets/bsk_42".into(),
+                    name: "basket".into(),
+                    description: None,
+                    mime_type: None,
+                },
+            ]
+        };
+        for text in [
+            String::new(),
+            "x".into(),
+            "Applied: bsk_42 is now at version 2.".into(),
+            "a \"word\" in a line of text\n".repeat(200),
+            "seven ch\n".repeat(500),
+        ] {
+            let blocks = blocks(&text);
+            let written = serde_json::to_vec(&blocks).unwrap().len();
+            let hint = Content::size_hint(&blocks);
+            assert!(written <= hint, "{written} bytes written, {hint} hinted");
+            assert!(
+                hint <= written * 2 + 200,
+                "{hint} hinted for {written} bytes"
+            );
+        }
+    }
+
     /// A rendered result comes back whole, or as an error: never without its structured content.
     #[test]
     fn a_rendered_result_converts_back_whole_or_as_an_error() {
