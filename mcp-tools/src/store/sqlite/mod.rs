@@ -249,7 +249,7 @@ impl SqliteStore {
             [LAYOUT],
         )?;
         txn.commit()?;
-        let writer = Arc::new(Writer::new(writer, Arc::clone(&config.clock)));
+        let writer = Writer::spawn(writer, Arc::clone(&config.clock))?;
         let inner = Arc::new_cyclic(|weak: &Weak<Inner>| Inner {
             path,
             config,

@@ -1,15 +1,23 @@
 //! The writer of a SQLite store, with group commit: a request queues its atomic unit, and whoever
-//! finds the writer connection free leads: it runs every queued unit in one transaction (a
-//! savepoint each, so a failed unit leaves no trace), commits once and answers them all. A
-//! request that finds a leader at work awaits its answer without holding a thread, so writers
-//! never pile up on the lock, and an uncontended write runs on its caller's thread, with no
-//! hand-off.
+//! leads runs every queued unit in one transaction (a savepoint each, so a failed unit leaves no
+//! trace), commits once and answers them all.
+//!
+//! A request on a runtime's task hands its unit to a thread of the store's own, which leads, and
+//! awaits the answer: a commit never blocks a runtime worker, and the write work stays on one
+//! thread, with its caches and the allocator arena the connection's memory comes from. (Leading
+//! on the requesting worker itself, with `block_in_place` handing the worker's other requests to
+//! another thread, moved the HTTP work from thread to thread: an upgrade over HTTP cost 15% more
+//! CPU and answered 13% fewer requests a second.) A caller that is not a task (a thread outside
+//! any runtime, or `block_on` on a multi-threaded runtime, which runs no other task) leads on its
+//! own thread when the connection is free, and saves the two hand-offs.
 
 use std::any::Any;
 use std::panic::{self, AssertUnwindSafe};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use rusqlite::Connection;
+use std::thread::Thread;
+
 use tokio::runtime::RuntimeFlavor;
 
 use super::SqlTxn;
@@ -80,6 +88,8 @@ pub(super) struct Writer {
     connection: Mutex<Connection>,
     queue: Mutex<Vec<Box<dyn Job>>>,
     clock: Arc<dyn Clock>,
+    /// The thread that leads for tasks; it ends once the writer is dropped.
+    thread: Thread,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -91,12 +101,31 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Writer {
-    pub(super) fn new(connection: Connection, clock: Arc<dyn Clock>) -> Self {
-        Writer {
+    /// The writer of `connection`, with its thread.
+    pub(super) fn spawn(
+        connection: Connection,
+        clock: Arc<dyn Clock>,
+    ) -> Result<Arc<Self>, StoreError> {
+        let (hand_over, handed) = std::sync::mpsc::sync_channel::<Weak<Writer>>(1);
+        let thread = std::thread::Builder::new()
+            .name("mcp-sqlite-writer".into())
+            .spawn(move || {
+                if let Ok(writer) = handed.recv() {
+                    lead_when_woken(&writer);
+                }
+            })
+            .map_err(|error| {
+                StoreError::Backend(format!("could not start the SQLite writer thread: {error}"))
+            })?;
+        let writer = Arc::new(Writer {
             connection: Mutex::new(connection),
             queue: Mutex::new(Vec::new()),
             clock,
-        }
+            thread: thread.thread().clone(),
+        });
+        // The channel has room for this one message, so the send cannot block.
+        let _ = hand_over.send(Arc::downgrade(&writer));
+        Ok(writer)
     }
 
     fn enqueue<T, F>(&self, work: F) -> tokio::sync::oneshot::Receiver<Result<T, StoreError>>
@@ -161,25 +190,18 @@ impl Writer {
         }
     }
 
-    /// Runs `work` as one atomic unit and awaits its committed answer. A request that finds the
-    /// connection free leads: on a multi-threaded runtime in place (`block_in_place`, entered
-    /// only by the leader, so a request that waits hands no worker over), elsewhere on the
-    /// blocking pool, so a current-thread runtime is never blocked.
-    pub(super) async fn run<T, F>(self: &Arc<Self>, work: F) -> Result<T, StoreError>
+    /// Runs `work` as one atomic unit and awaits its committed answer: a task hands it to the
+    /// writer thread; any other caller leads itself when the connection is free.
+    pub(super) async fn run<T, F>(&self, work: F) -> Result<T, StoreError>
     where
         F: FnOnce(&mut SqlTxn<'_>, i64) -> Result<T, StoreError> + Send + 'static,
         T: Send + 'static,
     {
         let answer = self.enqueue(work);
-        let multi_thread = tokio::runtime::Handle::try_current()
-            .is_ok_and(|handle| handle.runtime_flavor() == RuntimeFlavor::MultiThread);
-        if multi_thread {
-            if let Some(connection) = self.try_connection() {
-                tokio::task::block_in_place(|| self.lead_holding(connection));
-            }
+        if may_block_here() {
+            self.lead();
         } else {
-            let writer = Arc::clone(self);
-            let _ = tokio::task::spawn_blocking(move || writer.lead()).await;
+            self.thread.unpark();
         }
         answer
             .await
@@ -197,6 +219,37 @@ impl Writer {
         answer
             .blocking_recv()
             .unwrap_or_else(|_| Err(StoreError::Task("the unit was dropped unanswered".into())))
+    }
+}
+
+impl Drop for Writer {
+    fn drop(&mut self) {
+        // The thread wakes, finds the writer gone and ends.
+        self.thread.unpark();
+    }
+}
+
+/// The writer thread's loop: leads whenever a task hands it a unit, until the writer is dropped.
+fn lead_when_woken(writer: &Weak<Writer>) {
+    loop {
+        std::thread::park();
+        let Some(writer) = writer.upgrade() else {
+            return;
+        };
+        writer.lead();
+    }
+}
+
+/// Whether the calling thread may wait for a commit: true outside any runtime, and in
+/// `block_on` on a multi-threaded runtime, whose thread runs no other task. A runtime's worker,
+/// or the thread of a current-thread runtime, must not.
+fn may_block_here() -> bool {
+    match tokio::runtime::Handle::try_current() {
+        Err(_) => true,
+        Ok(runtime) => {
+            runtime.runtime_flavor() == RuntimeFlavor::MultiThread
+                && tokio::task::try_id().is_none()
+        }
     }
 }
 
@@ -272,7 +325,7 @@ mod tests {
         connection
             .execute_batch("CREATE TABLE t (v INTEGER)")
             .unwrap();
-        let writer = Arc::new(Writer::new(connection, Arc::new(SystemClock)));
+        let writer = Writer::spawn(connection, Arc::new(SystemClock)).unwrap();
 
         let (started, running) = std_mpsc::channel::<()>();
         let (release, released) = std_mpsc::channel::<()>();
@@ -321,5 +374,64 @@ mod tests {
             .collect::<Result<_, _>>()
             .unwrap();
         assert_eq!(kept, [1, 4]);
+    }
+
+    fn writer_with_table() -> (tempfile::TempDir, Arc<Writer>) {
+        let dir = tempfile::tempdir().unwrap();
+        let connection = Connection::open(dir.path().join("w.db")).unwrap();
+        connection
+            .execute_batch("CREATE TABLE t (v INTEGER)")
+            .unwrap();
+        (
+            dir,
+            Writer::spawn(connection, Arc::new(SystemClock)).unwrap(),
+        )
+    }
+
+    fn thread_name() -> Option<String> {
+        std::thread::current().name().map(str::to_owned)
+    }
+
+    /// A task's unit runs on the writer thread, on either kind of runtime; `block_on` on a
+    /// multi-threaded runtime and a thread outside any runtime run theirs in place.
+    #[test]
+    fn tasks_hand_their_units_to_the_writer_thread() {
+        let (_dir, writer) = writer_with_table();
+        let ran_on = |runtime: &tokio::runtime::Runtime, in_task: bool| {
+            let writer = Arc::clone(&writer);
+            let unit = async move { writer.run(|_, _| Ok(thread_name())).await.unwrap() };
+            if in_task {
+                runtime.block_on(async {
+                    tokio::time::timeout(Duration::from_secs(30), tokio::spawn(unit))
+                        .await
+                        .unwrap()
+                        .unwrap()
+                })
+            } else {
+                runtime.block_on(async {
+                    tokio::time::timeout(Duration::from_secs(30), unit)
+                        .await
+                        .unwrap()
+                })
+            }
+        };
+        let writer_thread = Some("mcp-sqlite-writer".to_owned());
+        let multi = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        let single = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        assert_eq!(ran_on(&multi, true), writer_thread);
+        assert_eq!(ran_on(&single, true), writer_thread);
+        assert_eq!(ran_on(&single, false), writer_thread);
+        assert_eq!(ran_on(&multi, false), thread_name());
+        assert_eq!(
+            writer.run_blocking(|_, _| Ok(thread_name())).unwrap(),
+            thread_name()
+        );
     }
 }
