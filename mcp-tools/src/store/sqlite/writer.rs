@@ -93,8 +93,9 @@ pub(super) struct Writer {
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    // Units run under catch_unwind and transactions roll back as a panic unwinds, so what a
-    // poisoned lock guards is intact.
+    // A batch that panics is rolled back before its leader lets go of the connection (see
+    // `run_batch_guarded`), and the queue is only pushed to and drained, so what a poisoned lock
+    // guards is intact.
     mutex
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner())
@@ -173,7 +174,7 @@ impl Writer {
                 if batch.is_empty() {
                     break;
                 }
-                let committed = run_batch(&connection, &mut batch, &*self.clock);
+                let committed = run_batch_guarded(&connection, &mut batch, &*self.clock);
                 let committed = committed.as_ref().map(|_| ()).map_err(String::as_str);
                 for job in batch {
                     job.finish(committed);
@@ -236,13 +237,17 @@ fn lead_when_woken(writer: &Weak<Writer>) {
         let Some(writer) = writer.upgrade() else {
             return;
         };
-        writer.lead();
+        // Should a unit's answer panic as it is handed over (its value's `Drop`), the thread
+        // lives on: later units would otherwise wait for the next sweep to lead them. The units
+        // of that batch not yet answered see their request's channel closed.
+        while panic::catch_unwind(AssertUnwindSafe(|| writer.lead())).is_err() {}
     }
 }
 
 /// Whether the calling thread may wait for a commit: true outside any runtime, and in
 /// `block_on` on a multi-threaded runtime, whose thread runs no other task. A runtime's worker,
-/// or the thread of a current-thread runtime, must not.
+/// or the thread of a current-thread runtime, must not. (Futures joined inside such a `block_on`,
+/// a `LocalSet`'s included, wait while it commits, as they would for any blocking call there.)
 fn may_block_here() -> bool {
     match tokio::runtime::Handle::try_current() {
         Err(_) => true,
@@ -251,6 +256,23 @@ fn may_block_here() -> bool {
                 && tokio::task::try_id().is_none()
         }
     }
+}
+
+/// [`run_batch`], with a panic outside the units (the store's clock, say) failing the batch
+/// instead of the leader: its transaction is rolled back, so the next batch starts afresh.
+fn run_batch_guarded(
+    connection: &Connection,
+    batch: &mut [Box<dyn Job>],
+    clock: &dyn Clock,
+) -> Result<(), String> {
+    panic::catch_unwind(AssertUnwindSafe(|| run_batch(connection, batch, clock))).unwrap_or_else(
+        |payload| {
+            if !connection.is_autocommit() {
+                let _ = connection.execute_batch("ROLLBACK");
+            }
+            Err(panic_message(&*payload))
+        },
+    )
 }
 
 /// Runs a batch in one `BEGIN IMMEDIATE` transaction, a savepoint per unit when there are
@@ -315,6 +337,17 @@ mod tests {
         Ok(())
     }
 
+    fn kept(path: &std::path::Path) -> Vec<i64> {
+        Connection::open(path)
+            .unwrap()
+            .prepare("SELECT v FROM t ORDER BY v")
+            .unwrap()
+            .query_map([], |row| row.get(0))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap()
+    }
+
     /// Units queued behind a running one commit together, and a unit that fails in that batch
     /// leaves nothing behind while the others keep their writes.
     #[test]
@@ -365,15 +398,7 @@ mod tests {
             Err(StoreError::Task(_))
         ));
         assert!(last.blocking_recv().unwrap().is_ok());
-        let kept: Vec<i64> = Connection::open(&path)
-            .unwrap()
-            .prepare("SELECT v FROM t ORDER BY v")
-            .unwrap()
-            .query_map([], |row| row.get(0))
-            .unwrap()
-            .collect::<Result<_, _>>()
-            .unwrap();
-        assert_eq!(kept, [1, 4]);
+        assert_eq!(kept(&path), [1, 4]);
     }
 
     fn writer_with_table() -> (tempfile::TempDir, Arc<Writer>) {
@@ -425,13 +450,60 @@ mod tests {
             .enable_all()
             .build()
             .unwrap();
-        assert_eq!(ran_on(&multi, true), writer_thread);
-        assert_eq!(ran_on(&single, true), writer_thread);
-        assert_eq!(ran_on(&single, false), writer_thread);
+        // In place first: once the writer thread has led, it may still hold the connection for
+        // a moment after answering, and a caller that finds it taken leaves its unit queued.
         assert_eq!(ran_on(&multi, false), thread_name());
         assert_eq!(
             writer.run_blocking(|_, _| Ok(thread_name())).unwrap(),
             thread_name()
         );
+        assert_eq!(ran_on(&multi, true), writer_thread);
+        assert_eq!(ran_on(&single, true), writer_thread);
+        assert_eq!(ran_on(&single, false), writer_thread);
+    }
+
+    /// A clock that panics on its first reading, then reads 0.
+    #[derive(Debug, Default)]
+    struct PanicsOnce(std::sync::atomic::AtomicBool);
+
+    impl Clock for PanicsOnce {
+        fn now_millis(&self) -> i64 {
+            if !self.0.swap(true, std::sync::atomic::Ordering::SeqCst) {
+                panic!("the clock broke");
+            }
+            0
+        }
+    }
+
+    /// A panic in the batch outside any unit fails that batch's units, and the writer thread
+    /// goes on leading the next ones.
+    #[test]
+    fn a_panic_outside_the_units_fails_the_batch_not_the_writer() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("w.db");
+        let connection = Connection::open(&path).unwrap();
+        connection
+            .execute_batch("CREATE TABLE t (v INTEGER)")
+            .unwrap();
+        let writer = Writer::spawn(connection, Arc::new(PanicsOnce::default())).unwrap();
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let write = |value: i64| {
+            let writer = Arc::clone(&writer);
+            runtime.block_on(async move {
+                tokio::time::timeout(Duration::from_secs(30), async move {
+                    writer.run(move |txn, _| insert(txn, value)).await
+                })
+                .await
+                .expect("answered in time")
+            })
+        };
+        assert!(
+            matches!(write(1), Err(StoreError::Backend(message)) if message.contains("the clock broke"))
+        );
+        assert!(write(2).is_ok());
+        assert_eq!(kept(&path), [2]);
     }
 }
