@@ -196,7 +196,9 @@ impl Default for SqliteOptions {
 /// cannot interleave with another writer, in this process or in any other process that opened
 /// the same file. Inside a process, writers share one connection with group commit: the mutations
 /// queued while one commits are committed together, each in a savepoint of its own, and only then
-/// answered. Readers use a small pool of their own connections and never wait for writers (WAL
+/// answered. A mutation awaited on a runtime's task is committed by a thread of the store's own,
+/// so a commit (or a wait for another process's write lock, up to the busy timeout) never blocks
+/// a runtime worker. Readers use a small pool of their own connections and never wait for writers (WAL
 /// lets them read the last committed state while a write is under way). Expired records are
 /// swept by a thread of the store's own, in short transactions, never on a request.
 #[derive(Clone)]
