@@ -506,4 +506,32 @@ mod tests {
         assert!(write(2).is_ok());
         assert_eq!(kept(&path), [2]);
     }
+
+    /// A `COMMIT` that fails (here a deferred foreign key) answers the batch's units with the
+    /// failure and leaves no transaction open for the next batch.
+    #[test]
+    fn a_failed_commit_leaves_the_connection_ready() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("w.db");
+        let connection = Connection::open(&path).unwrap();
+        connection
+            .execute_batch(
+                "PRAGMA foreign_keys = ON;
+                 CREATE TABLE t (v INTEGER PRIMARY KEY);
+                 CREATE TABLE child (v INTEGER REFERENCES t (v) DEFERRABLE INITIALLY DEFERRED);",
+            )
+            .unwrap();
+        let writer = Writer::spawn(connection, Arc::new(SystemClock)).unwrap();
+        let orphan = writer.run_blocking(|txn, _| {
+            txn.connection
+                .execute("INSERT INTO child (v) VALUES (7)", [])?;
+            Ok(())
+        });
+        assert!(
+            matches!(&orphan, Err(StoreError::Backend(message)) if message.contains("FOREIGN KEY")),
+            "{orphan:?}"
+        );
+        assert!(writer.run_blocking(|txn, _| insert(txn, 1)).is_ok());
+        assert_eq!(kept(&path), [1]);
+    }
 }
