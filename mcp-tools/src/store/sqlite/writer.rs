@@ -90,6 +90,11 @@ pub(super) struct Writer {
     clock: Arc<dyn Clock>,
     /// The thread that leads for tasks; it ends once the writer is dropped.
     thread: Thread,
+    /// Joined when the writer is dropped, so no thread outlives its store.
+    joined: Option<std::thread::JoinHandle<()>>,
+    /// Dropped by the thread as it ends.
+    #[cfg(test)]
+    alive: Weak<()>,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -108,9 +113,13 @@ impl Writer {
         clock: Arc<dyn Clock>,
     ) -> Result<Arc<Self>, StoreError> {
         let (hand_over, handed) = std::sync::mpsc::sync_channel::<Weak<Writer>>(1);
+        let alive = Arc::new(());
+        #[cfg(test)]
+        let watched = Arc::downgrade(&alive);
         let thread = std::thread::Builder::new()
             .name("mcp-sqlite-writer".into())
             .spawn(move || {
+                let _alive = alive;
                 if let Ok(writer) = handed.recv() {
                     lead_when_woken(&writer);
                 }
@@ -123,6 +132,9 @@ impl Writer {
             queue: Mutex::new(Vec::new()),
             clock,
             thread: thread.thread().clone(),
+            joined: Some(thread),
+            #[cfg(test)]
+            alive: watched,
         });
         // The channel has room for this one message, so the send cannot block.
         let _ = hand_over.send(Arc::downgrade(&writer));
@@ -225,8 +237,15 @@ impl Writer {
 
 impl Drop for Writer {
     fn drop(&mut self) {
-        // The thread wakes, finds the writer gone and ends.
+        // The thread wakes, finds the writer gone and ends. It is parked or about to be: while
+        // it leads it holds the writer, so this is not the last handle. The last handle can be
+        // its own, dropped after it led; it then ends on its own.
         self.thread.unpark();
+        if let Some(thread) = self.joined.take()
+            && thread.thread().id() != std::thread::current().id()
+        {
+            let _ = thread.join();
+        }
     }
 }
 
@@ -533,5 +552,16 @@ mod tests {
         );
         assert!(writer.run_blocking(|txn, _| insert(txn, 1)).is_ok());
         assert_eq!(kept(&path), [1]);
+    }
+
+    /// Dropping the writer ends its thread.
+    #[test]
+    fn the_thread_ends_with_its_writer() {
+        let (_dir, writer) = writer_with_table();
+        writer.run_blocking(|txn, _| insert(txn, 1)).unwrap();
+        let alive = writer.alive.clone();
+        assert!(alive.upgrade().is_some());
+        drop(writer);
+        assert!(alive.upgrade().is_none());
     }
 }
