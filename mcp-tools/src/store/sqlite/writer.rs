@@ -117,7 +117,8 @@ impl Writer {
         #[cfg(test)]
         let watched = Arc::downgrade(&alive);
         let thread = std::thread::Builder::new()
-            .name("mcp-sqlite-writer".into())
+            // Named like the sweep thread, within the 15 bytes Linux keeps of a thread name.
+            .name("mcp-tools-write".into())
             .spawn(move || {
                 let _alive = alive;
                 if let Ok(writer) = handed.recv() {
@@ -459,7 +460,7 @@ mod tests {
                 })
             }
         };
-        let writer_thread = Some("mcp-sqlite-writer".to_owned());
+        let writer_thread = Some("mcp-tools-write".to_owned());
         let multi = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .enable_all()
