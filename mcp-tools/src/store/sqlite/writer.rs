@@ -357,6 +357,16 @@ mod tests {
         Ok(())
     }
 
+    const TABLE: &str = "CREATE TABLE t (v INTEGER)";
+
+    /// A writer on `w.db` in a new directory, after `schema` ran there.
+    fn writer_on(schema: &str, clock: Arc<dyn Clock>) -> (tempfile::TempDir, Arc<Writer>) {
+        let dir = tempfile::tempdir().unwrap();
+        let connection = Connection::open(dir.path().join("w.db")).unwrap();
+        connection.execute_batch(schema).unwrap();
+        (dir, Writer::spawn(connection, clock).unwrap())
+    }
+
     fn kept(path: &std::path::Path) -> Vec<i64> {
         Connection::open(path)
             .unwrap()
@@ -372,13 +382,8 @@ mod tests {
     /// leaves nothing behind while the others keep their writes.
     #[test]
     fn a_failed_unit_of_a_batch_leaves_no_trace() {
-        let dir = tempfile::tempdir().unwrap();
+        let (dir, writer) = writer_on(TABLE, Arc::new(SystemClock));
         let path = dir.path().join("w.db");
-        let connection = Connection::open(&path).unwrap();
-        connection
-            .execute_batch("CREATE TABLE t (v INTEGER)")
-            .unwrap();
-        let writer = Writer::spawn(connection, Arc::new(SystemClock)).unwrap();
 
         let (started, running) = std_mpsc::channel::<()>();
         let (release, released) = std_mpsc::channel::<()>();
@@ -421,18 +426,6 @@ mod tests {
         assert_eq!(kept(&path), [1, 4]);
     }
 
-    fn writer_with_table() -> (tempfile::TempDir, Arc<Writer>) {
-        let dir = tempfile::tempdir().unwrap();
-        let connection = Connection::open(dir.path().join("w.db")).unwrap();
-        connection
-            .execute_batch("CREATE TABLE t (v INTEGER)")
-            .unwrap();
-        (
-            dir,
-            Writer::spawn(connection, Arc::new(SystemClock)).unwrap(),
-        )
-    }
-
     fn thread_name() -> Option<String> {
         std::thread::current().name().map(str::to_owned)
     }
@@ -441,7 +434,7 @@ mod tests {
     /// multi-threaded runtime and a thread outside any runtime run theirs in place.
     #[test]
     fn tasks_hand_their_units_to_the_writer_thread() {
-        let (_dir, writer) = writer_with_table();
+        let (_dir, writer) = writer_on(TABLE, Arc::new(SystemClock));
         let ran_on = |runtime: &tokio::runtime::Runtime, in_task: bool| {
             let writer = Arc::clone(&writer);
             let unit = async move { writer.run(|_, _| Ok(thread_name())).await.unwrap() };
@@ -499,13 +492,8 @@ mod tests {
     /// goes on leading the next ones.
     #[test]
     fn a_panic_outside_the_units_fails_the_batch_not_the_writer() {
-        let dir = tempfile::tempdir().unwrap();
+        let (dir, writer) = writer_on(TABLE, Arc::new(PanicsOnce::default()));
         let path = dir.path().join("w.db");
-        let connection = Connection::open(&path).unwrap();
-        connection
-            .execute_batch("CREATE TABLE t (v INTEGER)")
-            .unwrap();
-        let writer = Writer::spawn(connection, Arc::new(PanicsOnce::default())).unwrap();
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
@@ -531,17 +519,11 @@ mod tests {
     /// failure and leaves no transaction open for the next batch.
     #[test]
     fn a_failed_commit_leaves_the_connection_ready() {
-        let dir = tempfile::tempdir().unwrap();
+        let schema = "PRAGMA foreign_keys = ON;
+             CREATE TABLE t (v INTEGER PRIMARY KEY);
+             CREATE TABLE child (v INTEGER REFERENCES t (v) DEFERRABLE INITIALLY DEFERRED);";
+        let (dir, writer) = writer_on(schema, Arc::new(SystemClock));
         let path = dir.path().join("w.db");
-        let connection = Connection::open(&path).unwrap();
-        connection
-            .execute_batch(
-                "PRAGMA foreign_keys = ON;
-                 CREATE TABLE t (v INTEGER PRIMARY KEY);
-                 CREATE TABLE child (v INTEGER REFERENCES t (v) DEFERRABLE INITIALLY DEFERRED);",
-            )
-            .unwrap();
-        let writer = Writer::spawn(connection, Arc::new(SystemClock)).unwrap();
         let orphan = writer.run_blocking(|txn, _| {
             txn.connection
                 .execute("INSERT INTO child (v) VALUES (7)", [])?;
@@ -558,7 +540,7 @@ mod tests {
     /// Dropping the writer ends its thread.
     #[test]
     fn the_thread_ends_with_its_writer() {
-        let (_dir, writer) = writer_with_table();
+        let (_dir, writer) = writer_on(TABLE, Arc::new(SystemClock));
         writer.run_blocking(|txn, _| insert(txn, 1)).unwrap();
         let alive = writer.alive.clone();
         assert!(alive.upgrade().is_some());
