@@ -15,9 +15,9 @@ use std::any::Any;
 use std::panic::{self, AssertUnwindSafe};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
-use rusqlite::Connection;
-use std::thread::Thread;
+use std::thread::JoinHandle;
 
+use rusqlite::Connection;
 use tokio::runtime::RuntimeFlavor;
 
 use super::SqlTxn;
@@ -88,10 +88,9 @@ pub(super) struct Writer {
     connection: Mutex<Connection>,
     queue: Mutex<Vec<Box<dyn Job>>>,
     clock: Arc<dyn Clock>,
-    /// The thread that leads for tasks; it ends once the writer is dropped.
-    thread: Thread,
-    /// Joined when the writer is dropped, so no thread outlives its store.
-    joined: Option<std::thread::JoinHandle<()>>,
+    /// The thread that leads for tasks. It ends once the writer is dropped, which joins it
+    /// (`None` only from then on).
+    thread: Option<JoinHandle<()>>,
     /// Dropped by the thread as it ends.
     #[cfg(test)]
     alive: Weak<()>,
@@ -113,13 +112,17 @@ impl Writer {
         clock: Arc<dyn Clock>,
     ) -> Result<Arc<Self>, StoreError> {
         let (hand_over, handed) = std::sync::mpsc::sync_channel::<Weak<Writer>>(1);
-        let alive = Arc::new(());
         #[cfg(test)]
-        let watched = Arc::downgrade(&alive);
+        let (alive, watched) = {
+            let alive = Arc::new(());
+            let watched = Arc::downgrade(&alive);
+            (alive, watched)
+        };
         let thread = std::thread::Builder::new()
             // Named like the sweep thread, within the 15 bytes Linux keeps of a thread name.
             .name("mcp-tools-write".into())
             .spawn(move || {
+                #[cfg(test)]
                 let _alive = alive;
                 if let Ok(writer) = handed.recv() {
                     lead_when_woken(&writer);
@@ -132,8 +135,7 @@ impl Writer {
             connection: Mutex::new(connection),
             queue: Mutex::new(Vec::new()),
             clock,
-            thread: thread.thread().clone(),
-            joined: Some(thread),
+            thread: Some(thread),
             #[cfg(test)]
             alive: watched,
         });
@@ -190,7 +192,9 @@ impl Writer {
                 let committed = run_batch_guarded(&connection, &mut batch, &*self.clock);
                 let committed = committed.as_ref().map(|_| ()).map_err(String::as_str);
                 for job in batch {
-                    job.finish(committed);
+                    // An answer that panics as it is handed over (its value's `Drop`) costs
+                    // that request its answer, not the leader its batch or its thread.
+                    let _ = panic::catch_unwind(AssertUnwindSafe(|| job.finish(committed)));
                 }
             }
             drop(connection);
@@ -214,8 +218,8 @@ impl Writer {
         let answer = self.enqueue(work);
         if may_block_here() {
             self.lead();
-        } else {
-            self.thread.unpark();
+        } else if let Some(thread) = &self.thread {
+            thread.thread().unpark();
         }
         answer
             .await
@@ -241,10 +245,11 @@ impl Drop for Writer {
         // The thread wakes, finds the writer gone and ends. It is parked or about to be: while
         // it leads it holds the writer, so this is not the last handle. The last handle can be
         // its own, dropped after it led; it then ends on its own.
-        self.thread.unpark();
-        if let Some(thread) = self.joined.take()
-            && thread.thread().id() != std::thread::current().id()
-        {
+        let Some(thread) = self.thread.take() else {
+            return;
+        };
+        thread.thread().unpark();
+        if thread.thread().id() != std::thread::current().id() {
             let _ = thread.join();
         }
     }
@@ -257,10 +262,7 @@ fn lead_when_woken(writer: &Weak<Writer>) {
         let Some(writer) = writer.upgrade() else {
             return;
         };
-        // Should a unit's answer panic as it is handed over (its value's `Drop`), the thread
-        // lives on: later units would otherwise wait for the next sweep to lead them. The units
-        // of that batch not yet answered see their request's channel closed.
-        while panic::catch_unwind(AssertUnwindSafe(|| writer.lead())).is_err() {}
+        writer.lead();
     }
 }
 
@@ -426,6 +428,22 @@ mod tests {
         assert_eq!(kept(&path), [1, 4]);
     }
 
+    /// Inserts `value` from a task of a current-thread runtime, so the writer thread leads.
+    fn write_from_a_task(writer: &Writer, value: i64) -> Result<(), StoreError> {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            tokio::time::timeout(
+                Duration::from_secs(30),
+                writer.run(move |txn, _| insert(txn, value)),
+            )
+            .await
+            .expect("answered in time")
+        })
+    }
+
     fn thread_name() -> Option<String> {
         std::thread::current().name().map(str::to_owned)
     }
@@ -494,20 +512,7 @@ mod tests {
     fn a_panic_outside_the_units_fails_the_batch_not_the_writer() {
         let (dir, writer) = writer_on(TABLE, Arc::new(PanicsOnce::default()));
         let path = dir.path().join("w.db");
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        let write = |value: i64| {
-            let writer = Arc::clone(&writer);
-            runtime.block_on(async move {
-                tokio::time::timeout(Duration::from_secs(30), async move {
-                    writer.run(move |txn, _| insert(txn, value)).await
-                })
-                .await
-                .expect("answered in time")
-            })
-        };
+        let write = |value: i64| write_from_a_task(&writer, value);
         assert!(
             matches!(write(1), Err(StoreError::Backend(message)) if message.contains("the clock broke"))
         );
@@ -546,5 +551,29 @@ mod tests {
         assert!(alive.upgrade().is_some());
         drop(writer);
         assert!(alive.upgrade().is_none());
+    }
+
+    /// A value whose drop panics.
+    struct Bomb;
+
+    impl Drop for Bomb {
+        fn drop(&mut self) {
+            panic!("a value that panics as it is dropped");
+        }
+    }
+
+    /// An answer that panics as it is handed over (its request went away, so the answer is
+    /// dropped there) costs that request only: the batch's other units are answered and the
+    /// writer thread goes on.
+    #[test]
+    fn an_answer_that_panics_costs_only_its_request() {
+        let (dir, writer) = writer_on(TABLE, Arc::new(SystemClock));
+        let path = dir.path().join("w.db");
+        let write = |value: i64| write_from_a_task(&writer, value);
+        drop(writer.enqueue(|_, _| Ok(Bomb)));
+        // Queued behind the bomb, in the same batch.
+        assert!(write(1).is_ok());
+        assert!(write(2).is_ok());
+        assert_eq!(kept(&path), [1, 2]);
     }
 }
