@@ -18,7 +18,7 @@ mod tasks;
 mod txn;
 
 use schema::{Sql, backend, describe};
-use txn::{Need, PgTxn, Statement, history_from, know_opened, record_from, statements};
+use txn::{Need, PgTxn, history_from, know_opened, record_from, statements};
 
 use crate::context::Principal;
 use crate::store::boundary;
@@ -575,15 +575,7 @@ impl Inner {
         statements(pg.writes, &mut list)?;
         let mut prepared = Vec::with_capacity(list.len());
         for (statement, _, _) in &list {
-            let sql = match statement {
-                Statement::InsertResource => &self.sql.insert_resource,
-                Statement::InsertRecorded => &self.sql.insert_recorded,
-                Statement::UpdateResource => &self.sql.update_resource,
-                Statement::UpdateRecorded => &self.sql.update_recorded,
-                Statement::InsertLedger => &self.sql.insert_ledger,
-                Statement::InsertLedgerCounted => &self.sql.insert_ledger_counted,
-                Statement::DeleteLedger => &self.sql.delete_ledger,
-            };
+            let sql = self.sql.of(*statement);
             prepared.push(client.prepare_cached(sql).await.map_err(backend)?);
         }
         let writes = join_all(

@@ -1,6 +1,7 @@
 //! The store's tables in PostgreSQL: their names (in a configurable schema, with a configurable
 //! prefix, always quoted), the statements that use them, and the migrations that create them.
 
+use super::txn::Statement;
 use crate::store::contract::StoreError;
 
 /// The newest schema version this code writes and reads.
@@ -140,6 +141,19 @@ const LEDGER_COLUMNS: &str =
 const RESOURCE_COLUMNS: &str = "kind, owner, version, state, lifecycle, expires_at, ledger_live";
 
 impl Sql {
+    /// The text of a write statement.
+    pub(crate) fn of(&self, statement: Statement) -> &str {
+        match statement {
+            Statement::InsertResource => &self.insert_resource,
+            Statement::InsertRecorded => &self.insert_recorded,
+            Statement::UpdateResource => &self.update_resource,
+            Statement::UpdateRecorded => &self.update_recorded,
+            Statement::InsertLedger => &self.insert_ledger,
+            Statement::InsertLedgerCounted => &self.insert_ledger_counted,
+            Statement::DeleteLedger => &self.delete_ledger,
+        }
+    }
+
     pub(crate) fn new(schema: &str, prefix: &str) -> Self {
         let table = |name: &str| format!("{}.{}", quote(schema), quote(&format!("{prefix}{name}")));
         let (resources, changes, ledger) = (table("resources"), table("changes"), table("ledger"));

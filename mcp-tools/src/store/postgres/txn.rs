@@ -366,7 +366,7 @@ pub(crate) fn history_from(row: &Row, handle: String, since: u64) -> Result<Hist
 pub(crate) type Param = Box<dyn ToSql + Sync + Send>;
 
 /// Which prepared statement a write runs.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Statement {
     InsertResource,
     /// A new resource and the ledger record about it.
@@ -398,50 +398,58 @@ pub(crate) fn statements(
     }
     let mut writes = rest.into_iter().peekable();
     while let Some(write) = writes.next() {
-        // The write's own parameters come first, the record's last.
-        let folded = match &write {
+        let record = match &write {
             Write::Update {
-                handle,
-                record,
-                change,
-                counted: 1,
-            } => record_about(handle, writes.peek()).map(|recorded| {
-                (
-                    Statement::UpdateRecorded,
-                    update_params(handle, record, change),
-                    recorded,
-                )
-            }),
-            Write::Insert {
-                handle,
-                record,
-                counted: 1,
-            } => record_about(handle, writes.peek()).map(|recorded| {
-                (
-                    Statement::InsertRecorded,
-                    insert_params(handle, record),
-                    recorded,
-                )
-            }),
+                handle, counted: 1, ..
+            }
+            | Write::Insert {
+                handle, counted: 1, ..
+            } => writes.next_if(|next| records_about(handle, next)),
             _ => None,
         };
-        match folded {
-            Some((statement, params, recorded)) => {
-                let mut params = params?;
-                params.extend(recorded?);
-                out.push((statement, params, true));
-                writes.next();
+        // The write's own parameters come first, the record's last.
+        match (write, record) {
+            (
+                Write::Update {
+                    handle,
+                    record,
+                    change,
+                    ..
+                },
+                Some(Write::LedgerInsert {
+                    principal,
+                    operation_id,
+                    entry,
+                    ..
+                }),
+            ) => {
+                let mut params = update_params(handle, &record, &change)?;
+                params.extend(ledger_params(principal, operation_id, entry, true)?);
+                out.push((Statement::UpdateRecorded, params, true));
             }
-            None => statement(write, out)?,
+            (
+                Write::Insert { handle, record, .. },
+                Some(Write::LedgerInsert {
+                    principal,
+                    operation_id,
+                    entry,
+                    ..
+                }),
+            ) => {
+                let mut params = insert_params(handle, &record)?;
+                params.extend(ledger_params(principal, operation_id, entry, true)?);
+                out.push((Statement::InsertRecorded, params, true));
+            }
+            (write, _) => statement(write, out)?,
         }
     }
     Ok(())
 }
 
 /// A new resource's columns, the parameters its statements start with.
-fn insert_params(handle: &str, record: &Record) -> Result<Vec<Param>, StoreError> {
+fn insert_params(handle: String, record: &Record) -> Result<Vec<Param>, StoreError> {
     Ok(vec![
-        Box::new(handle.to_owned()),
+        Box::new(handle),
         Box::new(record.kind.to_string()),
         Box::new(record.owner.to_string()),
         Box::new(version_to_sql(record.version)?),
@@ -453,9 +461,13 @@ fn insert_params(handle: &str, record: &Record) -> Result<Vec<Param>, StoreError
 
 /// A change's columns, its undo patch and the history it drops: the parameters its statements
 /// start with.
-fn update_params(handle: &str, record: &Record, change: &Change) -> Result<Vec<Param>, StoreError> {
+fn update_params(
+    handle: String,
+    record: &Record,
+    change: &Change,
+) -> Result<Vec<Param>, StoreError> {
     Ok(vec![
-        Box::new(handle.to_owned()),
+        Box::new(handle),
         Box::new(version_to_sql(record.version)?),
         Box::new(to_json(&*record.state, "state")?),
         Box::new(record.lifecycle.as_str()),
@@ -465,31 +477,35 @@ fn update_params(handle: &str, record: &Record, change: &Change) -> Result<Vec<P
     ])
 }
 
-/// The parameters of the ledger record `next`, if it records an outcome about `handle` that the
-/// write of `handle` counts: the two are then one statement, the record's parameters last.
-fn record_about(handle: &str, next: Option<&Write>) -> Option<Result<Vec<Param>, StoreError>> {
-    let Some(Write::LedgerInsert {
-        principal,
-        operation_id,
-        entry,
-        counts: false,
-    }) = next
-    else {
-        return None;
-    };
-    let LedgerState::Done(outcome) = &entry.state else {
-        return None;
-    };
-    (entry.handle.as_deref() == Some(handle)).then(|| {
-        Ok(vec![
-            Box::new(principal.clone()) as Param,
-            Box::new(operation_id.clone()),
-            Box::new(entry.fingerprint.as_bytes().to_vec()),
-            Box::new(to_json(outcome, "ledger outcome")?),
-            Box::new(entry.recorded_at),
-            Box::new(entry.expires_at),
-        ])
-    })
+/// Whether `next` is a ledger record of an outcome about `handle` that the write of `handle`
+/// counts: the two are then one statement.
+fn records_about(handle: &str, next: &Write) -> bool {
+    matches!(next, Write::LedgerInsert { entry, counts: false, .. }
+        if matches!(entry.state, LedgerState::Done(_)) && entry.handle.as_deref() == Some(handle))
+}
+
+/// A ledger record's parameters. Folded into the write of the resource it is about, it has no
+/// claim (an outcome) and takes its handle from the write's: neither is a parameter then.
+fn ledger_params(
+    principal: String,
+    operation_id: String,
+    entry: LedgerEntry,
+    folded: bool,
+) -> Result<Vec<Param>, StoreError> {
+    let (outcome, claim) = ledger_state_to_sql(&entry.state)?;
+    let mut params: Vec<Param> = vec![
+        Box::new(principal),
+        Box::new(operation_id),
+        Box::new(entry.fingerprint.as_bytes().to_vec()),
+        Box::new(outcome),
+    ];
+    if !folded {
+        params.push(Box::new(claim));
+        params.push(Box::new(entry.handle));
+    }
+    params.push(Box::new(entry.recorded_at));
+    params.push(Box::new(entry.expires_at));
+    Ok(params)
 }
 
 fn statement(write: Write, out: &mut Vec<(Statement, Vec<Param>, bool)>) -> Result<(), StoreError> {
@@ -499,7 +515,7 @@ fn statement(write: Write, out: &mut Vec<(Statement, Vec<Param>, bool)>) -> Resu
             record,
             counted,
         } => {
-            let mut params = insert_params(&handle, &record)?;
+            let mut params = insert_params(handle, &record)?;
             params.push(Box::new(counted));
             out.push((Statement::InsertResource, params, true));
         }
@@ -509,7 +525,7 @@ fn statement(write: Write, out: &mut Vec<(Statement, Vec<Param>, bool)>) -> Resu
             change,
             counted,
         } => {
-            let mut params = update_params(&handle, &record, &change)?;
+            let mut params = update_params(handle, &record, &change)?;
             params.push(Box::new(counted));
             out.push((Statement::UpdateResource, params, true));
         }
@@ -519,27 +535,14 @@ fn statement(write: Write, out: &mut Vec<(Statement, Vec<Param>, bool)>) -> Resu
             entry,
             counts,
         } => {
-            let (outcome, claim) = ledger_state_to_sql(&entry.state)?;
             let statement = if counts {
                 Statement::InsertLedgerCounted
             } else {
                 Statement::InsertLedger
             };
-            out.push((
-                statement,
-                vec![
-                    Box::new(principal),
-                    Box::new(operation_id),
-                    Box::new(entry.fingerprint.as_bytes().to_vec()),
-                    Box::new(outcome),
-                    Box::new(claim),
-                    Box::new(entry.handle),
-                    Box::new(entry.recorded_at),
-                    Box::new(entry.expires_at),
-                ],
-                // The insert cannot miss; the count can, once its resource is gone.
-                !counts,
-            ));
+            let params = ledger_params(principal, operation_id, entry, false)?;
+            // The insert cannot miss; the count can, once its resource is gone.
+            out.push((statement, params, !counts));
         }
         Write::LedgerDelete {
             principal,
@@ -558,6 +561,7 @@ mod tests {
     use super::*;
     use crate::store::columns::HISTORY_SWEEP_EVERY;
     use crate::store::outcome::{RecordedOutcome, Rejected};
+    use crate::store::postgres::schema::Sql;
 
     fn record(version: u64) -> Record {
         Record {
@@ -663,19 +667,95 @@ mod tests {
         assert_eq!(history_to_drop(1), 0);
         assert_eq!(history_to_drop(HISTORY_SWEEP_EVERY), HISTORY_SWEEP_EVERY);
         assert_eq!(history_to_drop(HISTORY_SWEEP_EVERY + 1), 0);
-        // The unrecorded update's seventh parameter: the versions it drops up to, 0 for none.
-        let dropped = |drop_through| {
-            let mut txn = PgTxn::new();
-            txn.write("ctr_a", record(2), change(drop_through)).unwrap();
-            let mut out = Vec::new();
-            statements(std::mem::take(&mut txn.writes), &mut out).unwrap();
-            assert!(matches!(out[..], [(Statement::UpdateResource, _, true)]));
-            format!("{:?}", out[0].1[6])
+        // `$7` of both updates: the versions the change drops up to, 0 for none.
+        let sql = Sql::new("public", "mcp_");
+        for recorded in [false, true] {
+            let dropped = |drop_through| {
+                let mut txn = PgTxn::new();
+                txn.write("ctr_a", record(2), change(drop_through)).unwrap();
+                if recorded {
+                    txn.ledger_put("alice", "op", done("ctr_a")).unwrap();
+                }
+                let mut out = Vec::new();
+                statements(std::mem::take(&mut txn.writes), &mut out).unwrap();
+                let [(statement, params, true)] = &out[..] else {
+                    panic!("one exact statement, not {}", out.len());
+                };
+                assert!(sql.of(*statement).contains("$7"));
+                format!("{:?}", params[6])
+            };
+            let every = HISTORY_SWEEP_EVERY * 2;
+            assert_eq!(dropped(every), every.to_string());
+            assert_eq!(dropped(every + 1), "0");
+            assert_eq!(dropped(0), "0");
+        }
+    }
+
+    /// The highest `$n` a statement's text names.
+    fn placeholders(text: &str) -> usize {
+        text.split('$')
+            .skip(1)
+            .filter_map(|after| {
+                let digits: String = after.chars().take_while(char::is_ascii_digit).collect();
+                digits.parse().ok()
+            })
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// Every write pattern gives each statement exactly the parameters its text names; a new
+    /// resource and its record are one statement, a claim is never folded into a write.
+    #[test]
+    fn each_statement_gets_the_parameters_it_names() {
+        let sql = Sql::new("public", "mcp_");
+        let pending = LedgerEntry {
+            state: LedgerState::Pending { token: 9 },
+            ..done("ctr_a")
         };
-        let every = HISTORY_SWEEP_EVERY * 2;
-        assert_eq!(dropped(every), every.to_string());
-        assert_eq!(dropped(every + 1), "0");
-        assert_eq!(dropped(0), "0");
+        let cases: Vec<(Vec<Write>, Vec<Statement>)> = {
+            let mut cases = Vec::new();
+            let mut txn = PgTxn::new();
+            txn.insert("ctr_a", record(1)).unwrap();
+            txn.ledger_put("alice", "op", done("ctr_a")).unwrap();
+            cases.push((txn.writes, vec![Statement::InsertRecorded]));
+            let mut txn = PgTxn::new();
+            txn.insert("ctr_a", record(1)).unwrap();
+            txn.ledger_put("alice", "op", pending).unwrap();
+            cases.push((
+                txn.writes,
+                vec![Statement::InsertResource, Statement::InsertLedger],
+            ));
+            let mut txn = PgTxn::new();
+            txn.write("ctr_a", record(2), change(0)).unwrap();
+            txn.ledger_put("alice", "op", done("ctr_a")).unwrap();
+            cases.push((txn.writes, vec![Statement::UpdateRecorded]));
+            let mut txn = PgTxn::new();
+            txn.write("ctr_a", record(2), change(0)).unwrap();
+            txn.ledger_remove("alice", "old", &done("ctr_b")).unwrap();
+            txn.ledger_put("alice", "op", done("ctr_b")).unwrap();
+            cases.push((
+                txn.writes,
+                vec![
+                    Statement::DeleteLedger,
+                    Statement::UpdateResource,
+                    Statement::InsertLedgerCounted,
+                ],
+            ));
+            cases
+        };
+        for (writes, expected) in cases {
+            let mut out = Vec::new();
+            statements(writes, &mut out).unwrap();
+            let got: Vec<Statement> = out.iter().map(|(statement, _, _)| *statement).collect();
+            assert_eq!(got, expected);
+            for (statement, params, _) in &out {
+                assert_eq!(
+                    params.len(),
+                    placeholders(sql.of(*statement)),
+                    "{statement:?}"
+                );
+            }
+        }
     }
 
     /// Reads answer from what was fetched, by its exact key, and name what they were not given.
