@@ -15,10 +15,12 @@ pub(crate) fn meta(params: &mut Map<String, Value>, headers: Option<&HeaderMap>)
         Some(Value::Object(meta)) => meta,
         _ => Map::new(),
     };
-    let protocol_version = headers
-        .and_then(version_header)
-        .filter(|v| LEGACY_VERSIONS.contains(&&**v))
-        .map_or_else(|| LEGACY_VERSIONS[0].to_owned(), |v| v.into_owned());
+    let header = headers.and_then(version_header);
+    let protocol_version = LEGACY_VERSIONS
+        .iter()
+        .copied()
+        .find(|known| header.as_deref() == Some(*known))
+        .unwrap_or(LEGACY_VERSIONS[0]);
     RequestMeta::legacy(protocol_version, Some(LogLevel::Debug), raw)
 }
 
@@ -41,4 +43,32 @@ pub(crate) fn initialize_result(
         result.insert("instructions".into(), json!(instructions));
     }
     result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A legacy request keeps the version its header names when that is a legacy one, and the
+    /// newest legacy version otherwise.
+    #[test]
+    fn the_version_comes_from_the_header() {
+        let version = |header: Option<&str>| {
+            let mut headers = HeaderMap::new();
+            if let Some(header) = header {
+                headers.insert("mcp-protocol-version", header.parse().unwrap());
+            }
+            meta(&mut Map::new(), Some(&headers))
+                .protocol_version()
+                .to_owned()
+        };
+        assert_eq!(version(Some("2025-06-18")), "2025-06-18");
+        assert_eq!(version(Some("2025-03-26")), "2025-03-26");
+        assert_eq!(version(Some("2099-01-01")), LEGACY_VERSIONS[0]);
+        assert_eq!(version(None), LEGACY_VERSIONS[0]);
+        assert_eq!(
+            meta(&mut Map::new(), None).protocol_version(),
+            LEGACY_VERSIONS[0]
+        );
+    }
 }

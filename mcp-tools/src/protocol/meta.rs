@@ -7,10 +7,10 @@ use crate::RpcError;
 /// the accessors read the checked keys from it.
 #[derive(Debug, Clone, Default)]
 pub struct RequestMeta {
-    protocol_version: String,
-    /// Whether the client's capabilities and implementation come from `_meta` (2026-07-28); a
-    /// request of the 2025-11-25 era declares neither per request.
-    declared: bool,
+    /// The version of a request of the 2025-11-25 era, which carries it in a header and
+    /// declares no capabilities or implementation per request; `None` for a 2026-07-28 request,
+    /// whose version, capabilities and implementation are read from `_meta`.
+    legacy_version: Option<&'static str>,
     log_level: Option<LogLevel>,
     raw: Map<String, Value>,
 }
@@ -40,8 +40,8 @@ impl RequestMeta {
                 )));
             }
         };
-        let protocol_version = match raw.get(meta_keys::PROTOCOL_VERSION) {
-            Some(Value::String(v)) => v.clone(),
+        match raw.get(meta_keys::PROTOCOL_VERSION) {
+            Some(Value::String(_)) => {}
             Some(_) => {
                 return Err(RpcError::invalid_meta(format!(
                     "`_meta[\"{}\"]` must be a string",
@@ -54,7 +54,7 @@ impl RequestMeta {
                     meta_keys::PROTOCOL_VERSION
                 )));
             }
-        };
+        }
         match raw.get(meta_keys::CLIENT_CAPABILITIES) {
             Some(Value::Object(_)) => {}
             Some(_) => {
@@ -104,8 +104,7 @@ impl RequestMeta {
             }
         };
         Ok(RequestMeta {
-            protocol_version,
-            declared: true,
+            legacy_version: None,
             log_level,
             raw,
         })
@@ -115,13 +114,12 @@ impl RequestMeta {
     /// implementation per request: `protocol_version` comes from elsewhere (a header), and an
     /// invalid progress token is ignored rather than refused.
     pub(crate) fn legacy(
-        protocol_version: String,
+        protocol_version: &'static str,
         log_level: Option<LogLevel>,
         raw: Map<String, Value>,
     ) -> RequestMeta {
         RequestMeta {
-            protocol_version,
-            declared: false,
+            legacy_version: Some(protocol_version),
             log_level,
             raw,
         }
@@ -129,13 +127,25 @@ impl RequestMeta {
 
     /// The protocol version the request claims.
     pub fn protocol_version(&self) -> &str {
-        &self.protocol_version
+        match self.legacy_version {
+            Some(version) => version,
+            None => self
+                .raw
+                .get(meta_keys::PROTOCOL_VERSION)
+                .and_then(Value::as_str)
+                .unwrap_or_default(),
+        }
+    }
+
+    /// Whether the client's capabilities and implementation come from `_meta`.
+    fn declared(&self) -> bool {
+        self.legacy_version.is_none()
     }
 
     /// What the client can do, for this request only.
     pub fn client_capabilities(&self) -> &Map<String, Value> {
         match self.raw.get(meta_keys::CLIENT_CAPABILITIES) {
-            Some(Value::Object(capabilities)) if self.declared => capabilities,
+            Some(Value::Object(capabilities)) if self.declared() => capabilities,
             _ => &NO_CAPABILITIES,
         }
     }
@@ -144,7 +154,7 @@ impl RequestMeta {
     pub fn client_info(&self) -> Option<&Value> {
         self.raw
             .get(meta_keys::CLIENT_INFO)
-            .filter(|_| self.declared)
+            .filter(|_| self.declared())
     }
 
     /// The progress token, if the client opted in to progress.
@@ -268,7 +278,7 @@ mod tests {
         .as_object()
         .unwrap()
         .clone();
-        let meta = RequestMeta::legacy("2025-11-25".into(), Some(LogLevel::Debug), raw.clone());
+        let meta = RequestMeta::legacy("2025-11-25", Some(LogLevel::Debug), raw.clone());
         assert_eq!(meta.protocol_version(), "2025-11-25");
         assert!(meta.client_capabilities().is_empty());
         assert_eq!(meta.client_info(), None);
@@ -278,7 +288,7 @@ mod tests {
 
         let mut with_token = raw;
         with_token.insert(meta_keys::PROGRESS_TOKEN.into(), json!("p-1"));
-        let meta = RequestMeta::legacy("2025-11-25".into(), None, with_token);
+        let meta = RequestMeta::legacy("2025-11-25", None, with_token);
         assert_eq!(meta.progress_token(), Some(&json!("p-1")));
     }
 
