@@ -137,6 +137,14 @@ pub(crate) const NOW_MS: &str = "floor(extract(epoch FROM clock_timestamp()) * 1
 const LEDGER_COLUMNS: &str =
     "l.fingerprint, l.outcome, l.claim, l.handle, l.recorded_at, l.expires_at";
 
+/// The columns a new resource row is written with, in the order of its parameters.
+const RESOURCE_INSERT: &str =
+    "handle, kind, owner, version, state, lifecycle, expires_at, ledger_live";
+
+/// The columns a ledger record is written with, in the order of its parameters.
+const LEDGER_INSERT: &str =
+    "principal, operation_id, fingerprint, outcome, claim, handle, recorded_at, expires_at";
+
 /// The columns of a resource row, in the order [`super::txn::record_from`] reads them.
 const RESOURCE_COLUMNS: &str = "kind, owner, version, state, lifecycle, expires_at, ledger_live";
 
@@ -157,6 +165,26 @@ impl Sql {
     pub(crate) fn new(schema: &str, prefix: &str) -> Self {
         let table = |name: &str| format!("{}.{}", quote(schema), quote(&format!("{prefix}{name}")));
         let (resources, changes, ledger) = (table("resources"), table("changes"), table("ledger"));
+        // A change, its undo patch and the history beyond the limit ($7: versions up to it, 0 for
+        // none) in one statement, the resource's ledger share growing by `counted`; `more` adds
+        // statements that read `u`. The handle's advisory lock is held; should the row still
+        // have moved (or gone), the division by zero aborts the transaction, so the `COMMIT`
+        // sent with it rolls everything back.
+        let change = |counted: &str, more: &str| {
+            format!(
+                "WITH u AS (
+                     UPDATE {resources} SET version = $2::int8, state = $3, lifecycle = $4,
+                         expires_at = $5::int8, ledger_live = ledger_live + {counted}
+                     WHERE handle = $1 AND version = $2::int8 - 1
+                     RETURNING handle),
+                 c AS (INSERT INTO {changes} (handle, version, undo)
+                       SELECT handle, $2::int8, $6 FROM u),
+                 d AS (DELETE FROM {changes}
+                       WHERE handle = $1 AND version <= $7::int8
+                         AND EXISTS (SELECT 1 FROM u)){more}
+                 SELECT 1 / count(*)::int FROM u"
+            )
+        };
         let tasks = table("tasks");
         let columns = |alias: &str| {
             RESOURCE_COLUMNS
@@ -213,73 +241,36 @@ impl Sql {
                 history = history("$1", "$2"),
             ),
             insert_resource: format!(
-                "INSERT INTO {resources}
-                 (handle, kind, owner, version, state, lifecycle, expires_at, ledger_live)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8)"
+                "INSERT INTO {resources} ({RESOURCE_INSERT}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)"
             ),
             // A new resource and the ledger record about it, in one statement: a create with an
             // operation id.
             insert_recorded: format!(
                 "WITH r AS (
-                     INSERT INTO {resources}
-                     (handle, kind, owner, version, state, lifecycle, expires_at, ledger_live)
+                     INSERT INTO {resources} ({RESOURCE_INSERT})
                      VALUES ($1, $2, $3, $4, $5, $6, $7, 1))
-                 INSERT INTO {ledger}
-                 (principal, operation_id, fingerprint, outcome, claim, handle, recorded_at,
-                  expires_at)
+                 INSERT INTO {ledger} ({LEDGER_INSERT})
                  VALUES ($8, $9, $10, $11, NULL, $1, $12, $13)"
             ),
-            // A change, its undo patch and the history beyond the limit ($7: versions up to
-            // it, 0 for none), in one statement. The insert reads `u`. The handle's advisory
-            // lock is held; should the row still have moved (or gone), the division by zero
-            // aborts the transaction, so the `COMMIT` sent with it rolls everything back.
-            update_resource: format!(
-                "WITH u AS (
-                     UPDATE {resources} SET version = $2::int8, state = $3, lifecycle = $4,
-                         expires_at = $5::int8, ledger_live = ledger_live + $8::int8
-                     WHERE handle = $1 AND version = $2::int8 - 1
-                     RETURNING handle),
-                 c AS (INSERT INTO {changes} (handle, version, undo)
-                       SELECT handle, $2::int8, $6 FROM u),
-                 d AS (DELETE FROM {changes}
-                       WHERE handle = $1 AND version <= $7::int8
-                         AND EXISTS (SELECT 1 FROM u))
-                 SELECT 1 / count(*)::int FROM u"
-            ),
-            // A change, its undo patch, the history beyond the limit ($7: versions up to it, 0
-            // for none) and the ledger record about it, in one statement: the usual mutation.
-            // The inserts read `u`, and the division by zero aborts the transaction if the
-            // conditional update changed nothing.
-            update_recorded: format!(
-                "WITH u AS (
-                     UPDATE {resources} SET version = $2::int8, state = $3, lifecycle = $4,
-                         expires_at = $5::int8, ledger_live = ledger_live + 1
-                     WHERE handle = $1 AND version = $2::int8 - 1
-                     RETURNING handle),
-                 c AS (INSERT INTO {changes} (handle, version, undo)
-                       SELECT handle, $2::int8, $6 FROM u),
-                 d AS (DELETE FROM {changes}
-                       WHERE handle = $1 AND version <= $7::int8
-                         AND EXISTS (SELECT 1 FROM u)),
-                 l AS (INSERT INTO {ledger}
-                       (principal, operation_id, fingerprint, outcome, claim, handle,
-                        recorded_at, expires_at)
-                       SELECT $8, $9, $10, $11, NULL, handle, $12::int8, $13::int8 FROM u)
-                 SELECT 1 / count(*)::int FROM u"
+            update_resource: change("$8::int8", ""),
+            // The same with the ledger record about it, the usual mutation: the record's insert
+            // reads `u` too.
+            update_recorded: change(
+                "1",
+                &format!(
+                    ",
+                 l AS (INSERT INTO {ledger} ({LEDGER_INSERT})
+                       SELECT $8, $9, $10, $11, NULL, handle, $12::int8, $13::int8 FROM u)"
+                ),
             ),
             insert_ledger: format!(
-                "INSERT INTO {ledger}
-                 (principal, operation_id, fingerprint, outcome, claim, handle, recorded_at,
-                  expires_at)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8)"
+                "INSERT INTO {ledger} ({LEDGER_INSERT}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)"
             ),
             // A record that names a resource no write of this transaction counts it in: the
             // resource may be gone, so its count is not required to change.
             insert_ledger_counted: format!(
                 "WITH l AS (
-                     INSERT INTO {ledger}
-                     (principal, operation_id, fingerprint, outcome, claim, handle, recorded_at,
-                      expires_at)
+                     INSERT INTO {ledger} ({LEDGER_INSERT})
                      VALUES ($1, $2, $3, $4, $5, $6, $7, $8))
                  UPDATE {resources} SET ledger_live = ledger_live + 1 WHERE handle = $6"
             ),
