@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use mcp_tools::Principal;
 use mcp_tools::store::{
     CreateRequest, Entity, MutationOutcome, MutationRequest, PostgresOptions, PostgresStore,
-    ReadOutcome, ReadRequest, Store, StoreConfig, StoreError, Transition,
+    ReadOutcome, ReadRequest, RecordedOutcome, Store, StoreConfig, StoreError, Transition,
 };
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -421,6 +421,88 @@ async fn locks_and_a_full_pool_are_bounded_in_time() {
             "{outcome:?}"
         );
         assert_eq!(read_count(&store, &handle).await, 1);
+    })
+    .await;
+}
+
+/// A unit whose writes reached the server but whose answers never came back (the proxy holds
+/// them, as a network that fails after the request went out would). Without an operation id
+/// nothing may commit, since nothing would tell the retry that the change was made: `COMMIT`
+/// waits for the writes' answers, and the abandoned connection is closed, so the server rolls
+/// the writes back and lets the row go. With an operation id the `COMMIT` goes out with the
+/// writes; the change commits, and the retry is answered from the ledger instead of applied
+/// again.
+#[tokio::test]
+async fn a_unit_whose_answers_are_lost_commits_only_what_its_retry_can_find() {
+    whole_test(async {
+        let Some(schema) = pg::Schema::new() else {
+            return;
+        };
+        let wire = pg::Wire::start(&schema.url).await;
+        let timeout = Duration::from_millis(500);
+        let options = PostgresOptions {
+            timeout,
+            sweep_interval: Duration::from_secs(3600),
+            ..schema.one_connection()
+        };
+        let proxied = pg::connect_to(&wire.url, StoreConfig::default(), options).await;
+        let direct = schema.connect(StoreConfig::default()).await;
+        let handle = create(&proxied).await;
+        let request = || MutationRequest::new(Counter::kind(), alice(), &handle);
+        let fingerprint = mcp_tools::store::Fingerprint::of_call("counter", &serde_json::json!(1));
+        let recorded = |id: &str| request().operation(id, fingerprint);
+        // A unit of the same kind runs in full on the proxied connection first, so that its
+        // statements are prepared there and the held round trip is its writes'. (The
+        // connection of an abandoned unit is closed, so the next one prepares them anew.)
+        let warm_up = async |request: MutationRequest| {
+            let outcome = within("a warm-up", proxied.mutate(request, increment()))
+                .await
+                .unwrap();
+            assert!(
+                matches!(outcome, MutationOutcome::Applied(_)),
+                "{outcome:?}"
+            );
+        };
+
+        warm_up(request()).await;
+        wire.hold_answers_from(2);
+        let lost = within(
+            "a unit without an operation id",
+            proxied.mutate(request(), increment()),
+        )
+        .await;
+        assert!(matches!(lost, Err(StoreError::Backend(_))), "{lost:?}");
+        assert_eq!(read_count(&direct, &handle).await, 1, "nothing committed");
+        let outcome = within(
+            "a mutation of the row the abandoned unit wrote",
+            direct.mutate(request().expect_version(2), increment()),
+        )
+        .await
+        .unwrap();
+        assert!(
+            matches!(outcome, MutationOutcome::Applied(_)),
+            "{outcome:?}"
+        );
+
+        warm_up(recorded("warm-up")).await;
+        wire.hold_answers_from(2);
+        let lost = within(
+            "a unit with an operation id",
+            proxied.mutate(recorded("lost"), increment()),
+        )
+        .await;
+        assert!(matches!(lost, Err(StoreError::Backend(_))), "{lost:?}");
+        let retried = within("its retry", direct.mutate(recorded("lost"), increment()))
+            .await
+            .unwrap();
+        let MutationOutcome::Replayed(replayed) = &retried else {
+            panic!("not replayed: {retried:?}");
+        };
+        assert!(
+            matches!(&replayed.original, RecordedOutcome::Applied(applied) if applied.version == 5),
+            "{retried:?}"
+        );
+        assert_eq!(read_count(&direct, &handle).await, 4, "applied once");
     })
     .await;
 }

@@ -166,13 +166,23 @@ pub struct Wire {
     /// The test database's URL with its address replaced by the proxy's (and TLS off, so the
     /// messages can be read).
     pub url: String,
-    seen: std::sync::Arc<std::sync::Mutex<Traffic>>,
+    seen: std::sync::Arc<std::sync::Mutex<Seen>>,
+}
+
+/// What the proxy counted on all its connections, and from when it holds answers back.
+struct Seen {
+    traffic: Traffic,
+    /// The round trip whose connection stops getting answers (`u64::MAX`: none).
+    hold_from: u64,
 }
 
 /// Who spoke last on the proxied connection.
 struct Turn {
-    traffic: std::sync::Arc<std::sync::Mutex<Traffic>>,
+    seen: std::sync::Arc<std::sync::Mutex<Seen>>,
     server_spoke: bool,
+    /// Set once the client sent the round trip [`Seen::hold_from`] names on this connection:
+    /// from then on the server's answers go no further than the proxy.
+    holding: bool,
 }
 
 impl Wire {
@@ -190,7 +200,10 @@ impl Wire {
         let local = listener.local_addr().unwrap();
         let separator = if path.contains('?') { '&' } else { '?' };
         let url = format!("{scheme}://{user}{local}/{path}{separator}sslmode=disable");
-        let seen = std::sync::Arc::new(std::sync::Mutex::new(Traffic::default()));
+        let seen = std::sync::Arc::new(std::sync::Mutex::new(Seen {
+            traffic: Traffic::default(),
+            hold_from: u64::MAX,
+        }));
         let counted = std::sync::Arc::clone(&seen);
         tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
@@ -198,8 +211,9 @@ impl Wire {
                     .await
                     .expect("the proxy reaches the test database");
                 let turn = std::sync::Arc::new(std::sync::Mutex::new(Turn {
-                    traffic: std::sync::Arc::clone(&counted),
+                    seen: std::sync::Arc::clone(&counted),
                     server_spoke: true,
+                    holding: false,
                 }));
                 tokio::spawn(relay(client, server, turn));
             }
@@ -209,7 +223,16 @@ impl Wire {
 
     /// What every connection through the proxy sent so far.
     pub fn traffic(&self) -> Traffic {
-        *self.seen.lock().unwrap()
+        self.seen.lock().unwrap().traffic
+    }
+
+    /// From the `later`th round trip after this call on (1: the next one), the server's
+    /// answers on the connection that sends it stop at the proxy: the server gets and runs what
+    /// the client sent, but the client never hears back, as when the network fails after a
+    /// request went out. Other connections, and those opened later, are not held.
+    pub fn hold_answers_from(&self, later: u64) {
+        let mut seen = self.seen.lock().unwrap();
+        seen.hold_from = seen.traffic.round_trips + later;
     }
 }
 
@@ -234,12 +257,17 @@ async fn relay(
             {
                 let mut turn = asked.lock().unwrap();
                 let statements = frames.statements_in(&buffer[..read]);
-                let mut traffic = turn.traffic.lock().unwrap();
-                traffic.statements += statements;
+                let mut seen = turn.seen.lock().unwrap();
+                seen.traffic.statements += statements;
                 if turn.server_spoke {
-                    traffic.round_trips += 1;
+                    seen.traffic.round_trips += 1;
                 }
-                drop(traffic);
+                let hold = seen.traffic.round_trips >= seen.hold_from;
+                if hold {
+                    seen.hold_from = u64::MAX;
+                }
+                drop(seen);
+                turn.holding |= hold;
                 turn.server_spoke = false;
             }
             if server_writes.write_all(&buffer[..read]).await.is_err() {
@@ -255,7 +283,14 @@ async fn relay(
                 Ok(0) | Err(_) => break,
                 Ok(read) => read,
             };
-            turn.lock().unwrap().server_spoke = true;
+            let holding = {
+                let mut turn = turn.lock().unwrap();
+                turn.server_spoke = true;
+                turn.holding
+            };
+            if holding {
+                continue;
+            }
             if client_writes.write_all(&buffer[..read]).await.is_err() {
                 break;
             }
