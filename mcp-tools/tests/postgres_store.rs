@@ -466,12 +466,16 @@ async fn a_unit_whose_answers_are_lost_commits_only_what_its_retry_can_find() {
 
         warm_up(request()).await;
         wire.hold_answers_from(2);
+        let before = wire.traffic();
         let lost = within(
             "a unit without an operation id",
             proxied.mutate(request(), increment()),
         )
         .await;
         assert!(matches!(lost, Err(StoreError::Backend(_))), "{lost:?}");
+        // What reached the server: `BEGIN`, the locks and the read, then the write, no `COMMIT`.
+        let sent = wire.traffic() - before;
+        assert_eq!((sent.round_trips, sent.statements), (2, 4), "{sent:?}");
         assert_eq!(read_count(&direct, &handle).await, 1, "nothing committed");
         let outcome = within(
             "a mutation of the row the abandoned unit wrote",
@@ -486,12 +490,16 @@ async fn a_unit_whose_answers_are_lost_commits_only_what_its_retry_can_find() {
 
         warm_up(recorded("warm-up")).await;
         wire.hold_answers_from(2);
+        let before = wire.traffic();
         let lost = within(
             "a unit with an operation id",
             proxied.mutate(recorded("lost"), increment()),
         )
         .await;
         assert!(matches!(lost, Err(StoreError::Backend(_))), "{lost:?}");
+        // The write and `COMMIT` went out together.
+        let sent = wire.traffic() - before;
+        assert_eq!((sent.round_trips, sent.statements), (2, 5), "{sent:?}");
         let retried = within("its retry", direct.mutate(recorded("lost"), increment()))
             .await
             .unwrap();
