@@ -229,8 +229,12 @@ impl Wire {
     /// From the `later`th round trip after this call on (1: the next one), the server's
     /// answers on the connection that sends it stop at the proxy: the server gets and runs what
     /// the client sent, but the client never hears back, as when the network fails after a
-    /// request went out. Other connections, and those opened later, are not held.
+    /// request went out. Other connections, and those opened later, are not held. A round trip
+    /// starts with the client's first message after any bytes from the server, so what the
+    /// server sends unasked (a notice) or late (answers to an earlier pipelined flight) on that
+    /// connection is held too.
     pub fn hold_answers_from(&self, later: u64) {
+        assert!(later >= 1, "round trips are counted from 1: the next one");
         let mut seen = self.seen.lock().unwrap();
         seen.hold_from = seen.traffic.round_trips + later;
     }
