@@ -198,9 +198,9 @@ impl Default for SqliteOptions {
 /// queued while one commits are committed together, each in a savepoint of its own, and only then
 /// answered. A mutation awaited on a runtime's task is committed by a thread of the store's own,
 /// so a commit (or a wait for another process's write lock, up to the busy timeout) never blocks
-/// a runtime worker. Readers use a small pool of their own connections and never wait for writers (WAL
-/// lets them read the last committed state while a write is under way). Expired records are
-/// swept by a thread of the store's own, in short transactions, never on a request.
+/// a runtime worker. Readers use a small pool of their own connections and never wait for
+/// writers (WAL lets them read the last committed state while a write is under way). Expired
+/// records are swept by a thread of the store's own, in short transactions, never on a request.
 #[derive(Clone)]
 pub struct SqliteStore {
     inner: Arc<Inner>,
