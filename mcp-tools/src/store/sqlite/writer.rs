@@ -258,13 +258,18 @@ impl Drop for Writer {
 }
 
 /// The writer thread's loop: leads whenever a task hands it a unit, until the writer is dropped.
+///
+/// It looks for the writer and its queue before every wait, the first included. A wake-up is a
+/// single token, and the hand-over's `recv` may have taken it while parked itself: a thread that
+/// waited first would then sleep through both a queued unit and the drop that joins it.
 fn lead_when_woken(writer: &Weak<Writer>) {
     loop {
-        std::thread::park();
         let Some(writer) = writer.upgrade() else {
             return;
         };
         writer.lead();
+        drop(writer);
+        std::thread::park();
     }
 }
 
@@ -553,6 +558,38 @@ mod tests {
         assert!(alive.upgrade().is_some());
         drop(writer);
         assert!(alive.upgrade().is_none());
+    }
+
+    /// A writer's thread neither misses the first unit handed to it nor the drop that joins
+    /// it, however its start interleaves with the hand-over of the writer: it looks for both
+    /// before it first waits, so a wake-up taken by the hand-over is not lost.
+    #[test]
+    fn a_new_writer_leads_its_first_unit_and_ends_with_its_drop() {
+        const REPEATS: usize = 5_000;
+        let (done, finished) = std_mpsc::channel();
+        std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            for _ in 0..REPEATS {
+                let connection = Connection::open_in_memory().unwrap();
+                let writer = Writer::spawn(connection, Arc::new(SystemClock)).unwrap();
+                let first = runtime.block_on(async {
+                    tokio::time::timeout(Duration::from_secs(30), writer.run(|_, _| Ok(()))).await
+                });
+                if !matches!(first, Ok(Ok(()))) {
+                    let _ = done.send(Err(format!("the first unit was not led: {first:?}")));
+                    return;
+                }
+                drop(writer);
+            }
+            let _ = done.send(Ok(()));
+        });
+        finished
+            .recv_timeout(Duration::from_secs(90))
+            .expect("dropping a writer joined a thread that never woke")
+            .unwrap();
     }
 
     /// A value whose drop panics.
