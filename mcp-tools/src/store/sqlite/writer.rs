@@ -15,6 +15,7 @@
 
 use std::any::Any;
 use std::panic::{self, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use std::thread::JoinHandle;
@@ -90,8 +91,11 @@ pub(super) struct Writer {
     connection: Mutex<Connection>,
     queue: Mutex<Vec<Box<dyn Job>>>,
     clock: Arc<dyn Clock>,
+    /// Set by a task before it wakes the thread: the thread leads only when asked, so it never
+    /// takes the connection from a caller that runs its unit in place.
+    wanted: Arc<AtomicBool>,
     /// The thread that leads for tasks. It ends once the writer is dropped, which joins it
-    /// (`None` only from then on).
+    /// unless the thread holds the last handle itself (`None` only from then on).
     thread: Option<JoinHandle<()>>,
     /// Dropped by the thread as it ends.
     #[cfg(test)]
@@ -114,6 +118,7 @@ impl Writer {
         clock: Arc<dyn Clock>,
     ) -> Result<Arc<Self>, StoreError> {
         let (hand_over, handed) = std::sync::mpsc::sync_channel::<Weak<Writer>>(1);
+        let wanted = Arc::new(AtomicBool::new(false));
         #[cfg(test)]
         let (alive, watched) = {
             let alive = Arc::new(());
@@ -123,11 +128,14 @@ impl Writer {
         let thread = std::thread::Builder::new()
             // Named like the sweep thread, within the 15 bytes Linux keeps of a thread name.
             .name("mcp-tools-write".into())
-            .spawn(move || {
-                #[cfg(test)]
-                let _alive = alive;
-                if let Ok(writer) = handed.recv() {
-                    lead_when_woken(&writer);
+            .spawn({
+                let wanted = Arc::clone(&wanted);
+                move || {
+                    #[cfg(test)]
+                    let _alive = alive;
+                    if let Ok(writer) = handed.recv() {
+                        lead_when_asked(&writer, &wanted);
+                    }
                 }
             })
             .map_err(|error| {
@@ -137,6 +145,7 @@ impl Writer {
             connection: Mutex::new(connection),
             queue: Mutex::new(Vec::new()),
             clock,
+            wanted,
             thread: Some(thread),
             #[cfg(test)]
             alive: watched,
@@ -221,6 +230,7 @@ impl Writer {
         if may_block_here() {
             self.lead();
         } else if let Some(thread) = &self.thread {
+            self.wanted.store(true, Ordering::Release);
             thread.thread().unpark();
         }
         answer
@@ -244,9 +254,10 @@ impl Writer {
 
 impl Drop for Writer {
     fn drop(&mut self) {
-        // The thread wakes, finds the writer gone and ends. It is parked or about to be: while
-        // it leads it holds the writer, so this is not the last handle. The last handle can be
-        // its own, dropped after it led; it then ends on its own.
+        // The thread wakes (or looks before it waits), finds the writer gone and ends. It is
+        // parked, about to be, or not yet handed the writer: while it leads it holds the writer,
+        // so this is not the last handle. The last handle can be its own, dropped after it led;
+        // it then ends on its own.
         let Some(thread) = self.thread.take() else {
             return;
         };
@@ -257,18 +268,24 @@ impl Drop for Writer {
     }
 }
 
-/// The writer thread's loop: leads whenever a task hands it a unit, until the writer is dropped.
+/// The writer thread's loop: leads whenever a task asks it to, until the writer is dropped.
 ///
-/// It looks for the writer and its queue before every wait, the first included. A wake-up is a
-/// single token, and the hand-over's `recv` may have taken it while parked itself: a thread that
-/// waited first would then sleep through both a queued unit and the drop that joins it.
-fn lead_when_woken(writer: &Weak<Writer>) {
+/// It looks for a request and for the drop before every wait, the first included. A wake-up is
+/// a single token, and std's `recv` parks too: the hand-over's own wake-up and a later one (a
+/// task's or the drop's) can merge into the token `recv` takes, and a thread that waited first
+/// would then miss that task's unit or the drop that joins it. The same check after leading
+/// covers the drop of the writer's fields when this thread held the last handle.
+fn lead_when_asked(writer: &Weak<Writer>, wanted: &AtomicBool) {
     loop {
-        let Some(writer) = writer.upgrade() else {
+        if wanted.swap(false, Ordering::AcqRel) {
+            let Some(writer) = writer.upgrade() else {
+                return;
+            };
+            writer.lead();
+        }
+        if writer.strong_count() == 0 {
             return;
-        };
-        writer.lead();
-        drop(writer);
+        }
         std::thread::park();
     }
 }
@@ -560,36 +577,60 @@ mod tests {
         assert!(alive.upgrade().is_none());
     }
 
-    /// A writer's thread neither misses the first unit handed to it nor the drop that joins
-    /// it, however its start interleaves with the hand-over of the writer: it looks for both
-    /// before it first waits, so a wake-up taken by the hand-over is not lost.
+    /// A new writer's thread neither misses the first unit a task hands it nor the drop that
+    /// joins it, however its start interleaves with the hand-over of the writer: it looks for
+    /// both before it first waits, so a wake-up taken by the hand-over is not lost. Three shapes
+    /// in turn: dropped at once, a unit run in place and then dropped (the thread never held
+    /// the writer, so the drop joins it), and a unit handed over by a task.
     #[test]
     fn a_new_writer_leads_its_first_unit_and_ends_with_its_drop() {
-        const REPEATS: usize = 5_000;
-        let (done, finished) = std_mpsc::channel();
+        const REPEATS: usize = 6_000;
+        let (progress, reports) = std_mpsc::channel();
         std::thread::spawn(move || {
             let runtime = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()
                 .unwrap();
-            for _ in 0..REPEATS {
+            for repeat in 0..REPEATS {
                 let connection = Connection::open_in_memory().unwrap();
                 let writer = Writer::spawn(connection, Arc::new(SystemClock)).unwrap();
-                let first = runtime.block_on(async {
-                    tokio::time::timeout(Duration::from_secs(30), writer.run(|_, _| Ok(()))).await
-                });
-                if !matches!(first, Ok(Ok(()))) {
-                    let _ = done.send(Err(format!("the first unit was not led: {first:?}")));
+                let alive = writer.alive.clone();
+                let joined = match repeat % 3 {
+                    0 => true,
+                    1 => {
+                        writer.run_blocking(|_, _| Ok(())).unwrap();
+                        true
+                    }
+                    _ => {
+                        let first = runtime.block_on(async {
+                            tokio::time::timeout(Duration::from_secs(5), writer.run(|_, _| Ok(())))
+                                .await
+                        });
+                        if !matches!(first, Ok(Ok(()))) {
+                            let failure = format!("repeat {repeat}: first unit not led: {first:?}");
+                            let _ = progress.send(Err(failure));
+                            return;
+                        }
+                        false
+                    }
+                };
+                drop(writer);
+                if joined && alive.upgrade().is_some() {
+                    let failure = format!("repeat {repeat}: the drop left the thread running");
+                    let _ = progress.send(Err(failure));
                     return;
                 }
-                drop(writer);
+                let _ = progress.send(Ok(repeat));
             }
-            let _ = done.send(Ok(()));
         });
-        finished
-            .recv_timeout(Duration::from_secs(90))
-            .expect("dropping a writer joined a thread that never woke")
-            .unwrap();
+        let mut last = None;
+        while last != Some(REPEATS - 1) {
+            match reports.recv_timeout(Duration::from_secs(10)) {
+                Ok(Ok(repeat)) => last = Some(repeat),
+                Ok(Err(failure)) => panic!("{failure}"),
+                Err(_) => panic!("stuck after repeat {last:?}: a drop joins a thread that sleeps"),
+            }
+        }
     }
 
     /// A value whose drop panics.
