@@ -91,8 +91,8 @@ pub(super) struct Writer {
     connection: Mutex<Connection>,
     queue: Mutex<Vec<Box<dyn Job>>>,
     clock: Arc<dyn Clock>,
-    /// Set by a task before it wakes the thread: the thread leads only when asked, so it never
-    /// takes the connection from a caller that runs its unit in place.
+    /// Set by a task before it wakes the thread: the thread leads only when a task asked, so
+    /// while no task writes, callers that run their unit in place keep the connection.
     wanted: Arc<AtomicBool>,
     /// The thread that leads for tasks. It ends once the writer is dropped, which joins it
     /// unless the thread holds the last handle itself (`None` only from then on).
@@ -255,9 +255,9 @@ impl Writer {
 impl Drop for Writer {
     fn drop(&mut self) {
         // The thread wakes (or looks before it waits), finds the writer gone and ends. It is
-        // parked, about to be, or not yet handed the writer: while it leads it holds the writer,
-        // so this is not the last handle. The last handle can be its own, dropped after it led;
-        // it then ends on its own.
+        // parked, about to be, or not yet through the hand-over's `recv`: while it leads it
+        // holds the writer, so this is not the last handle. The last handle can be its own,
+        // dropped after it led; it then ends on its own.
         let Some(thread) = self.thread.take() else {
             return;
         };
@@ -598,7 +598,15 @@ mod tests {
                 let joined = match repeat % 3 {
                     0 => true,
                     1 => {
-                        writer.run_blocking(|_, _| Ok(())).unwrap();
+                        let ran_on = writer
+                            .run_blocking(|_, _| Ok(std::thread::current().id()))
+                            .unwrap();
+                        if ran_on != std::thread::current().id() {
+                            let failure =
+                                format!("repeat {repeat}: the thread took a unit in place");
+                            let _ = progress.send(Err(failure));
+                            return;
+                        }
                         true
                     }
                     _ => {
