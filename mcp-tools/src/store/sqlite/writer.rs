@@ -636,7 +636,12 @@ mod tests {
             match reports.recv_timeout(Duration::from_secs(10)) {
                 Ok(Ok(repeat)) => last = Some(repeat),
                 Ok(Err(failure)) => panic!("{failure}"),
-                Err(_) => panic!("stuck after repeat {last:?}: a drop joins a thread that sleeps"),
+                Err(std_mpsc::RecvTimeoutError::Timeout) => {
+                    panic!("stuck after repeat {last:?}: a drop joins a thread that sleeps")
+                }
+                Err(std_mpsc::RecvTimeoutError::Disconnected) => {
+                    panic!("the repeating thread failed after repeat {last:?} (its panic is above)")
+                }
             }
         }
     }
