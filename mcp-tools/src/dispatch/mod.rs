@@ -254,7 +254,7 @@ fn prepare(
     if let (false, Transport::Http(headers)) = (legacy, transport) {
         require_equal(
             headers,
-            headers::PROTOCOL_VERSION,
+            &headers::PROTOCOL_VERSION_HEADER,
             "MCP-Protocol-Version",
             meta.protocol_version(),
             Presence::Required,
@@ -272,11 +272,17 @@ fn prepare(
         } else {
             Presence::Required
         };
-        require_equal(headers, headers::METHOD, "Mcp-Method", &method, presence)?;
+        require_equal(
+            headers,
+            &headers::METHOD_HEADER,
+            "Mcp-Method",
+            &method,
+            presence,
+        )?;
         if let Some(field) = headers::named_target(&method) {
             match params.get(field) {
                 Some(Value::String(target)) => {
-                    require_equal(headers, headers::NAME, "Mcp-Name", target, presence)?;
+                    require_equal(headers, &headers::NAME_HEADER, "Mcp-Name", target, presence)?;
                 }
                 // A legacy request is judged on its body alone past this point.
                 _ if legacy => {}

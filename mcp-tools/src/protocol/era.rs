@@ -14,7 +14,7 @@ pub(crate) const LEGACY_VERSIONS: &[&str] = &["2025-11-25", "2025-06-18", "2025-
 /// The `MCP-Protocol-Version` header as the era decision reads it: leniently, since deciding the
 /// era classifies a request and refuses nothing (the modern path checks the header strictly).
 pub(crate) fn version_header(headers: &HeaderMap) -> Option<Cow<'_, str>> {
-    headers::classifying_text(headers, headers::PROTOCOL_VERSION).map(Cow::Borrowed)
+    headers::classifying_text(headers, &headers::PROTOCOL_VERSION_HEADER).map(Cow::Borrowed)
 }
 /// Whether a request belongs to the legacy era.
 ///

@@ -10,12 +10,20 @@ pub const METHOD: &str = "mcp-method";
 pub const NAME: &str = "mcp-name";
 
 use std::borrow::Cow;
+use std::fmt::Display;
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 use http::HeaderMap;
+use http::header::{AsHeaderName, HeaderName};
 
 use crate::RpcError;
+
+/// The routing headers as parsed names: a lookup by a `&str` parses and lowercases the name on
+/// every request, one by a [`HeaderName`] only hashes it.
+pub(crate) static PROTOCOL_VERSION_HEADER: HeaderName = HeaderName::from_static(PROTOCOL_VERSION);
+pub(crate) static METHOD_HEADER: HeaderName = HeaderName::from_static(METHOD);
+pub(crate) static NAME_HEADER: HeaderName = HeaderName::from_static(NAME);
 
 const SENTINEL_PREFIX: &str = "=?base64?";
 const SENTINEL_SUFFIX: &str = "?=";
@@ -26,7 +34,7 @@ const SENTINEL_SUFFIX: &str = "?=";
 /// value is borrowed from the map: every request reads several of these.
 pub(crate) fn header_text<'h>(
     headers: &'h HeaderMap,
-    name: &str,
+    name: impl AsHeaderName + Display + Copy,
 ) -> Result<Option<Cow<'h, str>>, RpcError> {
     let mut values = headers.get_all(name).iter();
     let Some(value) = values.next() else {
@@ -63,7 +71,7 @@ pub(crate) fn header_text<'h>(
 
 /// The first value of a header, trimmed, when it is visible ASCII: for classifying a request (its
 /// era) without refusing it. Checks that refuse use [`header_text`].
-pub(crate) fn classifying_text<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
+pub(crate) fn classifying_text<'h>(headers: &'h HeaderMap, name: &HeaderName) -> Option<&'h str> {
     headers
         .get(name)
         .and_then(|value| value.to_str().ok())
@@ -84,7 +92,7 @@ pub(crate) enum Presence {
 /// `presence`.
 pub(crate) fn require_equal(
     headers: &HeaderMap,
-    name: &str,
+    name: &HeaderName,
     display: &str,
     expected: &str,
     presence: Presence,
