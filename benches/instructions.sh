@@ -1,0 +1,143 @@
+#!/usr/bin/env bash
+# User-space instructions per request of the stateless and the read path over HTTP, counted by
+# callgrind, against the bare axum floor counted the same way in the same run.
+#
+# usage: benches/instructions.sh          (from anywhere; builds what it runs in release)
+#
+# wrk's req/s and CPU time swing with whatever else shares the machine (on a busy 2-core VM one
+# round differs from the next by 2x); an instruction count does not. It does not see the kernel,
+# cache misses or the cost of atomic instructions, so it complements compare.sh, it does not
+# replace it: a change that lowers the count and not the CPU time is not a speed-up. Valgrind
+# also hides the CPU's SHA extensions, so SHA-256 (the validators and resumption tokens of a
+# stateful answer) runs its portable code here, several times the instructions it takes natively.
+#
+# Environment knobs:
+#   REQUESTS  measured requests per case (default 2000), after 200 unmeasured ones
+#   PORT      loopback port for the server under measurement (default 19390)
+#   HARNESS   the side-by-side harness folder, for axum-floor (default ../shared/bench beside
+#             the project root)
+#   KEEP      a folder to keep each case's callgrind profile in (CASE.callgrind, for
+#             callgrind_annotate); unset: none is kept
+#
+# Cases, each a server run under `valgrind --tool=callgrind` with one tokio worker, sent the same
+# request REQUESTS times by one curl process over one kept-alive connection; every answer is
+# checked (HTTP 200 and the expected result), and any other makes the script exit 1:
+#   floor       axum-floor, `add` (a=2, b=3): the baseline
+#   add         the quickstart's `add`
+#   get/memory  basket_get on the basket example with --memory
+#   get/sqlite  basket_get on the basket example with --db in a temp dir
+#
+# The count covers every thread of the server (callgrind runs them one at a time) from the
+# moment the counters are zeroed to the dump, so idle wake-ups of the runtime are in it too.
+set -euo pipefail
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+harness="${HARNESS:-$root/../shared/bench}"
+requests="${REQUESTS:-2000}"
+port="${PORT:-19390}"
+
+source "$root/benches/lib.sh"
+numeric_settings "$requests" "$port"
+[[ -z "${KEEP:-}" || -d "$KEEP" ]] || { echo "KEEP $KEEP is not a folder" >&2; exit 2; }
+(( requests >= 100 && requests <= 100000 )) || { echo "REQUESTS out of range" >&2; exit 2; }
+require_tools valgrind callgrind_control callgrind_annotate curl jq cargo
+[[ -f "$harness/axum-floor/Cargo.toml" ]] || { echo "no axum-floor in $harness" >&2; exit 2; }
+
+work="$(mktemp -d)"
+pids=()
+trap cleanup EXIT
+
+build_examples quickstart basket
+echo "== building axum-floor (release)" >&2
+cargo build --release --quiet --locked --manifest-path "$harness/axum-floor/Cargo.toml" \
+  --target-dir "$root/target/peers" >&2
+floor="$root/target/peers/release/axum-floor"
+url="http://127.0.0.1:$port/mcp"
+
+# curl_config FILE TOOL ARGUMENTS_JSON COUNT: a curl config sending the call COUNT times on one
+# connection (options before the URLs apply to every one of them)
+curl_config() {
+  {
+    echo 'silent'
+    echo 'show-error'
+    echo 'header = "Content-Type: application/json"'
+    echo 'header = "Accept: application/json, text/event-stream"'
+    echo 'header = "MCP-Protocol-Version: 2026-07-28"'
+    echo 'header = "Mcp-Method: tools/call"'
+    echo "header = \"Mcp-Name: $2\""
+    echo 'write-out = "\nstatus=%{http_code}\n"'
+    printf 'data = "%s"\n' "$(body_of "$2" "$3" | sed 's/\\/\\\\/g; s/"/\\"/g')"
+    for ((i = 0; i < $4; i++)); do echo "url = \"$url\""; done
+  } >"$1"
+}
+
+# send CONFIG COUNT EXPECTED: runs it; fails unless every answer is 200 and contains EXPECTED
+send() {
+  local out="$work/answers.txt"
+  curl --config "$1" >"$out"
+  local ok statuses
+  ok="$(grep -cF -- "$3" "$out" || true)"
+  statuses="$(grep -c '^status=200$' "$out" || true)"
+  if [[ "$ok" != "$2" || "$statuses" != "$2" ]]; then
+    echo "expected $2 answers with status 200 and $3; got $statuses and $ok:" >&2
+    grep -v '^status=200$' "$out" | sort | uniq -c | head -5 >&2
+    exit 1
+  fi
+}
+
+# measure CASE TOOL ARGUMENTS_JSON EXPECTED SERVER ARGS...: prints "CASE INSTRUCTIONS_PER_REQUEST"
+measure() {
+  local name="$1" tool="$2" arguments="$3" expected="$4" file="${1//\//-}"
+  shift 4
+  port_free "$port" || { echo "port $port is already in use" >&2; exit 1; }
+  TOKIO_WORKER_THREADS=1 valgrind --tool=callgrind --callgrind-out-file="$work/$file.out" \
+    "$@" --bind "127.0.0.1:$port" >"$work/$file.log" 2>&1 &
+  local pid=$!
+  pids+=("$pid")
+  # Any HTTP answer means the server is up (the floor serves no /healthz); valgrind is slow to start.
+  local up=""
+  for _ in $(seq 1 600); do
+    kill -0 "$pid" 2>/dev/null || { echo "$name exited:" >&2; cat "$work/$file.log" >&2; exit 1; }
+    if curl -s -o /dev/null --max-time 2 "http://127.0.0.1:$port/"; then up=1; break; fi
+    sleep 0.1
+  done
+  [[ -n "$up" ]] || { echo "$name did not come up" >&2; cat "$work/$file.log" >&2; exit 1; }
+  if [[ "$tool" == basket_get ]]; then
+    local created
+    created="$(call "$url" basket_create '{"operation_id":"instructions-0000000000000000"}')"
+    arguments="{\"basket_id\":\"$(jq -er '.result.structuredContent.handle' <<<"$created")\"}"
+  fi
+  curl_config "$work/warm.conf" "$tool" "$arguments" 200
+  curl_config "$work/measured.conf" "$tool" "$arguments" "$requests"
+  send "$work/warm.conf" 200 "$expected"
+  callgrind_control -z "$pid" >/dev/null 2>&1
+  send "$work/measured.conf" "$requests" "$expected"
+  callgrind_control -d "$pid" >/dev/null 2>&1
+  kill "$pid"
+  wait "$pid" 2>/dev/null || true
+  local total
+  total="$(callgrind_annotate "$work/$file.out.1" 2>/dev/null \
+    | awk '/PROGRAM TOTALS/ { gsub(",", "", $1); print $1; exit }')"
+  [[ -n "$total" ]] || { echo "no count for $name" >&2; exit 1; }
+  [[ -z "${KEEP:-}" ]] || cp "$work/$file.out.1" "$KEEP/$file.callgrind"
+  echo "$name $((total / requests))"
+}
+
+# In this shell, not a command substitution, so that `cleanup` sees every server started.
+measure floor add '{"a":2,"b":3}' '"sum":5' "$floor" >>"$work/results"
+measure add add '{"a":2,"b":3}' '"sum":5' "$bin/quickstart" >>"$work/results"
+measure get/memory basket_get '' '"outcome":"current"' "$bin/basket" --memory >>"$work/results"
+measure get/sqlite basket_get '' '"outcome":"current"' "$bin/basket" --db "$work/basket.db" \
+  >>"$work/results"
+mapfile -t results <"$work/results"
+
+echo
+echo "User-space instructions per request ($requests requests a case, one connection, one worker):"
+floor_count="$(awk '{print $2}' <<<"${results[0]}")"
+add_count="$(awk '{print $2}' <<<"${results[1]}")"
+printf '%-12s %12s %9s %9s\n' case instructions x_floor x_add
+for line in "${results[@]}"; do
+  read -r name count <<<"$line"
+  awk -v n="$name" -v c="$count" -v f="$floor_count" -v a="$add_count" \
+    'BEGIN { printf "%-12s %12d %9.3f %9.3f\n", n, c, c / f, c / a }'
+done
