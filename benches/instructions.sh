@@ -40,7 +40,7 @@ source "$root/benches/lib.sh"
 numeric_settings "$requests" "$port"
 [[ -z "${KEEP:-}" || -d "$KEEP" ]] || { echo "KEEP $KEEP is not a folder" >&2; exit 2; }
 (( requests >= 100 && requests <= 100000 )) || { echo "REQUESTS out of range" >&2; exit 2; }
-require_tools valgrind callgrind_control callgrind_annotate curl jq cargo
+require_tools valgrind callgrind_control curl jq ss cargo
 [[ -f "$harness/axum-floor/Cargo.toml" ]] || { echo "no axum-floor in $harness" >&2; exit 2; }
 
 work="$(mktemp -d)"
@@ -49,9 +49,11 @@ trap cleanup EXIT
 
 build_examples quickstart basket
 echo "== building axum-floor (release)" >&2
+peers="${CARGO_TARGET_DIR:-$root/target}/peers"
+[[ "$peers" = /* ]] || peers="$root/$peers"
 cargo build --release --quiet --locked --manifest-path "$harness/axum-floor/Cargo.toml" \
-  --target-dir "$root/target/peers" >&2
-floor="$root/target/peers/release/axum-floor"
+  --target-dir "$peers" >&2
+floor="$peers/release/axum-floor"
 url="http://127.0.0.1:$port/mcp"
 
 # curl_config FILE TOOL ARGUMENTS_JSON COUNT: a curl config sending the call COUNT times on one
@@ -60,6 +62,7 @@ curl_config() {
   {
     echo 'silent'
     echo 'show-error'
+    echo 'max-time = 30'
     echo 'header = "Content-Type: application/json"'
     echo 'header = "Accept: application/json, text/event-stream"'
     echo 'header = "MCP-Protocol-Version: 2026-07-28"'
@@ -80,28 +83,44 @@ send() {
   statuses="$(grep -c '^status=200$' "$out" || true)"
   if [[ "$ok" != "$2" || "$statuses" != "$2" ]]; then
     echo "expected $2 answers with status 200 and $3; got $statuses and $ok:" >&2
-    grep -v '^status=200$' "$out" | sort | uniq -c | head -5 >&2
+    { grep -v '^status=200$' "$out" | sort | uniq -c | head -5; } >&2 || true
     exit 1
   fi
+}
+
+# alive NAME PID LOG: exit 1 with the server's log unless PID still runs
+alive() {
+  kill -0 "$2" 2>/dev/null || { echo "$1 exited:" >&2; cat "$3" >&2; exit 1; }
+}
+
+# control NAME PID LOG OPTION: callgrind_control OPTION on PID; it exits 0 even when it reached
+# no process, so its own report decides
+control() {
+  alive "$1" "$2" "$3"
+  local said
+  said="$(callgrind_control "$4" "$2" 2>&1)" || true
+  grep -q 'OK\.' <<<"$said" || { echo "callgrind_control $4 $2 failed: $said" >&2; exit 1; }
 }
 
 # measure CASE TOOL ARGUMENTS_JSON EXPECTED SERVER ARGS...: prints "CASE INSTRUCTIONS_PER_REQUEST"
 measure() {
   local name="$1" tool="$2" arguments="$3" expected="$4" file="${1//\//-}"
   shift 4
+  local log="$work/$file.log" dump="$work/$file.out"
   port_free "$port" || { echo "port $port is already in use" >&2; exit 1; }
-  TOKIO_WORKER_THREADS=1 valgrind --tool=callgrind --callgrind-out-file="$work/$file.out" \
-    "$@" --bind "127.0.0.1:$port" >"$work/$file.log" 2>&1 &
+  TOKIO_WORKER_THREADS=1 valgrind --tool=callgrind --callgrind-out-file="$dump" \
+    "$@" --bind "127.0.0.1:$port" >"$log" 2>&1 &
   local pid=$!
   pids+=("$pid")
-  # Any HTTP answer means the server is up (the floor serves no /healthz); valgrind is slow to start.
+  # Up when this process listens on the port (valgrind runs the server in its own process and is
+  # slow to start); the floor serves no /healthz, so no probe request is sent.
   local up=""
   for _ in $(seq 1 600); do
-    kill -0 "$pid" 2>/dev/null || { echo "$name exited:" >&2; cat "$work/$file.log" >&2; exit 1; }
-    if curl -s -o /dev/null --max-time 2 "http://127.0.0.1:$port/"; then up=1; break; fi
+    alive "$name" "$pid" "$log"
+    if ss -Hltnp "sport = :$port" | grep -q "pid=$pid,"; then up=1; break; fi
     sleep 0.1
   done
-  [[ -n "$up" ]] || { echo "$name did not come up" >&2; cat "$work/$file.log" >&2; exit 1; }
+  [[ -n "$up" ]] || { echo "$name did not come up" >&2; cat "$log" >&2; exit 1; }
   if [[ "$tool" == basket_get ]]; then
     local created
     created="$(call "$url" basket_create '{"operation_id":"instructions-0000000000000000"}')"
@@ -110,16 +129,17 @@ measure() {
   curl_config "$work/warm.conf" "$tool" "$arguments" 200
   curl_config "$work/measured.conf" "$tool" "$arguments" "$requests"
   send "$work/warm.conf" 200 "$expected"
-  callgrind_control -z "$pid" >/dev/null 2>&1
+  control "$name" "$pid" "$log" -z
   send "$work/measured.conf" "$requests" "$expected"
-  callgrind_control -d "$pid" >/dev/null 2>&1
+  control "$name" "$pid" "$log" -d
   kill "$pid"
   wait "$pid" 2>/dev/null || true
+  # The dump's summary line is the total over every thread (callgrind_annotate's PROGRAM TOTALS).
+  [[ -f "$dump.1" ]] || { echo "no callgrind dump for $name in $work" >&2; exit 1; }
   local total
-  total="$(callgrind_annotate "$work/$file.out.1" 2>/dev/null \
-    | awk '/PROGRAM TOTALS/ { gsub(",", "", $1); print $1; exit }')"
-  [[ -n "$total" ]] || { echo "no count for $name" >&2; exit 1; }
-  [[ -z "${KEEP:-}" ]] || cp "$work/$file.out.1" "$KEEP/$file.callgrind"
+  total="$(awk '/^summary:/ { print $2; exit }' "$dump.1")"
+  [[ "$total" =~ ^[0-9]+$ ]] || { echo "no instruction count for $name in $dump.1" >&2; exit 1; }
+  [[ -z "${KEEP:-}" ]] || cp "$dump.1" "$KEEP/$file.callgrind"
   echo "$name $((total / requests))"
 }
 
