@@ -128,3 +128,127 @@ async fn repeated_builder_calls_merge_what_they_offer() {
         .collect();
     assert_eq!(uris, ["docs://a", "docs://b"]);
 }
+
+/// Arguments whose `x-mcp-header` declarations clients would drop the tool for.
+// Only their schemas matter: no call reads a field.
+#[allow(dead_code)]
+mod mirrored {
+    use schemars::JsonSchema;
+    use serde::Deserialize;
+
+    #[derive(Deserialize, JsonSchema)]
+    pub struct Spaced {
+        #[schemars(extend("x-mcp-header" = "Data Region"))]
+        pub region: String,
+    }
+
+    #[derive(Deserialize, JsonSchema)]
+    pub struct Fractional {
+        #[schemars(extend("x-mcp-header" = "Ratio"))]
+        pub ratio: f64,
+    }
+
+    #[derive(Deserialize, JsonSchema)]
+    pub struct Line {
+        #[schemars(extend("x-mcp-header" = "Sku"))]
+        pub sku: String,
+    }
+
+    #[derive(Deserialize, JsonSchema)]
+    pub struct Listed {
+        pub lines: Vec<Line>,
+    }
+
+    #[derive(Deserialize, JsonSchema)]
+    pub struct Twice {
+        #[schemars(extend("x-mcp-header" = "Zone"))]
+        pub zone: String,
+        #[schemars(extend("x-mcp-header" = "ZONE"))]
+        pub fallback_zone: Option<String>,
+    }
+
+    #[derive(Deserialize, JsonSchema)]
+    pub struct Fine {
+        #[schemars(extend("x-mcp-header" = "Zone"))]
+        pub zone: Option<String>,
+        #[schemars(extend("x-mcp-header" = "Shard"))]
+        pub shard: u32,
+        #[schemars(extend("x-mcp-header" = "Dry-Run"))]
+        pub dry_run: bool,
+    }
+
+    /// A tool taking `A`, named `name`.
+    pub struct Mirroring<A>(pub &'static str, pub std::marker::PhantomData<fn() -> A>);
+
+    impl<A: for<'de> Deserialize<'de> + JsonSchema + Send + 'static> mcp_tools::Tool for Mirroring<A> {
+        type Args = A;
+        type Output = String;
+        fn info(&self) -> mcp_tools::ToolInfo {
+            mcp_tools::ToolInfo::new(self.0, "Mirrors an argument in a header.")
+        }
+        async fn call(&self, _: A, _: mcp_tools::Context) -> String {
+            String::new()
+        }
+    }
+
+    pub fn tool<A>(name: &'static str) -> Mirroring<A> {
+        Mirroring(name, std::marker::PhantomData)
+    }
+}
+
+#[test]
+fn a_header_mirror_that_clients_would_drop_the_tool_for_does_not_build() {
+    use mirrored::*;
+    let refusal = |tools: ToolSet| {
+        let error = McpServer::builder("x", "1")
+            .tools(tools)
+            .build()
+            .err()
+            .expect("a tool with an invalid x-mcp-header was built");
+        let BuildError::InvalidParamHeader { tool, reason } = &error else {
+            panic!("expected InvalidParamHeader, got {error:?}");
+        };
+        (tool.clone(), reason.clone(), error.to_string())
+    };
+    for (tools, name, expected) in [
+        (
+            ToolSet::new().with(tool::<Spaced>("spaced")),
+            "spaced",
+            "x-mcp-header \"Data Region\" at /properties/region is not a header name token",
+        ),
+        (
+            ToolSet::new().with(tool::<Fractional>("fractional")),
+            "fractional",
+            "x-mcp-header \"Ratio\" at /properties/ratio is on a property whose `type` is not",
+        ),
+        (
+            ToolSet::new().with(tool::<Listed>("listed")),
+            "listed",
+            "x-mcp-header at /$defs/Line/properties/sku is not on a property reached from the root",
+        ),
+        (
+            ToolSet::new().with(tool::<Twice>("twice")),
+            "twice",
+            "the arguments fallback_zone and zone are both mirrored in Mcp-Param-Zone",
+        ),
+    ] {
+        let (tool, reason, message) = refusal(tools);
+        assert_eq!(tool, name);
+        assert!(reason.contains(expected), "{name}: {reason}");
+        assert!(
+            message.starts_with(&format!("tool \"{name}\" mirrors an argument in a header")),
+            "{message}"
+        );
+    }
+
+    let fine = McpServer::builder("x", "1")
+        .tools(ToolSet::new().with(tool::<Fine>("fine")))
+        .build()
+        .expect("string, integer and boolean mirrors build");
+    // Added while serving, the same declaration is refused and the offer stays as it was.
+    let refused = fine.add_tool(tool::<Spaced>("spaced"));
+    assert!(
+        matches!(&refused, Err(BuildError::InvalidParamHeader { tool, .. }) if tool == "spaced"),
+        "{refused:?}"
+    );
+}

@@ -1,42 +1,187 @@
 //! `Mcp-Param-*` headers: tool arguments a schema marks with `x-mcp-header` are mirrored in
 //! headers so intermediaries can route on them; the server checks they agree with the body.
 
-use http::HeaderMap;
+use http::{HeaderMap, HeaderName};
 use serde_json::{Map, Value};
 
 use crate::RpcError;
 use crate::protocol::headers::header_text;
 
-/// One argument mirrored in a header.
+/// One argument mirrored in a header, with its header name parsed once, when the tool is built.
 #[derive(Debug, Clone)]
 pub(crate) struct ParamHeader {
-    /// The `{Name}` of `Mcp-Param-{Name}`.
-    name: String,
+    /// `mcp-param-{name}`.
+    header: HeaderName,
+    /// `Mcp-Param-{Name}` as the schema spells it, for messages.
+    display: String,
     /// Property names from the argument root.
     path: Vec<String>,
 }
 
-/// Finds the `x-mcp-header` declarations reachable from the root through `properties` only.
-pub(crate) fn declarations(schema: &Value) -> Vec<ParamHeader> {
-    fn walk(schema: &Value, path: &mut Vec<String>, found: &mut Vec<ParamHeader>) {
-        let Some(properties) = schema.get("properties").and_then(Value::as_object) else {
-            return;
-        };
-        for (name, property) in properties {
-            path.push(name.clone());
-            if let Some(header) = property.get("x-mcp-header").and_then(Value::as_str) {
-                found.push(ParamHeader {
-                    name: header.to_owned(),
-                    path: path.clone(),
-                });
-            }
-            walk(property, path, found);
-            path.pop();
+/// Keywords whose value is a map of subschemas.
+const SCHEMA_MAPS: [&str; 5] = [
+    "properties",
+    "patternProperties",
+    "$defs",
+    "definitions",
+    "dependentSchemas",
+];
+/// Keywords whose value is a subschema or an array of them.
+const SCHEMA_SLOTS: [&str; 16] = [
+    "items",
+    "prefixItems",
+    "additionalItems",
+    "additionalProperties",
+    "unevaluatedProperties",
+    "unevaluatedItems",
+    "contains",
+    "propertyNames",
+    "not",
+    "if",
+    "then",
+    "else",
+    "allOf",
+    "anyOf",
+    "oneOf",
+    "contentSchema",
+];
+
+/// Finds the `x-mcp-header` declarations of an input schema, and refuses one that clients would
+/// drop the whole tool for: an empty or non-token name, a name used twice (case-insensitively), a
+/// property that is not a string, integer or boolean, or a declaration not reachable from the
+/// root through `properties` alone (under `items`, `anyOf`, `$defs`...).
+pub(crate) fn declarations(schema: &Value) -> Result<Vec<ParamHeader>, String> {
+    let mut found = Vec::new();
+    walk(schema, &mut Vec::new(), Position::Root, &mut found)?;
+    for (i, declaration) in found.iter().enumerate() {
+        if let Some(twin) = found[..i]
+            .iter()
+            .find(|earlier| earlier.header == declaration.header)
+        {
+            return Err(format!(
+                "the arguments {} and {} are both mirrored in {}: header names must be unique, ignoring case",
+                twin.path.join("."),
+                declaration.path.join("."),
+                declaration.display
+            ));
         }
     }
-    let mut found = Vec::new();
-    walk(schema, &mut Vec::new(), &mut found);
-    found
+    Ok(found)
+}
+
+/// Where a subschema sits: only properties reached from the root through `properties` alone may
+/// be mirrored in a header.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Position {
+    Root,
+    Property,
+    Elsewhere,
+}
+
+fn walk(
+    schema: &Value,
+    path: &mut Vec<String>,
+    position: Position,
+    found: &mut Vec<ParamHeader>,
+) -> Result<(), String> {
+    let Some(object) = schema.as_object() else {
+        return Ok(());
+    };
+    if let Some(name) = object.get("x-mcp-header") {
+        let at = pointer(path);
+        if position != Position::Property {
+            return Err(format!(
+                "x-mcp-header at {at} is not on a property reached from the root through `properties` alone (not through `items`, `anyOf`, `$ref`, `$defs`...): move it to such a property"
+            ));
+        }
+        found.push(declaration(name, object, path, &at)?);
+    }
+    for (keyword, value) in object {
+        if SCHEMA_MAPS.contains(&keyword.as_str()) {
+            let Some(map) = value.as_object() else {
+                continue;
+            };
+            let child = if keyword == "properties" && position != Position::Elsewhere {
+                Position::Property
+            } else {
+                Position::Elsewhere
+            };
+            for (name, subschema) in map {
+                path.extend([keyword.clone(), name.clone()]);
+                walk(subschema, path, child, found)?;
+                path.truncate(path.len() - 2);
+            }
+        } else if SCHEMA_SLOTS.contains(&keyword.as_str()) {
+            let subschemas = match value {
+                Value::Array(items) => items.iter().collect(),
+                other => vec![other],
+            };
+            let depth = path.len();
+            for (i, subschema) in subschemas.into_iter().enumerate() {
+                path.push(keyword.clone());
+                if value.is_array() {
+                    path.push(i.to_string());
+                }
+                walk(subschema, path, Position::Elsewhere, found)?;
+                path.truncate(depth);
+            }
+        }
+    }
+    Ok(())
+}
+
+fn declaration(
+    name: &Value,
+    property: &Map<String, Value>,
+    path: &[String],
+    at: &str,
+) -> Result<ParamHeader, String> {
+    let Some(name) = name.as_str() else {
+        return Err(format!(
+            "x-mcp-header at {at} is {name}, not a string: give the {{Name}} of Mcp-Param-{{Name}}"
+        ));
+    };
+    let is_tchar = |b: u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b);
+    if name.is_empty() || !name.bytes().all(is_tchar) {
+        return Err(format!(
+            "x-mcp-header {name:?} at {at} is not a header name token: use letters, digits and !#$%&'*+-.^_`|~"
+        ));
+    }
+    let header = HeaderName::from_bytes(format!("mcp-param-{name}").as_bytes())
+        .map_err(|error| format!("x-mcp-header {name:?} at {at}: {error}"))?;
+    let single_type = match property.get("type") {
+        Some(Value::String(single)) => Some(single.as_str()),
+        Some(Value::Array(types)) => {
+            let mut not_null = types.iter().filter(|t| t.as_str() != Some("null"));
+            match (not_null.next(), not_null.next()) {
+                (Some(single), None) => single.as_str(),
+                _ => None,
+            }
+        }
+        _ => None,
+    };
+    if !matches!(single_type, Some("string" | "integer" | "boolean")) {
+        return Err(format!(
+            "x-mcp-header {name:?} at {at} is on a property whose `type` is not \"string\", \"integer\" or \"boolean\" (\"null\" may be added): headers mirror only those"
+        ));
+    }
+    Ok(ParamHeader {
+        header,
+        display: format!("Mcp-Param-{name}"),
+        // A declaration's pointer is `properties`, NAME, `properties`, NAME...: the names are the
+        // argument's path.
+        path: path.iter().skip(1).step_by(2).cloned().collect(),
+    })
+}
+
+/// A JSON pointer (RFC 6901) into the input schema, for messages.
+fn pointer(path: &[String]) -> String {
+    if path.is_empty() {
+        return "the root".to_owned();
+    }
+    path.iter()
+        .map(|step| format!("/{}", step.replace('~', "~0").replace('/', "~1")))
+        .collect()
 }
 
 fn lookup<'a>(arguments: &'a Map<String, Value>, path: &[String]) -> Option<&'a Value> {
@@ -131,9 +276,8 @@ pub(crate) fn check_param_headers(
         .and_then(Value::as_object)
         .unwrap_or(&empty);
     for declaration in declared {
-        let header_name = format!("mcp-param-{}", declaration.name.to_ascii_lowercase());
-        let display = format!("Mcp-Param-{}", declaration.name);
-        let header = header_text(headers, &header_name)?;
+        let display = &declaration.display;
+        let header = header_text(headers, &declaration.header)?;
         match (lookup(arguments, &declaration.path), header) {
             (None | Some(Value::Null), None) => {}
             (Some(value), Some(header)) if agrees(&header, value) => {}
@@ -200,25 +344,112 @@ mod tests {
     fn finds_declarations_through_properties_only() {
         let schema = json!({ "type": "object", "properties": {
             "region": { "type": "string", "x-mcp-header": "Region" },
-            "nested": { "type": "object", "properties": { "n": { "type": "integer", "x-mcp-header": "N" } } },
-            "list": { "type": "array", "items": { "x-mcp-header": "Ignored" } }
+            "nested": { "type": "object", "properties": {
+                "n": { "type": ["integer", "null"], "x-mcp-header": "N" }
+            } },
+            "flag": { "type": "boolean", "x-mcp-header": "Dry-Run_v2" },
+            "list": { "type": "array", "items": { "type": "string" } }
         }});
-        let found = declarations(&schema);
+        let found = declarations(&schema).unwrap();
         let names: Vec<_> = found
             .iter()
-            .map(|d| (d.name.as_str(), d.path.join(".")))
+            .map(|d| (d.header.as_str(), d.display.as_str(), d.path.join(".")))
             .collect();
         assert_eq!(
             names,
             [
-                ("N", "nested.n".to_owned()),
-                ("Region", "region".to_owned())
+                (
+                    "mcp-param-dry-run_v2",
+                    "Mcp-Param-Dry-Run_v2",
+                    "flag".to_owned()
+                ),
+                ("mcp-param-n", "Mcp-Param-N", "nested.n".to_owned()),
+                ("mcp-param-region", "Mcp-Param-Region", "region".to_owned()),
             ]
         );
         assert!(
             agrees("42", &json!(42)) && agrees("42.0", &json!(42)) && !agrees("43", &json!(42))
         );
         assert!(agrees("true", &json!(true)) && !agrees("True", &json!(true)));
+    }
+
+    #[test]
+    fn refuses_what_clients_drop_the_tool_for_and_says_where() {
+        let property =
+            |declared: Value| json!({ "type": "object", "properties": { "p": declared } });
+        for (schema, expected) in [
+            (
+                property(json!({ "type": "string", "x-mcp-header": "" })),
+                "x-mcp-header \"\" at /properties/p is not a header name token",
+            ),
+            (
+                property(json!({ "type": "string", "x-mcp-header": "Two Words" })),
+                "x-mcp-header \"Two Words\" at /properties/p is not a header name token",
+            ),
+            (
+                property(json!({ "type": "string", "x-mcp-header": "Caf\u{e9}" })),
+                "is not a header name token",
+            ),
+            (
+                property(json!({ "type": "string", "x-mcp-header": "a\r\nb" })),
+                "is not a header name token",
+            ),
+            (
+                property(json!({ "type": "string", "x-mcp-header": 7 })),
+                "x-mcp-header at /properties/p is 7, not a string",
+            ),
+            (
+                property(json!({ "type": "number", "x-mcp-header": "P" })),
+                "x-mcp-header \"P\" at /properties/p is on a property whose `type` is not",
+            ),
+            (
+                property(json!({ "type": ["string", "integer"], "x-mcp-header": "P" })),
+                "whose `type` is not",
+            ),
+            (
+                property(json!({ "$ref": "#/$defs/Colour", "x-mcp-header": "P" })),
+                "whose `type` is not",
+            ),
+            (
+                property(
+                    json!({ "type": "array", "items": { "type": "string", "x-mcp-header": "P" } }),
+                ),
+                "x-mcp-header at /properties/p/items is not on a property reached from the root",
+            ),
+            (
+                json!({ "type": "object", "anyOf": [
+                    { "properties": { "a/b": { "type": "string", "x-mcp-header": "P" } } }
+                ] }),
+                "x-mcp-header at /anyOf/0/properties/a~1b is not on a property",
+            ),
+            (
+                json!({ "type": "object", "$defs": { "Inner": { "type": "object", "properties": {
+                    "q": { "type": "string", "x-mcp-header": "Q" }
+                } } } }),
+                "x-mcp-header at /$defs/Inner/properties/q is not on a property",
+            ),
+            (
+                json!({ "type": "object", "x-mcp-header": "Root" }),
+                "x-mcp-header at the root is not on a property",
+            ),
+            (
+                json!({ "type": "object", "properties": {
+                    "a": { "type": "string", "x-mcp-header": "Zone" },
+                    "b": { "type": "object", "properties": {
+                        "c": { "type": "string", "x-mcp-header": "zone" }
+                    } }
+                } }),
+                "the arguments a and b.c are both mirrored in Mcp-Param-zone",
+            ),
+        ] {
+            let refused = declarations(&schema)
+                .map(|found| found.len())
+                .expect_err(&schema.to_string());
+            assert!(
+                refused.contains(expected),
+                "{schema}: expected {expected:?} in {refused:?}"
+            );
+        }
     }
 
     #[derive(serde::Deserialize, schemars::JsonSchema)]

@@ -50,6 +50,14 @@ pub enum BuildError {
         /// The validator's explanation.
         reason: String,
     },
+    /// An `x-mcp-header` in an input schema that clients would drop the tool for.
+    #[error("tool {tool:?} mirrors an argument in a header that clients refuse: {reason}")]
+    InvalidParamHeader {
+        /// The tool.
+        tool: String,
+        /// What is wrong, where in the input schema, and what to use instead.
+        reason: String,
+    },
     /// Stateful tools, and no store to keep their state.
     #[error(
         "tools {0:?} keep state, and the server has no store: add one with `.store(..)` (for example `MemoryStore::default()` or `SqliteStore::open(..)`)"

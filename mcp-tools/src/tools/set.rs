@@ -198,8 +198,13 @@ impl ToolSet {
             if index.insert(name.clone(), tools.len()).is_some() {
                 return Err(BuildError::DuplicateTool(name));
             }
-            let param_headers =
-                crate::protocol::param_headers::declarations(&definition.input_schema);
+            let param_headers = crate::protocol::param_headers::declarations(
+                &definition.input_schema,
+            )
+            .map_err(|reason| BuildError::InvalidParamHeader {
+                tool: name.clone(),
+                reason,
+            })?;
             tools.push(CompiledTool {
                 param_headers,
                 definition,
