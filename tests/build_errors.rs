@@ -175,6 +175,16 @@ mod mirrored {
         pub shard: u32,
         #[schemars(extend("x-mcp-header" = "Dry-Run"))]
         pub dry_run: bool,
+        #[schemars(extend("x-mcp-header" = "Colour"))]
+        pub colour: Option<Colour>,
+    }
+
+    /// Inline, so that the property says `"type": "string"` rather than `$ref`.
+    #[derive(Deserialize, JsonSchema)]
+    #[schemars(inline)]
+    pub enum Colour {
+        Red,
+        Blue,
     }
 
     /// A tool taking `A`, named `name`.

@@ -162,7 +162,7 @@ fn declaration(
     };
     if !matches!(single_type, Some("string" | "integer" | "boolean")) {
         return Err(format!(
-            "x-mcp-header {name:?} at {at} is on a property whose `type` is not \"string\", \"integer\" or \"boolean\" (\"null\" may be added): headers mirror only those"
+            "x-mcp-header {name:?} at {at} is on a property whose `type` is not \"string\", \"integer\" or \"boolean\" (\"null\" may be added): headers mirror only those; a derived enum gets its `type` inline with `#[schemars(inline)]`"
         ));
     }
     Ok(ParamHeader {
