@@ -229,17 +229,17 @@ fn a_header_mirror_that_clients_would_drop_the_tool_for_does_not_build() {
         (
             ToolSet::new().with(tool::<Fractional>("fractional")),
             "fractional",
-            "x-mcp-header \"Ratio\" at /properties/ratio is on a property whose `type` is not",
+            "x-mcp-header \"Ratio\" at /properties/ratio is on a property that is not a string, integer or boolean (its `type` is \"number\")",
         ),
         (
             ToolSet::new().with(tool::<Listed>("listed")),
             "listed",
-            "x-mcp-header at /$defs/Line/properties/sku is not on a property reached from the root",
+            "x-mcp-header at /$defs/Line/properties/sku is not on a property reached from the root through `properties` alone (not through `items`, `anyOf`, `$ref`, `$defs`...): the property belongs to a type the schema refers to: put `#[schemars(inline)]` on that type when an argument holds it directly (in a list, a map or an enum it cannot be mirrored)",
         ),
         (
             ToolSet::new().with(tool::<Twice>("twice")),
             "twice",
-            "the arguments fallback_zone and zone are both mirrored in Mcp-Param-Zone",
+            "x-mcp-header \"ZONE\" at /properties/fallback_zone and \"Zone\" at /properties/zone name one header",
         ),
     ] {
         let (tool, reason, message) = refusal(tools);

@@ -765,6 +765,68 @@ async fn mirrored_parameters_must_agree_with_their_headers() {
     }
 }
 
+/// Clients drop a tool whose mirrored property does not have one `type` string, and an `Option`
+/// argument's schema says `["string", "null"]`: `tools/list` publishes the single type (with
+/// the safe integer range), while the server still takes an explicit `null` as no value.
+#[tokio::test]
+async fn mirrored_parameters_are_published_in_the_shape_clients_accept() {
+    let server = TestServer::start(fixture().server).await;
+    let listed = Call::new("tools/list", json!(1), json!({}))
+        .send(&server)
+        .await
+        .result();
+    let route = listed["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|tool| tool["name"] == "route")
+        .expect("route is listed");
+    let properties = &route["inputSchema"]["properties"];
+    assert_eq!(properties["region"]["type"], "string", "{properties}");
+    assert_eq!(properties["shard"]["type"], "integer", "{properties}");
+    assert_eq!(
+        properties["shard"]["minimum"],
+        json!(-9_007_199_254_740_991_i64)
+    );
+    assert_eq!(
+        properties["shard"]["maximum"],
+        json!(9_007_199_254_740_991_i64)
+    );
+    assert!(
+        route["inputSchema"]["required"]
+            .as_array()
+            .is_none_or(|required| required.is_empty()),
+        "both stay optional: {route}"
+    );
+    for (name, property) in properties.as_object().unwrap() {
+        if property.get("x-mcp-header").is_some() {
+            assert!(
+                matches!(
+                    property["type"].as_str(),
+                    Some("string" | "integer" | "boolean")
+                ),
+                "{name}: {property}"
+            );
+        }
+    }
+
+    for arguments in [
+        json!({ "region": null }),
+        json!({ "region": null, "shard": null }),
+    ] {
+        let reply = Call::call_tool("route", arguments.clone())
+            .send(&server)
+            .await;
+        assert_eq!(reply.status, 200, "{arguments}: {}", reply.text);
+        assert_eq!(
+            reply.result()["content"][0]["text"],
+            "None/None",
+            "{arguments}: {}",
+            reply.text
+        );
+    }
+}
+
 /// Open `subscriptions/listen` streams are capped per principal: one more is a real HTTP 429
 /// before any stream opens, another principal is not affected, and closing a stream frees its
 /// slot.

@@ -10,6 +10,8 @@ use crate::protocol::headers::header_text;
 /// One argument mirrored in a header, with its header name parsed once, when the tool is built.
 #[derive(Debug, Clone)]
 pub(crate) struct ParamHeader {
+    /// The `{Name}` as the schema spells it.
+    name: String,
     /// `mcp-param-{name}`.
     header: HeaderName,
     /// `Mcp-Param-{Name}` as the schema spells it, for messages.
@@ -59,10 +61,11 @@ pub(crate) fn declarations(schema: &Value) -> Result<Vec<ParamHeader>, String> {
             .find(|earlier| earlier.header == declaration.header)
         {
             return Err(format!(
-                "the arguments {} and {} are both mirrored in {}: header names must be unique, ignoring case",
-                twin.path.join("."),
-                declaration.path.join("."),
-                declaration.display
+                "x-mcp-header {:?} at {} and {:?} at {} name one header: header names must be unique, ignoring case",
+                twin.name,
+                property_pointer(&twin.path),
+                declaration.name,
+                property_pointer(&declaration.path),
             ));
         }
     }
@@ -90,8 +93,16 @@ fn walk(
     if let Some(name) = object.get("x-mcp-header") {
         let at = pointer(path);
         if position != Position::Property {
+            let fix = if path
+                .first()
+                .is_some_and(|step| step == "$defs" || step == "definitions")
+            {
+                "the property belongs to a type the schema refers to: put `#[schemars(inline)]` on that type when an argument holds it directly (in a list, a map or an enum it cannot be mirrored)"
+            } else {
+                "move it to such a property"
+            };
             return Err(format!(
-                "x-mcp-header at {at} is not on a property reached from the root through `properties` alone (not through `items`, `anyOf`, `$ref`, `$defs`...): move it to such a property"
+                "x-mcp-header at {at} is not on a property reached from the root through `properties` alone (not through `items`, `anyOf`, `$ref`, `$defs`...): {fix}"
             ));
         }
         found.push(declaration(name, object, path, &at)?);
@@ -144,7 +155,7 @@ fn declaration(
     let is_tchar = |b: u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b);
     if name.is_empty() || !name.bytes().all(is_tchar) {
         return Err(format!(
-            "x-mcp-header {name:?} at {at} is not a header name token: use letters, digits and !#$%&'*+-.^_`|~"
+            "x-mcp-header {name:?} at {at} is not a header name token: use ASCII letters, digits and !#$%&'*+-.^_`|~"
         ));
     }
     let header = HeaderName::from_bytes(format!("mcp-param-{name}").as_bytes())
@@ -161,17 +172,94 @@ fn declaration(
         _ => None,
     };
     if !matches!(single_type, Some("string" | "integer" | "boolean")) {
+        let found = match property.get("type") {
+            Some(written) => format!("its `type` is {written}"),
+            None if property.contains_key("$ref") => "it is a `$ref` to another type".to_owned(),
+            None if ["anyOf", "oneOf", "allOf"]
+                .iter()
+                .any(|k| property.contains_key(*k)) =>
+            {
+                "it is an `anyOf`/`oneOf`/`allOf` of types".to_owned()
+            }
+            None => "it has no `type`".to_owned(),
+        };
+        let fix = match single_type {
+            Some("number") => "take an integer or a string instead of a float",
+            _ if property.contains_key("$ref") => {
+                "put `#[schemars(inline)]` on the enum, or `#[serde(transparent)]` on the newtype"
+            }
+            _ if property.contains_key("oneOf") || property.contains_key("anyOf") => {
+                "an enum whose variants have doc comments, or an `Option` of a referenced type, is published that way: mirror a plain string, or an inline enum without variant docs"
+            }
+            _ => "declare `\"type\": \"string\"`, `\"integer\"` or `\"boolean\"` on the property",
+        };
         return Err(format!(
-            "x-mcp-header {name:?} at {at} is on a property whose `type` is not \"string\", \"integer\" or \"boolean\" (\"null\" may be added): headers mirror only those; a derived enum gets its `type` inline with `#[schemars(inline)]`"
+            "x-mcp-header {name:?} at {at} is on a property that is not a string, integer or boolean ({found}): {fix}"
         ));
     }
     Ok(ParamHeader {
+        name: name.to_owned(),
         header,
         display: format!("Mcp-Param-{name}"),
         // A declaration's pointer is `properties`, NAME, `properties`, NAME...: the names are the
         // argument's path.
         path: path.iter().skip(1).step_by(2).cloned().collect(),
     })
+}
+
+/// The JSON pointer of the property an argument path names.
+fn property_pointer(names: &[String]) -> String {
+    let steps: Vec<String> = names
+        .iter()
+        .flat_map(|name| ["properties".to_owned(), name.clone()])
+        .collect();
+    pointer(&steps)
+}
+
+/// The largest integer every client holds exactly (JavaScript's `Number.MAX_SAFE_INTEGER`):
+/// past it, a client cannot mirror the value it sends.
+const SAFE_INTEGER: i64 = (1 << 53) - 1;
+
+/// Publishes each mirrored property in the one shape clients accept: a single `type` string
+/// (clients drop a tool whose mirrored property has `["string", "null"]`, which every `Option`
+/// argument has; the property stays optional since it is not `required`), no `null` in its
+/// `enum`, and an integer's range within ±(2^53−1). The validator keeps the schema as written,
+/// so an explicit `null` is still accepted, as the argument's absence.
+pub(crate) fn publish(schema: &mut Value, declared: &[ParamHeader]) {
+    for declaration in declared {
+        let property = declaration
+            .path
+            .iter()
+            .try_fold(&mut *schema, |node, name| {
+                node.get_mut("properties")?.get_mut(name)
+            })
+            .and_then(Value::as_object_mut);
+        let Some(property) = property else {
+            continue;
+        };
+        if let Some(Value::Array(types)) = property.get("type") {
+            let single = types.iter().find(|t| t.as_str() != Some("null")).cloned();
+            if let Some(single) = single {
+                property.insert("type".to_owned(), single);
+            }
+        }
+        if let Some(Value::Array(members)) = property.get_mut("enum") {
+            members.retain(|member| !member.is_null());
+        }
+        if property.get("type").and_then(Value::as_str) == Some("integer") {
+            let within = |bound: Option<&Value>, limit: i64, inside: fn(f64, f64) -> bool| {
+                bound
+                    .and_then(Value::as_f64)
+                    .is_some_and(|bound| inside(bound, limit as f64))
+            };
+            if !within(property.get("minimum"), -SAFE_INTEGER, |b, l| b >= l) {
+                property.insert("minimum".to_owned(), (-SAFE_INTEGER).into());
+            }
+            if !within(property.get("maximum"), SAFE_INTEGER, |b, l| b <= l) {
+                property.insert("maximum".to_owned(), SAFE_INTEGER.into());
+            }
+        }
+    }
 }
 
 /// A JSON pointer (RFC 6901) into the input schema, for messages.
@@ -400,15 +488,25 @@ mod tests {
             ),
             (
                 property(json!({ "type": "number", "x-mcp-header": "P" })),
-                "x-mcp-header \"P\" at /properties/p is on a property whose `type` is not",
+                "x-mcp-header \"P\" at /properties/p is on a property that is not a string, integer or boolean (its `type` is \"number\"): take an integer or a string",
             ),
             (
                 property(json!({ "type": ["string", "integer"], "x-mcp-header": "P" })),
-                "whose `type` is not",
+                "(its `type` is [\"string\",\"integer\"]): declare",
             ),
             (
                 property(json!({ "$ref": "#/$defs/Colour", "x-mcp-header": "P" })),
-                "whose `type` is not",
+                "(it is a `$ref` to another type): put `#[schemars(inline)]` on the enum",
+            ),
+            (
+                property(
+                    json!({ "oneOf": [{ "const": "a" }, { "const": "b" }], "x-mcp-header": "P" }),
+                ),
+                "(it is an `anyOf`/`oneOf`/`allOf` of types): an enum whose variants have doc comments",
+            ),
+            (
+                property(json!({ "x-mcp-header": "P" })),
+                "(it has no `type`): declare",
             ),
             (
                 property(
@@ -426,7 +524,7 @@ mod tests {
                 json!({ "type": "object", "$defs": { "Inner": { "type": "object", "properties": {
                     "q": { "type": "string", "x-mcp-header": "Q" }
                 } } } }),
-                "x-mcp-header at /$defs/Inner/properties/q is not on a property",
+                "x-mcp-header at /$defs/Inner/properties/q is not on a property reached from the root through `properties` alone (not through `items`, `anyOf`, `$ref`, `$defs`...): the property belongs to a type the schema refers to: put `#[schemars(inline)]` on that type when an argument holds it directly (in a list, a map or an enum it cannot be mirrored)",
             ),
             (
                 json!({ "type": "object", "x-mcp-header": "Root" }),
@@ -439,7 +537,7 @@ mod tests {
                         "c": { "type": "string", "x-mcp-header": "zone" }
                     } }
                 } }),
-                "the arguments a and b.c are both mirrored in Mcp-Param-zone",
+                "x-mcp-header \"Zone\" at /properties/a and \"zone\" at /properties/b/properties/c name one header",
             ),
         ] {
             let refused = declarations(&schema)
@@ -450,6 +548,45 @@ mod tests {
                 "{schema}: expected {expected:?} in {refused:?}"
             );
         }
+    }
+
+    #[test]
+    fn publishes_one_type_and_the_safe_integer_range() {
+        let mut schema = json!({ "type": "object", "properties": {
+            "region": { "type": ["string", "null"], "x-mcp-header": "Region" },
+            "colour": { "type": ["string", "null"], "enum": ["red", null], "x-mcp-header": "Colour" },
+            "wide": { "type": ["integer", "null"], "minimum": -9.3e18, "maximum": 1.8e19, "x-mcp-header": "Wide" },
+            "narrow": { "type": "integer", "minimum": 0, "maximum": 10, "x-mcp-header": "Narrow" },
+            "bare": { "type": "integer", "x-mcp-header": "Bare" },
+            "flag": { "type": "boolean", "x-mcp-header": "Flag" },
+            "plain": { "type": ["string", "null"] },
+            "route": { "type": "object", "properties": {
+                "zone": { "type": ["string", "null"], "x-mcp-header": "Zone" }
+            } }
+        }});
+        let declared = declarations(&schema).unwrap();
+        publish(&mut schema, &declared);
+        let safe = 9_007_199_254_740_991_i64;
+        assert_eq!(
+            schema["properties"],
+            json!({
+                "region": { "type": "string", "x-mcp-header": "Region" },
+                "colour": { "type": "string", "enum": ["red"], "x-mcp-header": "Colour" },
+                "wide": { "type": "integer", "minimum": -safe, "maximum": safe, "x-mcp-header": "Wide" },
+                "narrow": { "type": "integer", "minimum": 0, "maximum": 10, "x-mcp-header": "Narrow" },
+                "bare": { "type": "integer", "minimum": -safe, "maximum": safe, "x-mcp-header": "Bare" },
+                "flag": { "type": "boolean", "x-mcp-header": "Flag" },
+                "plain": { "type": ["string", "null"] },
+                "route": { "type": "object", "properties": {
+                    "zone": { "type": "string", "x-mcp-header": "Zone" }
+                } }
+            })
+        );
+        // What it publishes is still valid, and unchanged by publishing again.
+        let again = declarations(&schema).unwrap();
+        let published = schema.clone();
+        publish(&mut schema, &again);
+        assert_eq!(schema, published);
     }
 
     #[derive(serde::Deserialize, schemars::JsonSchema)]

@@ -151,7 +151,17 @@ impl ToolSet {
             self.entries
                 .iter()
                 .map(|entry| {
-                    serde_json::to_value(&entry.definition).expect("definitions serialize")
+                    let mut definition = entry.definition.clone();
+                    // As `compile` publishes it; a tool it refuses is shown as written.
+                    if let Ok(declared) =
+                        crate::protocol::param_headers::declarations(&definition.input_schema)
+                    {
+                        crate::protocol::param_headers::publish(
+                            &mut definition.input_schema,
+                            &declared,
+                        );
+                    }
+                    serde_json::to_value(&definition).expect("definitions serialize")
                 })
                 .collect(),
         )
@@ -205,6 +215,9 @@ impl ToolSet {
                 tool: name.clone(),
                 reason,
             })?;
+            // After the validator is compiled, which keeps the schema as written.
+            let mut definition = definition;
+            crate::protocol::param_headers::publish(&mut definition.input_schema, &param_headers);
             tools.push(CompiledTool {
                 param_headers,
                 definition,
