@@ -14,8 +14,6 @@ pub(crate) struct ParamHeader {
     name: String,
     /// `mcp-param-{name}`.
     header: HeaderName,
-    /// `Mcp-Param-{Name}` as the schema spells it, for messages.
-    display: String,
     /// Property names from the argument root.
     path: Vec<String>,
 }
@@ -200,7 +198,6 @@ fn declaration(
     Ok(ParamHeader {
         name: name.to_owned(),
         header,
-        display: format!("Mcp-Param-{name}"),
         // A declaration's pointer is `properties`, NAME, `properties`, NAME...: the names are the
         // argument's path.
         path: path.iter().skip(1).step_by(2).cloned().collect(),
@@ -364,20 +361,23 @@ pub(crate) fn check_param_headers(
         .and_then(Value::as_object)
         .unwrap_or(&empty);
     for declaration in declared {
-        let display = &declaration.display;
+        // Only an error names it, as the schema spells it.
+        let display = || format!("Mcp-Param-{}", declaration.name);
         let header = header_text(headers, &declaration.header)?;
         match (lookup(arguments, &declaration.path), header) {
             (None | Some(Value::Null), None) => {}
             (Some(value), Some(header)) if agrees(&header, value) => {}
             (Some(value), None) if !value.is_null() => {
                 return Err(RpcError::header_mismatch(format!(
-                    "Missing required header {display}: it must mirror the argument {}",
+                    "Missing required header {}: it must mirror the argument {}",
+                    display(),
                     declaration.path.join(".")
                 )));
             }
             (value, header) => {
                 return Err(RpcError::header_mismatch(format!(
-                    "Header mismatch: {display} header value {:?} does not match body value {}",
+                    "Header mismatch: {} header value {:?} does not match body value {}",
+                    display(),
                     header.unwrap_or_default(),
                     value.unwrap_or(&Value::Null)
                 )));
@@ -441,18 +441,14 @@ mod tests {
         let found = declarations(&schema).unwrap();
         let names: Vec<_> = found
             .iter()
-            .map(|d| (d.header.as_str(), d.display.as_str(), d.path.join(".")))
+            .map(|d| (d.header.as_str(), d.name.as_str(), d.path.join(".")))
             .collect();
         assert_eq!(
             names,
             [
-                (
-                    "mcp-param-dry-run_v2",
-                    "Mcp-Param-Dry-Run_v2",
-                    "flag".to_owned()
-                ),
-                ("mcp-param-n", "Mcp-Param-N", "nested.n".to_owned()),
-                ("mcp-param-region", "Mcp-Param-Region", "region".to_owned()),
+                ("mcp-param-dry-run_v2", "Dry-Run_v2", "flag".to_owned()),
+                ("mcp-param-n", "N", "nested.n".to_owned()),
+                ("mcp-param-region", "Region", "region".to_owned()),
             ]
         );
         assert!(
