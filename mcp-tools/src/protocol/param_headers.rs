@@ -604,6 +604,20 @@ mod tests {
         }
     }
 
+    /// The documents made without a server (`definitions`, and the Markdown page from it) show
+    /// the schema as `tools/list` publishes it.
+    #[test]
+    fn definitions_publish_what_the_catalog_publishes() {
+        let set = crate::ToolSet::new().with(Routed);
+        let catalog = set.compile().unwrap();
+        let listed = serde_json::to_value(&catalog.tools[0].definition).unwrap();
+        assert_eq!(set.definitions(), json!([listed]));
+        assert_eq!(
+            listed["inputSchema"]["properties"]["region"]["type"],
+            "string"
+        );
+    }
+
     fn call(arguments: Value) -> Map<String, Value> {
         json!({ "name": "routed", "arguments": arguments })
             .as_object()
