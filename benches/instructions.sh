@@ -26,6 +26,9 @@
 #   add         the quickstart's `add`
 #   get/memory  basket_get on the basket example with --memory
 #   get/sqlite  basket_get on the basket example with --db in a temp dir
+#   upgrade/memory  basket_upgrade_memory with --memory, each call a real versioned mutation: a
+#               fresh operation id and the version the previous call made, sent by python3 (a body
+#               that changes every call is beyond a curl config), every answer checked `applied`
 #
 # The count covers every thread of the server (callgrind runs them one at a time) from the
 # moment the counters are zeroed to the dump, so idle wake-ups of the runtime are in it too.
@@ -40,7 +43,7 @@ source "$root/benches/lib.sh"
 numeric_settings "$requests" "$port"
 [[ -z "${KEEP:-}" || -d "$KEEP" ]] || { echo "KEEP $KEEP is not a folder" >&2; exit 2; }
 (( requests >= 100 && requests <= 100000 )) || { echo "REQUESTS out of range" >&2; exit 2; }
-require_tools valgrind callgrind_control curl jq ss cargo
+require_tools valgrind callgrind_control curl jq ss python3 cargo
 [[ -f "$harness/axum-floor/Cargo.toml" ]] || { echo "no axum-floor in $harness" >&2; exit 2; }
 
 work="$(mktemp -d)"
@@ -88,6 +91,42 @@ send() {
   fi
 }
 
+# upgrades HANDLE FIRST_VERSION COUNT: COUNT upgrades of one basket over one connection, the
+# first expecting FIRST_VERSION; fails unless each answers `applied` with the next version
+upgrades() {
+  python3 - "$url" "$1" "$2" "$3" <<'PY'
+import http.client, json, sys, urllib.parse
+url, handle, first, count = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+target = urllib.parse.urlsplit(url)
+connection = http.client.HTTPConnection(target.hostname, target.port, timeout=30)
+headers = {
+    "Content-Type": "application/json",
+    "Accept": "application/json, text/event-stream",
+    "MCP-Protocol-Version": "2026-07-28",
+    "Mcp-Method": "tools/call",
+    "Mcp-Name": "basket_upgrade_memory",
+}
+meta = {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {}}
+for version in range(first, first + count):
+    arguments = {"basket_id": handle, "expected_version": version, "memory_gib": 100 + version,
+                 "operation_id": "instructions-%020d" % version}
+    body = {"jsonrpc": "2.0", "id": version, "method": "tools/call",
+            "params": {"name": "basket_upgrade_memory", "arguments": arguments, "_meta": meta}}
+    connection.request("POST", target.path, json.dumps(body), headers)
+    response = connection.getresponse()
+    text = response.read().decode()
+    try:
+        outcome = json.loads(text)["result"]["structuredContent"]
+        ok = response.status == 200 and outcome["outcome"] == "applied" \
+            and outcome["version"] == version + 1
+    except (ValueError, KeyError, TypeError):
+        ok = False
+    if not ok:
+        sys.exit(f"upgrade expecting version {version}: HTTP {response.status}: {text[:300]}")
+PY
+}
+
 # alive NAME PID LOG: exit 1 with the server's log unless PID still runs
 alive() {
   kill -0 "$2" 2>/dev/null || { echo "$1 exited:" >&2; cat "$3" >&2; exit 1; }
@@ -121,17 +160,26 @@ measure() {
     sleep 0.1
   done
   [[ -n "$up" ]] || { echo "$name did not come up" >&2; cat "$log" >&2; exit 1; }
-  if [[ "$tool" == basket_get ]]; then
+  local handle=""
+  if [[ "$tool" == basket_* ]]; then
     local created
-    created="$(call "$url" basket_create '{"operation_id":"instructions-0000000000000000"}')"
-    arguments="{\"basket_id\":\"$(jq -er '.result.structuredContent.handle' <<<"$created")\"}"
+    created="$(call "$url" basket_create '{"operation_id":"instructions-create-00000000000"}')"
+    handle="$(jq -er '.result.structuredContent.handle' <<<"$created")"
   fi
-  curl_config "$work/warm.conf" "$tool" "$arguments" 200
-  curl_config "$work/measured.conf" "$tool" "$arguments" "$requests"
-  send "$work/warm.conf" 200 "$expected"
-  control "$name" "$pid" "$log" -z
-  send "$work/measured.conf" "$requests" "$expected"
-  control "$name" "$pid" "$log" -d
+  if [[ "$tool" == basket_upgrade_memory ]]; then
+    upgrades "$handle" 1 200
+    control "$name" "$pid" "$log" -z
+    upgrades "$handle" 201 "$requests"
+    control "$name" "$pid" "$log" -d
+  else
+    [[ -z "$handle" ]] || arguments="{\"basket_id\":\"$handle\"}"
+    curl_config "$work/warm.conf" "$tool" "$arguments" 200
+    curl_config "$work/measured.conf" "$tool" "$arguments" "$requests"
+    send "$work/warm.conf" 200 "$expected"
+    control "$name" "$pid" "$log" -z
+    send "$work/measured.conf" "$requests" "$expected"
+    control "$name" "$pid" "$log" -d
+  fi
   kill "$pid"
   wait "$pid" 2>/dev/null || true
   # The dump's summary line is the total over every thread (callgrind_annotate's PROGRAM TOTALS).
@@ -149,15 +197,16 @@ measure add add '{"a":2,"b":3}' '"sum":5' "$bin/quickstart" >>"$work/results"
 measure get/memory basket_get '' '"outcome":"current"' "$bin/basket" --memory >>"$work/results"
 measure get/sqlite basket_get '' '"outcome":"current"' "$bin/basket" --db "$work/basket.db" \
   >>"$work/results"
+measure upgrade/memory basket_upgrade_memory '' '' "$bin/basket" --memory >>"$work/results"
 mapfile -t results <"$work/results"
 
 echo
 echo "User-space instructions per request ($requests requests a case, one connection, one worker):"
 floor_count="$(awk '{print $2}' <<<"${results[0]}")"
 add_count="$(awk '{print $2}' <<<"${results[1]}")"
-printf '%-12s %12s %9s %9s\n' case instructions x_floor x_add
+printf '%-15s %12s %9s %9s\n' case instructions x_floor x_add
 for line in "${results[@]}"; do
   read -r name count <<<"$line"
   awk -v n="$name" -v c="$count" -v f="$floor_count" -v a="$add_count" \
-    'BEGIN { printf "%-12s %12d %9.3f %9.3f\n", n, c, c / f, c / a }'
+    'BEGIN { printf "%-15s %12d %9.3f %9.3f\n", n, c, c / f, c / a }'
 done
