@@ -50,7 +50,7 @@ const SCHEMA_SLOTS: [&str; 16] = [
 /// drop the whole tool for: an empty or non-token name, a name used twice (case-insensitively), a
 /// property that is not a string, integer or boolean, or a declaration not reachable from the
 /// root through `properties` alone (under `items`, `anyOf`, `$defs`...).
-pub(crate) fn declarations(schema: &Value) -> Result<Vec<ParamHeader>, String> {
+fn declarations(schema: &Value) -> Result<Vec<ParamHeader>, String> {
     let mut found = Vec::new();
     walk(schema, &mut Vec::new(), Position::Root, &mut found)?;
     for (i, declaration) in found.iter().enumerate() {
@@ -150,14 +150,15 @@ fn declaration(
             "x-mcp-header at {at} is {name}, not a string: give the {{Name}} of Mcp-Param-{{Name}}"
         ));
     };
-    let is_tchar = |b: u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b);
-    if name.is_empty() || !name.bytes().all(is_tchar) {
-        return Err(format!(
-            "x-mcp-header {name:?} at {at} is not a header name token: use ASCII letters, digits and !#$%&'*+-.^_`|~"
-        ));
-    }
+    // `HeaderName` admits exactly the RFC 9110 token characters; the prefix alone is one too.
     let header = HeaderName::from_bytes(format!("mcp-param-{name}").as_bytes())
-        .map_err(|error| format!("x-mcp-header {name:?} at {at}: {error}"))?;
+        .ok()
+        .filter(|_| !name.is_empty())
+        .ok_or_else(|| {
+            format!(
+                "x-mcp-header {name:?} at {at} is not a header name token: use ASCII letters, digits and !#$%&'*+-.^_`|~"
+            )
+        })?;
     let single_type = match property.get("type") {
         Some(Value::String(single)) => Some(single.as_str()),
         Some(Value::Array(types)) => {
@@ -170,26 +171,26 @@ fn declaration(
         _ => None,
     };
     if !matches!(single_type, Some("string" | "integer" | "boolean")) {
-        let found = match property.get("type") {
-            Some(written) => format!("its `type` is {written}"),
-            None if property.contains_key("$ref") => "it is a `$ref` to another type".to_owned(),
-            None if ["anyOf", "oneOf", "allOf"]
-                .iter()
-                .any(|k| property.contains_key(*k)) =>
-            {
-                "it is an `anyOf`/`oneOf`/`allOf` of types".to_owned()
-            }
-            None => "it has no `type`".to_owned(),
-        };
-        let fix = match single_type {
-            Some("number") => "take an integer or a string instead of a float",
-            _ if property.contains_key("$ref") => {
-                "put `#[schemars(inline)]` on the enum, or `#[serde(transparent)]` on the newtype"
-            }
-            _ if property.contains_key("oneOf") || property.contains_key("anyOf") => {
-                "an enum whose variants have doc comments, or an `Option` of a referenced type, is published that way: mirror a plain string, or an inline enum without variant docs"
-            }
-            _ => "declare `\"type\": \"string\"`, `\"integer\"` or `\"boolean\"` on the property",
+        const DECLARE: &str =
+            "declare `\"type\": \"string\"`, `\"integer\"` or `\"boolean\"` on the property";
+        let combined = ["anyOf", "oneOf", "allOf"]
+            .iter()
+            .any(|keyword| property.contains_key(*keyword));
+        let (found, fix) = match property.get("type") {
+            Some(written) if single_type == Some("number") => (
+                format!("its `type` is {written}"),
+                "take an integer or a string instead of a float",
+            ),
+            Some(written) => (format!("its `type` is {written}"), DECLARE),
+            None if property.contains_key("$ref") => (
+                "it is a `$ref` to another type".to_owned(),
+                "put `#[schemars(inline)]` on the enum, or `#[serde(transparent)]` on the newtype",
+            ),
+            None if combined => (
+                "it is an `anyOf`/`oneOf`/`allOf` of types".to_owned(),
+                "an enum whose variants have doc comments, or an `Option` of a referenced type, is published that way: mirror a plain string, or an inline enum without variant docs",
+            ),
+            None => ("it has no `type`".to_owned(), DECLARE),
         };
         return Err(format!(
             "x-mcp-header {name:?} at {at} is on a property that is not a string, integer or boolean ({found}): {fix}"
@@ -217,13 +218,16 @@ fn property_pointer(names: &[String]) -> String {
 /// past it, a client cannot mirror the value it sends.
 const SAFE_INTEGER: i64 = (1 << 53) - 1;
 
-/// Publishes each mirrored property in the one shape clients accept: a single `type` string
-/// (clients drop a tool whose mirrored property has `["string", "null"]`, which every `Option`
-/// argument has; the property stays optional since it is not `required`), no `null` in its
-/// `enum`, and an integer's range within ±(2^53−1). The validator keeps the schema as written,
-/// so an explicit `null` is still accepted, as the argument's absence.
-pub(crate) fn publish(schema: &mut Value, declared: &[ParamHeader]) {
-    for declaration in declared {
+/// The `x-mcp-header` declarations of an input schema, which is rewritten to publish each
+/// mirrored property in the one shape clients accept: a single `type` string (clients drop a
+/// tool whose mirrored property has `["string", "null"]`, which every `Option` argument has; the
+/// property stays optional since it is not `required`), no `null` in its `enum`, and an
+/// integer's range within ±(2^53−1). Arguments are validated against the schema as written, so
+/// an explicit `null` is still accepted, as the argument's absence. A schema with a declaration
+/// clients would drop the tool for is refused (see [`declarations`]) and left as it is.
+pub(crate) fn publish(schema: &mut Value) -> Result<Vec<ParamHeader>, String> {
+    let declared = declarations(schema)?;
+    for declaration in &declared {
         let property = declaration
             .path
             .iter()
@@ -244,19 +248,19 @@ pub(crate) fn publish(schema: &mut Value, declared: &[ParamHeader]) {
             members.retain(|member| !member.is_null());
         }
         if property.get("type").and_then(Value::as_str) == Some("integer") {
-            let within = |bound: Option<&Value>, limit: i64, inside: fn(f64, f64) -> bool| {
-                bound
-                    .and_then(Value::as_f64)
-                    .is_some_and(|bound| inside(bound, limit as f64))
-            };
-            if !within(property.get("minimum"), -SAFE_INTEGER, |b, l| b >= l) {
+            let safe = SAFE_INTEGER as f64;
+            let bound = |key: &str| property.get(key).and_then(Value::as_f64);
+            let minimum_safe = bound("minimum").is_some_and(|minimum| minimum >= -safe);
+            let maximum_safe = bound("maximum").is_some_and(|maximum| maximum <= safe);
+            if !minimum_safe {
                 property.insert("minimum".to_owned(), (-SAFE_INTEGER).into());
             }
-            if !within(property.get("maximum"), SAFE_INTEGER, |b, l| b <= l) {
+            if !maximum_safe {
                 property.insert("maximum".to_owned(), SAFE_INTEGER.into());
             }
         }
     }
+    Ok(declared)
 }
 
 /// A JSON pointer (RFC 6901) into the input schema, for messages.
@@ -479,6 +483,18 @@ mod tests {
                 "is not a header name token",
             ),
             (
+                property(json!({ "type": "string", "x-mcp-header": "a:b" })),
+                "is not a header name token",
+            ),
+            (
+                property(json!({ "type": "string", "x-mcp-header": "(Region)" })),
+                "is not a header name token",
+            ),
+            (
+                property(json!({ "type": ["null"], "x-mcp-header": "P" })),
+                "(its `type` is [\"null\"]): declare",
+            ),
+            (
                 property(json!({ "type": "string", "x-mcp-header": 7 })),
                 "x-mcp-header at /properties/p is 7, not a string",
             ),
@@ -544,6 +560,9 @@ mod tests {
                 "{schema}: expected {expected:?} in {refused:?}"
             );
         }
+        // Every token character is admitted.
+        let every = property(json!({ "type": "string", "x-mcp-header": "!#$%&'*+-.^_`|~Az09" }));
+        assert_eq!(declarations(&every).map(|found| found.len()), Ok(1));
     }
 
     #[test]
@@ -560,8 +579,8 @@ mod tests {
                 "zone": { "type": ["string", "null"], "x-mcp-header": "Zone" }
             } }
         }});
-        let declared = declarations(&schema).unwrap();
-        publish(&mut schema, &declared);
+        let declared = publish(&mut schema).unwrap();
+        assert_eq!(declared.len(), 7);
         let safe = 9_007_199_254_740_991_i64;
         assert_eq!(
             schema["properties"],
@@ -579,10 +598,17 @@ mod tests {
             })
         );
         // What it publishes is still valid, and unchanged by publishing again.
-        let again = declarations(&schema).unwrap();
         let published = schema.clone();
-        publish(&mut schema, &again);
+        assert_eq!(publish(&mut schema).unwrap().len(), 7);
         assert_eq!(schema, published);
+        // A refused schema is left as written.
+        let mut refused = json!({ "type": "object", "properties": {
+            "a": { "type": ["string", "null"], "x-mcp-header": "Zone" },
+            "b": { "type": "string", "x-mcp-header": "ZONE" }
+        }});
+        let written = refused.clone();
+        assert!(publish(&mut refused).is_err());
+        assert_eq!(refused, written);
     }
 
     #[derive(serde::Deserialize, schemars::JsonSchema)]

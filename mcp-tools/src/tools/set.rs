@@ -9,6 +9,7 @@ use serde_json::{Value, json};
 
 use crate::BuildError;
 use crate::context::Context;
+use crate::protocol::param_headers::{ParamHeader, publish};
 use crate::tools::content::{CallToolResult, ToolError};
 use crate::tools::input::Reply;
 use crate::tools::{Erased, ErasedTool, Tool, ToolDefinition};
@@ -153,14 +154,7 @@ impl ToolSet {
                 .map(|entry| {
                     let mut definition = entry.definition.clone();
                     // As `compile` publishes it; a tool it refuses is shown as written.
-                    if let Ok(declared) =
-                        crate::protocol::param_headers::declarations(&definition.input_schema)
-                    {
-                        crate::protocol::param_headers::publish(
-                            &mut definition.input_schema,
-                            &declared,
-                        );
-                    }
+                    let _ = publish(&mut definition.input_schema);
                     serde_json::to_value(&definition).expect("definitions serialize")
                 })
                 .collect(),
@@ -172,7 +166,7 @@ impl ToolSet {
         let mut index = HashMap::with_capacity(self.entries.len());
         let mut tools = Vec::with_capacity(self.entries.len());
         for entry in &self.entries {
-            let definition = entry.definition.clone();
+            let mut definition = entry.definition.clone();
             let name = definition.name.to_string();
             if !is_valid_tool_name(&name) {
                 return Err(BuildError::InvalidToolName(name));
@@ -208,16 +202,13 @@ impl ToolSet {
             if index.insert(name.clone(), tools.len()).is_some() {
                 return Err(BuildError::DuplicateTool(name));
             }
-            let param_headers = crate::protocol::param_headers::declarations(
-                &definition.input_schema,
-            )
-            .map_err(|reason| BuildError::InvalidParamHeader {
-                tool: name.clone(),
-                reason,
-            })?;
             // After the validator is compiled, which keeps the schema as written.
-            let mut definition = definition;
-            crate::protocol::param_headers::publish(&mut definition.input_schema, &param_headers);
+            let param_headers = publish(&mut definition.input_schema).map_err(|reason| {
+                BuildError::InvalidParamHeader {
+                    tool: name.clone(),
+                    reason,
+                }
+            })?;
             tools.push(CompiledTool {
                 param_headers,
                 definition,
@@ -267,7 +258,7 @@ pub(crate) struct Catalog {
 
 pub(crate) struct CompiledTool {
     pub(crate) definition: ToolDefinition,
-    pub(crate) param_headers: Vec<crate::protocol::param_headers::ParamHeader>,
+    pub(crate) param_headers: Vec<ParamHeader>,
     validator: jsonschema::Validator,
     tool: Arc<dyn ErasedTool>,
 }
