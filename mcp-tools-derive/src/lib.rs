@@ -172,7 +172,8 @@ pub fn derive_tool_error(input: TokenStream) -> TokenStream {
 ///   like `bsk_<160 random bits>`.
 /// * `kind`: the kind name (default: the type name in `snake_case`); a handle of another kind is
 ///   `NOT_FOUND`.
-/// * `ttl_secs`: how long a resource lives after its last applied change (default: forever).
+/// * `ttl_secs`: how long a resource lives after its last applied change (default: forever);
+///   the expiry is rounded up to a step of at most a thousandth of it (one minute for a day).
 /// * `lifecycle`: a method `fn(&self) -> Lifecycle`; only `Terminal` refuses further changes
 ///   (default: always active).
 /// * `view`: a method `fn(&self) -> impl Serialize` giving what outcomes show of the state

@@ -688,6 +688,60 @@ async fn expiry<S: Store>(open: Open<'_, S>) {
     assert_eq!(rejected.code, "EXPIRED");
 }
 
+/// A change's expiry is rounded up to its step (a second for this hour-long time to live): the
+/// next change within that second keeps it, the store keeps what the answer said, and the
+/// resource lives until then, at least its time to live after its last change.
+async fn expiry_moves_in_steps<S: Store>(open: Open<'_, S>) {
+    let clock = ManualClock::at_millis(T0);
+    let store = open(config(&clock));
+    let handle = create(&store, alice(), &laptop()).await;
+    let calls = Arc::new(AtomicUsize::new(0));
+    let mut answered = Vec::new();
+    for (version, elapsed) in [(1, 250), (2, 500), (3, 500)] {
+        clock.advance(Duration::from_millis(elapsed));
+        let change = request(alice(), &handle, "m", Some(version), None, json!(version));
+        let outcome = mutate(&store, change, set_memory(version as u32, &calls)).await;
+        answered.push(
+            expect_applied(&outcome)
+                .resumption
+                .expires_at
+                .clone()
+                .unwrap(),
+        );
+    }
+    assert_eq!(
+        answered,
+        [
+            "2026-07-28T10:30:01.000Z",
+            "2026-07-28T10:30:01.000Z",
+            "2026-07-28T10:30:02.000Z"
+        ]
+    );
+    // The last change was at 09:30:01.250; an hour later the basket is there.
+    clock.advance(Duration::from_secs(3_600));
+    let ReadOutcome::Current(snapshot) = read(&store, alice(), &handle).await else {
+        panic!("the basket expired before its time to live had passed")
+    };
+    assert_eq!(
+        snapshot.resumption.expires_at.as_deref(),
+        Some("2026-07-28T10:30:02.000Z")
+    );
+    clock.advance(Duration::from_millis(749));
+    assert!(matches!(
+        read(&store, alice(), &handle).await,
+        ReadOutcome::Current(_)
+    ));
+    clock.advance(Duration::from_millis(1));
+    let ReadOutcome::Rejected(rejected) = read(&store, alice(), &handle).await else {
+        panic!("the basket outlived its expiry")
+    };
+    assert_eq!(rejected.code, "EXPIRED");
+    assert_eq!(
+        rejected.details,
+        Some(json!({"expired_at": "2026-07-28T10:30:02.000Z"}))
+    );
+}
+
 async fn not_found_hides_existence<S: Store>(open: Open<'_, S>) {
     let clock = ManualClock::at_millis(T0);
     let store = open(config(&clock));
@@ -1695,6 +1749,7 @@ macro_rules! contract {
             case!(rebase_policy);
             case!(terminal_lifecycle);
             case!(expiry);
+            case!(expiry_moves_in_steps);
             case!(not_found_hides_existence);
             case!(domain_error_is_recorded);
             case!(commutative_without_expected_version);

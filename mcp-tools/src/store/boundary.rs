@@ -123,6 +123,10 @@ pub(crate) struct Change {
     /// the write; the other stores count it with the record).
     #[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
     pub(crate) recorded: bool,
+    /// The change moved the resource's expiry (see [`expiry`]): SQLite rewrites the expiry
+    /// column, and so its index, only then.
+    #[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
+    pub(crate) expiry_moved: bool,
 }
 
 pub(crate) fn resumption(handle: &str, record: &Record) -> Resumption {
@@ -135,9 +139,33 @@ pub(crate) fn resumption(handle: &str, record: &Record) -> Resumption {
     }
 }
 
+/// When a resource of `kind` changed at `now` expires: its time to live later, rounded up to
+/// the largest of 1 ms, 10 ms, 100 ms, 1 s, 10 s and 1 min that is at most a thousandth of the
+/// time to live.
+///
+/// The rounding is what lets a busy resource's expiry stand still: every change within one step
+/// computes the same expiry, so a store's write leaves the expiry column, and the index the
+/// sweep finds expired resources by, as they were (SQLite skips the index, PostgreSQL can
+/// update the row in place). A resource still lives at least its time to live after its last
+/// change, and at most one step more.
 pub(crate) fn expiry(kind: &EntityKind, now: i64) -> Option<i64> {
-    kind.ttl.map(|ttl| now.saturating_add(duration_millis(ttl)))
+    kind.ttl.map(|ttl| {
+        let ttl = duration_millis(ttl);
+        let step = EXPIRY_STEPS
+            .iter()
+            .copied()
+            .find(|step| *step <= ttl / 1000)
+            .unwrap_or(1);
+        let exact = now.saturating_add(ttl);
+        match exact.rem_euclid(step) {
+            0 => exact,
+            past => exact.saturating_add(step - past),
+        }
+    })
 }
+
+/// The steps an expiry is rounded up to, largest first, in milliseconds.
+const EXPIRY_STEPS: [i64; 6] = [60_000, 10_000, 1_000, 100, 10, 1];
 
 /// Resolves a handle for `principal`: `Err` with the rejection the caller must see otherwise.
 fn resolve(
@@ -846,7 +874,9 @@ fn decide(
     let undo = undo_patch(&record.state, &state);
     record.version += 1;
     record.lifecycle = lifecycle;
-    record.expires_at = expiry(kind, now);
+    let expires_at = expiry(kind, now);
+    let expiry_moved = record.expires_at != expires_at;
+    record.expires_at = expires_at;
     record.state = Arc::new(state);
     let state = match (kind.view, view) {
         (Some(_), Some(view)) => Arc::new(view),
@@ -867,6 +897,7 @@ fn decide(
         undo,
         drop_through,
         recorded: request.operation.is_some(),
+        expiry_moved,
     };
     txn.write(handle, record, change)?;
     let summary = RecordedOutcome::Applied(RecordedApplied::from(&applied));
@@ -895,4 +926,67 @@ fn state_at(
             .map_err(|error| StoreError::Corrupt(format!("history of {handle}: {error}")))?;
     }
     Ok(Some(state))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    fn expiry_after(ttl: Duration, now: i64) -> i64 {
+        expiry(&EntityKind::new("thing", "thg").with_ttl(ttl), now).unwrap()
+    }
+
+    /// An expiry is the time to live later, rounded up to a step of at most a thousandth of it.
+    #[test]
+    fn an_expiry_is_rounded_up_to_its_step() {
+        let cases: &[(Duration, i64, i64)] = &[
+            // time to live, now, expiry
+            (Duration::from_millis(1), 7, 8),
+            (Duration::from_millis(999), 7, 1_006),
+            (Duration::from_secs(10), 7, 10_010),
+            (Duration::from_secs(10), 10, 10_010),
+            (Duration::from_secs(60), 1_001, 61_010),
+            (Duration::from_secs(600), 1_001, 601_100),
+            (Duration::from_secs(3_600), 1_001, 3_602_000),
+            (Duration::from_secs(3_600), 1_000, 3_601_000),
+            (Duration::from_secs(86_400), 1_001, 86_460_000),
+            (Duration::from_secs(30 * 86_400), 1, 2_592_060_000),
+            (Duration::from_secs(3_600), -1_001, 3_599_000),
+        ];
+        for &(ttl, now, expected) in cases {
+            assert_eq!(expiry_after(ttl, now), expected, "{ttl:?} after {now}");
+        }
+        assert_eq!(expiry(&EntityKind::new("thing", "thg"), 5), None);
+    }
+
+    /// Every change within one step computes the same expiry; the next step moves it by one
+    /// step; no expiry comes before the time to live has passed.
+    #[test]
+    fn changes_within_a_step_keep_the_expiry() {
+        let ttl = Duration::from_secs(3_600);
+        let first = expiry_after(ttl, 1_785_231_000_001);
+        for now in 1_785_231_000_001..1_785_231_001_000 {
+            assert_eq!(expiry_after(ttl, now), first);
+        }
+        assert_eq!(expiry_after(ttl, 1_785_231_001_001), first + 1_000);
+        for now in (0..5_000).map(|n| 1_785_231_000_000 + n * 7) {
+            let at = expiry_after(ttl, now);
+            assert!(
+                at >= now + 3_600_000 && at < now + 3_601_000,
+                "{at} after {now}"
+            );
+        }
+    }
+
+    /// A time to live past what milliseconds since the epoch can hold saturates, never wraps.
+    #[test]
+    fn an_endless_time_to_live_saturates() {
+        assert_eq!(expiry_after(Duration::MAX, 1_000), i64::MAX);
+        assert_eq!(
+            expiry_after(Duration::from_secs(86_400), i64::MAX - 5),
+            i64::MAX
+        );
+    }
 }

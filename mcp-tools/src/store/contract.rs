@@ -447,7 +447,9 @@ impl fmt::Debug for StoreConfig {
 /// Every store keeps the same things, so retained storage grows with what changes and not with
 /// how large a resource is:
 ///
-/// - **the current state, once**, with its version, owner, kind, lifecycle and expiry;
+/// - **the current state, once**, with its version, owner, kind, lifecycle and expiry (rounded
+///   up to a step of the time to live, see [`Entity::TTL`](crate::store::Entity::TTL), so a
+///   store need not rewrite it, nor its index, on every change);
 /// - **history as changes**: for each of the last `history_limit - 1` versions, the undo patch
 ///   that takes the state back to the version before (an array append is undone by a length, a
 ///   changed member by its old value), enough to rebuild any kept version and compute a

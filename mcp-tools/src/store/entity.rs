@@ -70,6 +70,10 @@ pub trait Entity: Serialize + DeserializeOwned + JsonSchema + Clone + Send + 'st
     /// The handle prefix, e.g. `bsk` for `bsk_...`.
     const PREFIX: &'static str;
     /// How long a resource lives after its last applied change; `None` keeps it forever.
+    ///
+    /// The expiry is rounded up to a step of at most a thousandth of this (1 ms, 10 ms, 100 ms,
+    /// 1 s, 10 s or 1 min), so a resource lives at least this long after its last change, and
+    /// changes within one step leave the stored expiry as it was.
     const TTL: Option<Duration> = None;
 
     /// What outcomes show a model of this state, when not the whole state: a basket with
@@ -159,7 +163,8 @@ pub struct EntityKind {
     pub kind: &'static str,
     /// The handle prefix.
     pub prefix: &'static str,
-    /// Time to live after the last applied change.
+    /// Time to live after the last applied change (see [`Entity::TTL`] for how the expiry is
+    /// rounded).
     pub ttl: Option<Duration>,
     /// Reads the lifecycle from a JSON state.
     pub lifecycle: fn(&Value) -> Lifecycle,

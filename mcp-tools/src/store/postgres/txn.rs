@@ -589,6 +589,7 @@ mod tests {
             undo: Vec::new(),
             drop_through,
             recorded: true,
+            expiry_moved: true,
         }
     }
 

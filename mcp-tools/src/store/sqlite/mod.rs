@@ -708,26 +708,39 @@ impl Txn for SqlTxn<'_> {
             undo,
             drop_through,
             recorded,
+            expiry_moved,
         } = change;
         let version = version_to_sql(record.version)?;
         // The boundary loaded version - 1 inside this write transaction; the condition makes
         // any second writer of the same version fail loudly instead of overwriting. The ledger
-        // record that follows is counted here, in the same row update.
-        let updated = self
-            .connection
-            .prepare_cached(
-                "UPDATE mcp_resources SET version = ?2, state = ?3, lifecycle = ?4, expires_at = ?5,
-                     ledger_live = ledger_live + ?6
-                 WHERE handle = ?1 AND version = ?2 - 1",
-            )?
-            .execute(params![
+        // record that follows is counted here, in the same row update. SQLite rewrites an
+        // index entry whenever its column is assigned, even to the value it has, so an expiry
+        // that did not move is not assigned: the expiry index stays untouched.
+        let sql = if expiry_moved {
+            "UPDATE mcp_resources SET version = ?2, state = ?3, lifecycle = ?4,
+                 ledger_live = ledger_live + ?5, expires_at = ?6
+             WHERE handle = ?1 AND version = ?2 - 1"
+        } else {
+            "UPDATE mcp_resources SET version = ?2, state = ?3, lifecycle = ?4,
+                 ledger_live = ledger_live + ?5
+             WHERE handle = ?1 AND version = ?2 - 1"
+        };
+        let mut statement = self.connection.prepare_cached(sql)?;
+        let state = to_json(&*record.state, "state")?;
+        let (lifecycle, counted) = (record.lifecycle.as_str(), i64::from(recorded));
+        let updated = if expiry_moved {
+            statement.execute(params![
                 handle,
                 version,
-                to_json(&*record.state, "state")?,
-                record.lifecycle.as_str(),
-                record.expires_at,
-                i64::from(recorded)
-            ])?;
+                state,
+                lifecycle,
+                counted,
+                record.expires_at
+            ])?
+        } else {
+            statement.execute(params![handle, version, state, lifecycle, counted])?
+        };
+        drop(statement);
         if recorded {
             self.counted = Some(handle.to_owned());
         }
@@ -1030,6 +1043,83 @@ mod tests {
             plan.iter()
                 .any(|step| step.contains("mcp_resources_expiry")),
             "{plan:?}"
+        );
+    }
+
+    /// A change that leaves the expiry where it was does not write the expiry column (so the
+    /// expiry index is not rewritten); one that moves it writes it, and a read finds it.
+    #[tokio::test]
+    async fn an_expiry_that_did_not_move_is_not_written() {
+        const CART: crate::store::EntityKind =
+            crate::store::EntityKind::new("cart", "crt").with_ttl(Duration::from_secs(3_600));
+        // 2026-07-28T09:30:00Z; the time to live's step is one second.
+        let clock = crate::store::clock::ManualClock::at_millis(1_785_231_000_000);
+        let config = StoreConfig {
+            clock: Arc::new(clock.clone()),
+            ..StoreConfig::default()
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.db");
+        let store = SqliteStore::open(&path, config).unwrap();
+        let owner = Principal::subject("writer");
+        let request = CreateRequest::new(CART, owner.clone(), serde_json::json!({ "n": 0 }));
+        let created = tokio::time::timeout(Duration::from_secs(30), store.create(request))
+            .await
+            .expect("the create timed out")
+            .unwrap();
+        let handle = created.applied().unwrap().handle.clone();
+        Connection::open(&path)
+            .unwrap()
+            .execute_batch(
+                "CREATE TABLE expiry_writes (n INTEGER NOT NULL);
+                 INSERT INTO expiry_writes VALUES (0);
+                 CREATE TRIGGER count_expiry_writes AFTER UPDATE OF expires_at ON mcp_resources
+                 BEGIN UPDATE expiry_writes SET n = n + 1; END;",
+            )
+            .unwrap();
+        let writes = || -> i64 {
+            Connection::open(&path)
+                .unwrap()
+                .query_row("SELECT n FROM expiry_writes", [], |row| row.get(0))
+                .unwrap()
+        };
+        let mut expiries = Vec::new();
+        // After 250 ms the expiry moves to the next second; after 750 ms it is that one still;
+        // after 1,250 ms it moves again.
+        for (n, elapsed) in [(1, 250), (2, 500), (3, 500)] {
+            clock.advance(Duration::from_millis(elapsed));
+            let request = MutationRequest::new(CART, owner.clone(), &handle);
+            let transition = Transition::new(move |state| {
+                state["n"] = serde_json::json!(n);
+                Ok(serde_json::Value::Null)
+            });
+            let outcome =
+                tokio::time::timeout(Duration::from_secs(30), store.mutate(request, transition))
+                    .await
+                    .expect("a change timed out")
+                    .unwrap();
+            let MutationOutcome::Applied(applied) = outcome else {
+                panic!("{outcome:?}")
+            };
+            expiries.push((applied.resumption.expires_at.unwrap(), writes()));
+        }
+        let expected = [
+            ("2026-07-28T10:30:01.000Z", 1),
+            ("2026-07-28T10:30:01.000Z", 1),
+            ("2026-07-28T10:30:02.000Z", 2),
+        ];
+        let expiries: Vec<(&str, i64)> = expiries.iter().map(|(at, n)| (at.as_str(), *n)).collect();
+        assert_eq!(expiries, expected);
+        let request = ReadRequest::new(CART, owner, &handle);
+        let read = tokio::time::timeout(Duration::from_secs(30), store.read(request))
+            .await
+            .expect("the read timed out")
+            .unwrap();
+        let snapshot = read.snapshot().expect("the cart is current");
+        assert_eq!(snapshot.version, 4);
+        assert_eq!(
+            snapshot.resumption.expires_at.as_deref(),
+            Some("2026-07-28T10:30:02.000Z")
         );
     }
 
