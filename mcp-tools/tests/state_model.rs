@@ -39,6 +39,8 @@ use serde_json::{Value, json};
 const T0: i64 = 1_785_231_000_000;
 /// Every clock step is a whole number of ticks and no deadline below is, so no request lands
 /// exactly on a deadline: which side of it an instant falls on is not what this test is about.
+/// Every expiry is then a whole number of 100 ms, the step stores round [`TTL`] up to, so the
+/// model's `now + TTL` is the expiry a store computes (`state_contract` tests the rounding).
 const TICK_SECS: u64 = 10;
 const TTL: Duration = Duration::from_secs(103);
 const RETENTION: Duration = Duration::from_secs(254);
