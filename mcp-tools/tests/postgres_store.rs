@@ -568,6 +568,79 @@ async fn history_beyond_the_limit_is_deleted() {
     .await;
 }
 
+/// Changes of a resource with a time to live, within one step of its expiry, update its row in
+/// place (heap-only tuples): the expiry, the one indexed column a change writes, keeps its value,
+/// so the row's indexes take no new entry per change. A change in the next step moves the expiry,
+/// and that update is not in place.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn changes_within_an_expiry_step_update_the_row_in_place() {
+    const CHANGES: i64 = 40;
+    const LEASE: mcp_tools::store::EntityKind =
+        mcp_tools::store::EntityKind::new("lease", "lse").with_ttl(Duration::from_secs(86_400));
+    whole_test(async {
+        let Some(schema) = pg::Schema::new() else {
+            return;
+        };
+        // Just past a whole minute, the step of a day's time to live: the create and the changes
+        // below all fall within the step that ends a day after 09:31:00.
+        let clock = mcp_tools::store::ManualClock::at_millis(1_785_231_000_001);
+        let config = StoreConfig {
+            clock: Arc::new(clock.clone()),
+            ..StoreConfig::default()
+        };
+        let store = schema.connect(config).await;
+        let request = CreateRequest::new(LEASE, alice(), serde_json::json!({ "n": 0 }));
+        let created = within("a create", store.create(request)).await.unwrap();
+        let handle = created.applied().expect("created").handle.clone();
+        for change in 0..=CHANGES {
+            // 40 changes within the step, then one a minute later.
+            clock.advance(Duration::from_millis(if change < CHANGES {
+                250
+            } else {
+                60_000
+            }));
+            let request = MutationRequest::new(LEASE, alice(), &handle);
+            let transition = Transition::new(|state| {
+                state["n"] = serde_json::json!(state["n"].as_i64().unwrap_or(0) + 1);
+                Ok(serde_json::Value::Null)
+            });
+            let outcome = within("a change", store.mutate(request, transition))
+                .await
+                .unwrap();
+            assert!(
+                matches!(outcome, MutationOutcome::Applied(_)),
+                "{outcome:?}"
+            );
+        }
+        // A backend reports its table statistics when it ends: close the store's connections,
+        // then wait (bounded) for the counts to arrive.
+        drop(store);
+        let client = schema.client().await;
+        let statistics = format!(
+            "SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables
+             WHERE schemaname = '{}' AND relname = 'mcp_resources'",
+            schema.name
+        );
+        let (updated, in_place) = within("the statistics of the changes", async {
+            loop {
+                let row = client.query_one(&statistics, &[]).await.unwrap();
+                let counts: (i64, i64) = (row.get(0), row.get(1));
+                if counts.0 > CHANGES {
+                    break counts;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        })
+        .await;
+        assert_eq!(
+            (updated, in_place),
+            (CHANGES + 1, CHANGES),
+            "updates of the resource row, and how many of them were in place"
+        );
+    })
+    .await;
+}
+
 /// The request path plans each statement once, for any value: mutations (fresh, replayed and
 /// stale), reads and creates make no plan for their values. The task purge and the sweep plan
 /// per call, and so does the batch a request sweeps at a full ledger share.
