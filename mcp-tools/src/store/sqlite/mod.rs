@@ -716,31 +716,32 @@ impl Txn for SqlTxn<'_> {
         // record that follows is counted here, in the same row update. SQLite rewrites an
         // index entry whenever its column is assigned, even to the value it has, so an expiry
         // that did not move is not assigned: the expiry index stays untouched.
-        let sql = if expiry_moved {
-            "UPDATE mcp_resources SET version = ?2, state = ?3, lifecycle = ?4,
-                 ledger_live = ledger_live + ?5, expires_at = ?6
-             WHERE handle = ?1 AND version = ?2 - 1"
-        } else {
-            "UPDATE mcp_resources SET version = ?2, state = ?3, lifecycle = ?4,
-                 ledger_live = ledger_live + ?5
-             WHERE handle = ?1 AND version = ?2 - 1"
-        };
-        let mut statement = self.connection.prepare_cached(sql)?;
         let state = to_json(&*record.state, "state")?;
         let (lifecycle, counted) = (record.lifecycle.as_str(), i64::from(recorded));
         let updated = if expiry_moved {
-            statement.execute(params![
-                handle,
-                version,
-                state,
-                lifecycle,
-                counted,
-                record.expires_at
-            ])?
+            self.connection
+                .prepare_cached(
+                    "UPDATE mcp_resources SET version = ?2, state = ?3, lifecycle = ?4,
+                         ledger_live = ledger_live + ?5, expires_at = ?6
+                     WHERE handle = ?1 AND version = ?2 - 1",
+                )?
+                .execute(params![
+                    handle,
+                    version,
+                    state,
+                    lifecycle,
+                    counted,
+                    record.expires_at
+                ])?
         } else {
-            statement.execute(params![handle, version, state, lifecycle, counted])?
+            self.connection
+                .prepare_cached(
+                    "UPDATE mcp_resources SET version = ?2, state = ?3, lifecycle = ?4,
+                         ledger_live = ledger_live + ?5
+                     WHERE handle = ?1 AND version = ?2 - 1",
+                )?
+                .execute(params![handle, version, state, lifecycle, counted])?
         };
-        drop(statement);
         if recorded {
             self.counted = Some(handle.to_owned());
         }
