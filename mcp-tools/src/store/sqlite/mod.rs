@@ -1047,6 +1047,22 @@ mod tests {
         );
     }
 
+    /// Awaits a store call; fails the test after 30 s instead of hanging, or on an error.
+    async fn within<T>(what: &str, call: impl Future<Output = Result<T, StoreError>>) -> T {
+        tokio::time::timeout(Duration::from_secs(30), call)
+            .await
+            .unwrap_or_else(|_| panic!("{what} timed out"))
+            .unwrap_or_else(|error| panic!("{what}: {error}"))
+    }
+
+    /// A transition setting one member of a JSON state.
+    fn set(member: &'static str, value: serde_json::Value) -> Transition {
+        Transition::new(move |state| {
+            state[member] = value.clone();
+            Ok(serde_json::Value::Null)
+        })
+    }
+
     /// A change that leaves the expiry where it was does not write the expiry column (so the
     /// expiry index is not rewritten); one that moves it writes it, and a read finds it.
     #[tokio::test]
@@ -1064,10 +1080,7 @@ mod tests {
         let store = SqliteStore::open(&path, config).unwrap();
         let owner = Principal::subject("writer");
         let request = CreateRequest::new(CART, owner.clone(), serde_json::json!({ "n": 0 }));
-        let created = tokio::time::timeout(Duration::from_secs(30), store.create(request))
-            .await
-            .expect("the create timed out")
-            .unwrap();
+        let created = within("the create", store.create(request)).await;
         let handle = created.applied().unwrap().handle.clone();
         Connection::open(&path)
             .unwrap()
@@ -1090,15 +1103,7 @@ mod tests {
         for (n, elapsed) in [(1, 250), (2, 500), (3, 500)] {
             clock.advance(Duration::from_millis(elapsed));
             let request = MutationRequest::new(CART, owner.clone(), &handle);
-            let transition = Transition::new(move |state| {
-                state["n"] = serde_json::json!(n);
-                Ok(serde_json::Value::Null)
-            });
-            let outcome =
-                tokio::time::timeout(Duration::from_secs(30), store.mutate(request, transition))
-                    .await
-                    .expect("a change timed out")
-                    .unwrap();
+            let outcome = within("a change", store.mutate(request, set("n", n.into()))).await;
             let MutationOutcome::Applied(applied) = outcome else {
                 panic!("{outcome:?}")
             };
@@ -1109,13 +1114,9 @@ mod tests {
             ("2026-07-28T10:30:01.000Z", 1),
             ("2026-07-28T10:30:02.000Z", 2),
         ];
-        let expiries: Vec<(&str, i64)> = expiries.iter().map(|(at, n)| (at.as_str(), *n)).collect();
-        assert_eq!(expiries, expected);
+        assert_eq!(expiries, expected.map(|(at, n)| (at.to_owned(), n)));
         let request = ReadRequest::new(CART, owner, &handle);
-        let read = tokio::time::timeout(Duration::from_secs(30), store.read(request))
-            .await
-            .expect("the read timed out")
-            .unwrap();
+        let read = within("the read", store.read(request)).await;
         let snapshot = read.snapshot().expect("the cart is current");
         assert_eq!(snapshot.version, 4);
         assert_eq!(
@@ -1173,10 +1174,7 @@ mod tests {
         let owner = Principal::subject("writer");
         let request =
             CreateRequest::new(DOCUMENT, owner.clone(), serde_json::json!({ "body": body }));
-        let created = tokio::time::timeout(Duration::from_secs(30), store.create(request))
-            .await
-            .unwrap()
-            .unwrap();
+        let created = within("the create", store.create(request)).await;
         let handle = created.applied().unwrap().handle.clone();
         let page_size: i64 = store
             .inner
@@ -1191,15 +1189,7 @@ mod tests {
             let request = MutationRequest::new(DOCUMENT, owner.clone(), &handle);
             let letter = char::from(b'a' + (write % 26) as u8);
             let body = letter.to_string().repeat(32 << 10);
-            let transition = Transition::new(move |state| {
-                state["body"] = serde_json::json!(body);
-                Ok(serde_json::Value::Null)
-            });
-            let outcome =
-                tokio::time::timeout(Duration::from_secs(30), store.mutate(request, transition))
-                    .await
-                    .unwrap()
-                    .unwrap();
+            let outcome = within("a write", store.mutate(request, set("body", body.into()))).await;
             assert!(
                 matches!(outcome, MutationOutcome::Applied(_)),
                 "{outcome:?}"
