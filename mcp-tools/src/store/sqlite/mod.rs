@@ -178,6 +178,18 @@ pub struct SqliteOptions {
     pub busy_timeout: Duration,
     /// WAL sync mode (default [`Synchronous::Normal`]).
     pub synchronous: Synchronous,
+    /// Pages the write-ahead log holds before a commit copies them back into the database
+    /// file: SQLite's `wal_autocheckpoint` (default 1,000, SQLite's own; `0` leaves
+    /// checkpoints to the application).
+    ///
+    /// The commit that crosses the limit checkpoints before it is answered, and so do the
+    /// mutations committed with it; the writes queued behind it wait. A checkpoint copies each
+    /// page once however often it changed since the last one, and under
+    /// [`Synchronous::Normal`] it is the only time the store syncs, so a larger limit makes
+    /// fewer checkpoints and less work per change, each longer. The `-wal` file keeps the
+    /// largest size it reached: about `checkpoint_pages` times the page size (4 KiB unless the
+    /// file says otherwise), more while a long read keeps a checkpoint from finishing.
+    pub checkpoint_pages: u32,
 }
 
 impl Default for SqliteOptions {
@@ -185,6 +197,7 @@ impl Default for SqliteOptions {
         SqliteOptions {
             busy_timeout: Duration::from_secs(10),
             synchronous: Synchronous::Normal,
+            checkpoint_pages: 1000,
         }
     }
 }
@@ -339,6 +352,8 @@ pub(crate) fn connect(path: &Path, options: &SqliteOptions) -> Result<Connection
         Synchronous::Normal => "NORMAL",
     };
     connection.pragma_update(None, "synchronous", synchronous)?;
+    // Only the writer's commits checkpoint; a reader's setting is never consulted.
+    connection.pragma_update(None, "wal_autocheckpoint", options.checkpoint_pages)?;
     Ok(connection)
 }
 
@@ -1156,53 +1171,95 @@ mod tests {
         assert_eq!(tables, 0, "nothing was added to the old file");
     }
 
-    /// The write-ahead log stops growing: the checkpoints that follow the commits copy it into
-    /// the file and let the next commit start it afresh. Each mutation rewrites a 32 KB body (SQLite skips
-    /// the pages of a row that did not change) and keeps the old one as history: twice the
-    /// body's pages at least, twenty times the checkpoint limit in all. Without the checkpoints
-    /// the log would hold all of it (a log file never shrinks, so its size is the most it ever
-    /// held).
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn checkpoints_keep_the_log_short() {
-        // SQLite's default for the checkpoint after a commit.
-        const CHECKPOINT_PAGES: u64 = 1000;
+    /// The size of the write-ahead log after [`LOG_WRITES`] mutations that each rewrite a 32 KB
+    /// body (SQLite skips the pages of a row that did not change) and keep the old one as
+    /// history, on a store that checkpoints past `checkpoint_pages`; and the file's page size. A log file
+    /// never shrinks, so its size is the most it ever held.
+    async fn log_after(checkpoint_pages: u32) -> (u64, u64) {
         const DOCUMENT: crate::store::EntityKind = crate::store::EntityKind::new("document", "doc");
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("state.db");
-        let store = SqliteStore::open(&path, StoreConfig::default()).unwrap();
-        let body = "_".repeat(32 << 10);
+        let options = SqliteOptions {
+            checkpoint_pages,
+            ..SqliteOptions::default()
+        };
+        let store = SqliteStore::open_with(&path, StoreConfig::default(), options).unwrap();
         let owner = Principal::subject("writer");
-        let request =
-            CreateRequest::new(DOCUMENT, owner.clone(), serde_json::json!({ "body": body }));
+        let body = |write: u64| {
+            char::from(b'a' + (write % 26) as u8)
+                .to_string()
+                .repeat(32 << 10)
+        };
+        let request = CreateRequest::new(
+            DOCUMENT,
+            owner.clone(),
+            serde_json::json!({ "body": body(25) }),
+        );
         let created = within("the create", store.create(request)).await;
         let handle = created.applied().unwrap().handle.clone();
+        for write in 0..LOG_WRITES {
+            let request = MutationRequest::new(DOCUMENT, owner.clone(), &handle);
+            let outcome = within(
+                "a write",
+                store.mutate(request, set("body", body(write).into())),
+            )
+            .await;
+            assert!(
+                matches!(outcome, MutationOutcome::Applied(_)),
+                "{outcome:?}"
+            );
+        }
         let page_size: i64 = store
             .inner
             .with_reader(|connection| {
                 Ok(connection.query_row("PRAGMA page_size", [], |row| row.get(0))?)
             })
             .unwrap();
-        let page_size = page_size as u64;
-        let pages_per_write = (body.len() as u64).div_ceil(page_size);
-        let writes = 20 * CHECKPOINT_PAGES / (2 * pages_per_write);
-        for write in 0..writes {
-            let request = MutationRequest::new(DOCUMENT, owner.clone(), &handle);
-            let letter = char::from(b'a' + (write % 26) as u8);
-            let body = letter.to_string().repeat(32 << 10);
-            let outcome = within("a write", store.mutate(request, set("body", body.into()))).await;
-            assert!(
-                matches!(outcome, MutationOutcome::Applied(_)),
-                "{outcome:?}"
-            );
-        }
         let log = std::fs::metadata(dir.path().join("state.db-wal"))
             .unwrap()
             .len();
-        let most = 10 * CHECKPOINT_PAGES * page_size;
+        (log, page_size as u64)
+    }
+
+    /// The checkpoint limit of the two log tests, in pages.
+    const LOG_LIMIT: u32 = 200;
+    /// The writes of the two log tests: twenty times [`LOG_LIMIT`] in pages of 4 KiB.
+    const LOG_WRITES: u64 = 250;
+
+    /// The pages [`LOG_WRITES`] writes of [`log_after`] put in the log at least: the new body
+    /// and the old one kept as history, each.
+    fn written_pages(page_size: u64) -> u64 {
+        2 * (32u64 << 10).div_ceil(page_size) * LOG_WRITES
+    }
+
+    /// The write-ahead log stops growing: the checkpoints that follow the commits copy it into
+    /// the file and let the next commit start it afresh. The writes add up to twenty times the
+    /// checkpoint limit, which the log would hold without the checkpoints.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn checkpoints_keep_the_log_short() {
+        let (log, page_size) = log_after(LOG_LIMIT).await;
+        let written = written_pages(page_size);
+        assert!(written >= 20 * u64::from(LOG_LIMIT), "{written} pages");
+        let most = 10 * u64::from(LOG_LIMIT) * page_size;
         assert!(
             log < most,
-            "the log grew to {log} bytes over {writes} writes of {pages_per_write} pages or more; \
-             checkpoints keep it under {most}"
+            "the log grew to {log} bytes over {LOG_WRITES} writes; checkpoints past {LOG_LIMIT} \
+             pages keep it under {most}"
+        );
+    }
+
+    /// The checkpoint limit is the store's, not SQLite's default of 1,000 pages: under a
+    /// larger one the log holds every write of the same run.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_log_is_checkpointed_at_the_configured_size() {
+        let limit = 100 * LOG_LIMIT;
+        let (log, page_size) = log_after(limit).await;
+        let written = written_pages(page_size);
+        assert!(written < u64::from(limit), "{written} pages");
+        assert!(
+            log >= written * page_size,
+            "the log holds {log} bytes after {LOG_WRITES} writes of {written} pages or more \
+             under a limit of {limit} pages: it was checkpointed sooner"
         );
     }
 
