@@ -1173,8 +1173,8 @@ mod tests {
 
     /// The size of the write-ahead log after [`LOG_WRITES`] mutations that each rewrite a 32 KB
     /// body (SQLite skips the pages of a row that did not change) and keep the old one as
-    /// history, on a store that checkpoints past `checkpoint_pages`; and the file's page size. A log file
-    /// never shrinks, so its size is the most it ever held.
+    /// history, on a store that checkpoints past `checkpoint_pages`; and the file's page size.
+    /// A log file never shrinks, so its size is the most it ever held.
     async fn log_after(checkpoint_pages: u32) -> (u64, u64) {
         const DOCUMENT: crate::store::EntityKind = crate::store::EntityKind::new("document", "doc");
         let dir = tempfile::tempdir().unwrap();
