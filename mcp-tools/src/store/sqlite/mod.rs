@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 
+mod checkpoint;
 mod tasks;
 mod writer;
 
@@ -178,17 +179,18 @@ pub struct SqliteOptions {
     pub busy_timeout: Duration,
     /// WAL sync mode (default [`Synchronous::Normal`]).
     pub synchronous: Synchronous,
-    /// Pages the write-ahead log holds before a commit copies them back into the database
-    /// file: SQLite's `wal_autocheckpoint` (default 1,000, SQLite's own; `0` leaves
-    /// checkpoints to the application).
+    /// Pages of write-ahead log past which the store copies the log back into the database
+    /// file (a checkpoint), like SQLite's `wal_autocheckpoint` (default 1,000, SQLite's own;
+    /// `0` leaves checkpoints to the application).
     ///
-    /// The commit that crosses the limit checkpoints before it is answered, and so do the
-    /// mutations committed with it; the writes queued behind it wait. A checkpoint copies each
-    /// page once however often it changed since the last one, and under
-    /// [`Synchronous::Normal`] it is the only time the store syncs, so a larger limit makes
-    /// fewer checkpoints and less work per change, each longer. The `-wal` file keeps the
-    /// largest size it reached: about `checkpoint_pages` times the page size (4 KiB unless the
-    /// file says otherwise), more while a long read keeps a checkpoint from finishing.
+    /// SQLite's own checkpoint runs inside the commit that crosses the limit, and the writes
+    /// queued behind it wait for it. The store's runs on a thread of its own while commits go
+    /// on; a commit only copies the few pages written since that thread caught up, which lets
+    /// the log start over, or the whole log if it reached twice the limit (the thread could not
+    /// keep up). Under [`Synchronous::Normal`] checkpoints are the only syncs. The `-wal` file
+    /// keeps the largest size it reached: under sustained writes, two to four times
+    /// `checkpoint_pages` times the page size (4 KiB unless the file says otherwise), more
+    /// while a long read keeps a checkpoint from finishing.
     pub checkpoint_pages: u32,
 }
 
@@ -264,6 +266,8 @@ impl SqliteStore {
             [LAYOUT],
         )?;
         txn.commit()?;
+        // The checkpoint thread ends with the writer's connection, on its own.
+        drop(checkpoint::install(&mut writer, &path, &options)?);
         let writer = Writer::spawn(writer, Arc::clone(&config.clock))?;
         let inner = Arc::new_cyclic(|weak: &Weak<Inner>| Inner {
             path,
@@ -352,8 +356,6 @@ pub(crate) fn connect(path: &Path, options: &SqliteOptions) -> Result<Connection
         Synchronous::Normal => "NORMAL",
     };
     connection.pragma_update(None, "synchronous", synchronous)?;
-    // Only the writer's commits checkpoint; a reader's setting is never consulted.
-    connection.pragma_update(None, "wal_autocheckpoint", options.checkpoint_pages)?;
     Ok(connection)
 }
 
