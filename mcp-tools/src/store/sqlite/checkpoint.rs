@@ -8,8 +8,8 @@
 //! thread, which copies the log while the writer goes on. What that copy cannot do is start the
 //! log over: SQLite restarts it at the beginning of a write transaction only when every frame in
 //! it was copied, and a busy writer always adds frames during the copy. So once the thread has
-//! caught up (a pass found few new frames), the writer's next commit runs a checkpoint of its
-//! own, which copies only those few, and its next transaction starts the log over.
+//! copied, the writer's next commit runs a checkpoint of its own, which copies only the frames
+//! added meanwhile, and its next transaction starts the log over.
 //!
 //! If the thread cannot keep up (or could not start), the writer checkpoints inline at twice the
 //! limit, as SQLite would have: the log stays bounded either way. A checkpoint never changes
@@ -28,15 +28,12 @@ use rusqlite::wal::CheckpointMode;
 use super::{SqliteOptions, connect};
 use crate::store::contract::StoreError;
 
-/// Passes the thread makes at most per wake-up before it hands the rest to the writer.
-const MAX_PASSES: usize = 4;
-
 /// What the writer and the checkpoint thread share.
 struct Shared {
     /// The log size, in frames, at which the writer wakes the thread.
     limit: u32,
-    /// Set by the thread when its last pass found few new frames: the writer's next commit past
-    /// the limit finishes the checkpoint.
+    /// Set by the thread when it copied the log: the writer's next commit past the limit
+    /// finishes the checkpoint.
     caught_up: AtomicBool,
 }
 
@@ -122,7 +119,7 @@ pub(super) fn install(
     Ok(thread)
 }
 
-/// The checkpoint thread: a pass on each wake-up until the writer's connection (and with it the
+/// The checkpoint thread: a checkpoint on each wake-up until the writer's connection (and with it the
 /// sender) is dropped with the store.
 fn run(path: &Path, options: &SqliteOptions, shared: &Shared, woken: &Receiver<()>) {
     let mut connection = None;
@@ -142,28 +139,15 @@ fn run(path: &Path, options: &SqliteOptions, shared: &Shared, woken: &Receiver<(
     }
 }
 
-/// Copies the log in passes, each copying what the writer added during the one before, until a
-/// pass finds few new frames; then tells the writer to finish.
+/// Copies the log as it is now, then tells the writer to finish: its next commit copies what
+/// was added meanwhile. (Further passes before that, each copying what the one before let
+/// through, cost more CPU and shortened the finish no more than the noise over HTTP.)
 fn catch_up(connection: &Connection, shared: &Shared) {
-    let few = (shared.limit / 16).max(16);
-    let mut previous = None;
-    for _ in 0..MAX_PASSES {
-        let frames = match connection.wal_checkpoint_v2(None::<&str>, CheckpointMode::PASSIVE) {
-            Ok((frames, _copied)) => u32::try_from(frames).unwrap_or(0),
-            Err(error) => {
-                // Busy: another checkpoint (another process's) is copying the same log.
-                tracing::debug!(%error, "a background checkpoint did not run");
-                return;
-            }
-        };
-        if previous.is_some_and(|previous| frames.saturating_sub(previous) <= few)
-            || frames < shared.limit
-        {
-            break;
-        }
-        previous = Some(frames);
+    match connection.wal_checkpoint_v2(None::<&str>, CheckpointMode::PASSIVE) {
+        Ok(_) => shared.caught_up.store(true, Ordering::Relaxed),
+        // Busy: another checkpoint (another process's) is copying the same log.
+        Err(error) => tracing::debug!(%error, "a background checkpoint did not run"),
     }
-    shared.caught_up.store(true, Ordering::Relaxed);
 }
 
 #[cfg(test)]
@@ -231,7 +215,7 @@ mod tests {
         (writer, path)
     }
 
-    /// A pass copies the whole log when nothing writes meanwhile, and reports the catch-up.
+    /// The thread copies the whole log when nothing writes meanwhile, and reports it.
     #[test]
     fn the_thread_copies_the_log_and_reports_when_it_caught_up() {
         let dir = tempfile::tempdir().unwrap();
