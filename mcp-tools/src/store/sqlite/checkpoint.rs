@@ -119,8 +119,8 @@ pub(super) fn install(
     Ok(thread)
 }
 
-/// The checkpoint thread: a checkpoint on each wake-up until the writer's connection (and with it the
-/// sender) is dropped with the store.
+/// The checkpoint thread: a checkpoint on each wake-up until the writer's connection (and with
+/// it the sender) is dropped with the store.
 fn run(path: &Path, options: &SqliteOptions, shared: &Shared, woken: &Receiver<()>) {
     let mut connection = None;
     while woken.recv().is_ok() {
