@@ -3,8 +3,8 @@
 //!
 //! SQLite's own automatic checkpoint runs inside the commit that takes the log past its limit:
 //! that commit, the mutations committed with it and every write queued behind them wait while a
-//! thousand pages are copied and synced twice. Under load on the basket example's upgrades that
-//! was a tenth of the answers waiting 10 ms or more. Here the commit only wakes the checkpoint
+//! thousand pages are copied and synced twice. Under load on the basket example's upgrades the
+//! slowest tenth of the answers waited 9 ms or more. Here the commit only wakes the checkpoint
 //! thread, which copies the log while the writer goes on. What that copy cannot do is start the
 //! log over: SQLite restarts it at the beginning of a write transaction only when every frame in
 //! it was copied, and a busy writer always adds frames during the copy. So once the thread has
