@@ -215,6 +215,27 @@ mod tests {
         (writer, path)
     }
 
+    /// [`logged`] with the checkpoint policy of a `limit` installed on the writer; the folder
+    /// lives as long as the returned guard.
+    fn installed(
+        rows: usize,
+        limit: u32,
+    ) -> (
+        tempfile::TempDir,
+        Connection,
+        std::path::PathBuf,
+        Option<JoinHandle<()>>,
+    ) {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut writer, path) = logged(dir.path(), rows);
+        let options = SqliteOptions {
+            checkpoint_pages: limit,
+            ..SqliteOptions::default()
+        };
+        let thread = install(&mut writer, &path, &options).unwrap();
+        (dir, writer, path, thread)
+    }
+
     /// The thread copies the whole log when nothing writes meanwhile, and reports it.
     #[test]
     fn the_thread_copies_the_log_and_reports_when_it_caught_up() {
@@ -237,14 +258,9 @@ mod tests {
     /// The thread ends with the writer's connection, so a dropped store leaves no thread.
     #[test]
     fn the_thread_ends_with_the_writer() {
-        let dir = tempfile::tempdir().unwrap();
-        let (mut writer, path) = logged(dir.path(), 1);
-        let options = SqliteOptions {
-            checkpoint_pages: 100,
-            ..SqliteOptions::default()
-        };
-        let thread = install(&mut writer, &path, &options).unwrap().unwrap();
+        let (_dir, writer, _path, thread) = installed(1, 100);
         drop(writer);
+        let thread = thread.expect("a thread for a limit above 0");
         let (ended, joined) = mpsc::channel();
         std::thread::spawn(move || ended.send(thread.join().is_ok()));
         assert_eq!(joined.recv_timeout(Duration::from_secs(10)), Ok(true));
@@ -253,13 +269,8 @@ mod tests {
     /// With a limit of 0 no thread starts and SQLite's own checkpoint stays off.
     #[test]
     fn a_limit_of_zero_leaves_checkpoints_to_the_application() {
-        let dir = tempfile::tempdir().unwrap();
-        let (mut writer, path) = logged(dir.path(), 1);
-        let options = SqliteOptions {
-            checkpoint_pages: 0,
-            ..SqliteOptions::default()
-        };
-        assert!(install(&mut writer, &path, &options).unwrap().is_none());
+        let (_dir, writer, _path, thread) = installed(1, 0);
+        assert!(thread.is_none());
         let automatic: i64 = writer
             .query_row("PRAGMA wal_autocheckpoint", [], |row| row.get(0))
             .unwrap();
@@ -271,13 +282,7 @@ mod tests {
     /// 1,000-byte row adds a frame or two to the log, so 120 of them stay under 200 frames.
     #[test]
     fn the_thread_copies_what_the_commits_past_the_limit_leave() {
-        let dir = tempfile::tempdir().unwrap();
-        let (mut writer, path) = logged(dir.path(), 0);
-        let options = SqliteOptions {
-            checkpoint_pages: 100,
-            ..SqliteOptions::default()
-        };
-        let _thread = install(&mut writer, &path, &options).unwrap();
+        let (_dir, writer, path, _thread) = installed(0, 100);
         for _ in 0..120 {
             writer
                 .execute("INSERT INTO t (body) VALUES (zeroblob(1000))", [])
