@@ -28,35 +28,27 @@ use rusqlite::wal::CheckpointMode;
 use super::{SqliteOptions, connect};
 use crate::store::contract::StoreError;
 
-/// What the writer and the checkpoint thread share.
-struct Shared {
+/// The writer's side of the checkpoints.
+struct Policy {
     /// The log size, in frames, at which the writer wakes the thread.
     limit: u32,
     /// Set by the thread when it copied the log: the writer's next commit past the limit
     /// finishes the checkpoint.
-    caught_up: AtomicBool,
-}
-
-/// The writer's side: the shared state and the thread's wake-up, which only the writer's
-/// connection holds, so the thread ends with it.
-struct Policy {
-    shared: Arc<Shared>,
-    /// `None` when the thread could not start.
+    caught_up: Arc<AtomicBool>,
+    /// Wakes the thread, which ends once this is dropped with the writer's connection; `None`
+    /// when the thread could not start.
     wake: Option<SyncSender<()>>,
 }
 
 impl Policy {
     /// Decides, after a commit that left `frames` in the log, whether this commit checkpoints.
     fn commit_checkpoints(&self, frames: u32) -> bool {
-        let shared = &*self.shared;
-        if frames < shared.limit {
+        if frames < self.limit {
             // The log was started over: a catch-up reported before then is stale.
-            shared.caught_up.store(false, Ordering::Relaxed);
+            self.caught_up.store(false, Ordering::Relaxed);
             return false;
         }
-        if frames >= shared.limit.saturating_mul(2)
-            || shared.caught_up.swap(false, Ordering::Relaxed)
-        {
+        if frames >= self.limit.saturating_mul(2) || self.caught_up.swap(false, Ordering::Relaxed) {
             return true;
         }
         match &self.wake {
@@ -73,6 +65,7 @@ impl Policy {
 /// Installs the checkpoint policy on the writer's connection and starts the thread that does
 /// the copying. `options.checkpoint_pages` of 0 leaves checkpoints to the application, as
 /// SQLite's `wal_autocheckpoint` does.
+///
 /// Returns the thread, which ends once `writer` is dropped, if it started.
 pub(super) fn install(
     writer: &mut Connection,
@@ -84,18 +77,15 @@ pub(super) fn install(
     if options.checkpoint_pages == 0 {
         return Ok(None);
     }
-    let shared = Arc::new(Shared {
-        limit: options.checkpoint_pages,
-        caught_up: AtomicBool::new(false),
-    });
+    let caught_up = Arc::new(AtomicBool::new(false));
     let (wake, woken) = mpsc::sync_channel::<()>(1);
     let spawned = std::thread::Builder::new()
         // Within the 15 bytes Linux keeps of a thread name.
         .name("mcp-tools-ckpt".into())
         .spawn({
-            let (shared, path, options) =
-                (Arc::clone(&shared), path.to_path_buf(), options.clone());
-            move || run(&path, &options, &shared, &woken)
+            let (caught_up, path, options) =
+                (Arc::clone(&caught_up), path.to_path_buf(), options.clone());
+            move || run(&path, &options, &caught_up, &woken)
         });
     let (wake, thread) = match spawned {
         Ok(thread) => (Some(wake), Some(thread)),
@@ -104,7 +94,11 @@ pub(super) fn install(
             (None, None)
         }
     };
-    let policy = Policy { shared, wake };
+    let policy = Policy {
+        limit: options.checkpoint_pages,
+        caught_up,
+        wake,
+    };
     writer.wal_hook(Some(move |wal: &mut Wal, frames: std::ffi::c_int| {
         if policy.commit_checkpoints(u32::try_from(frames).unwrap_or(0))
             && let Err(error) = wal.checkpoint_v2(CheckpointMode::PASSIVE)
@@ -121,7 +115,7 @@ pub(super) fn install(
 
 /// The checkpoint thread: a checkpoint on each wake-up until the writer's connection (and with
 /// it the sender) is dropped with the store.
-fn run(path: &Path, options: &SqliteOptions, shared: &Shared, woken: &Receiver<()>) {
+fn run(path: &Path, options: &SqliteOptions, caught_up: &AtomicBool, woken: &Receiver<()>) {
     let mut connection = None;
     while woken.recv().is_ok() {
         if connection.is_none() {
@@ -134,7 +128,7 @@ fn run(path: &Path, options: &SqliteOptions, shared: &Shared, woken: &Receiver<(
             }
         }
         if let Some(connection) = &connection {
-            catch_up(connection, shared);
+            catch_up(connection, caught_up);
         }
     }
 }
@@ -142,9 +136,9 @@ fn run(path: &Path, options: &SqliteOptions, shared: &Shared, woken: &Receiver<(
 /// Copies the log as it is now, then tells the writer to finish: its next commit copies what
 /// was added meanwhile. (Further passes before that, each copying what the one before let
 /// through, cost more CPU and shortened the finish no more than the noise over HTTP.)
-fn catch_up(connection: &Connection, shared: &Shared) {
+fn catch_up(connection: &Connection, caught_up: &AtomicBool) {
     match connection.wal_checkpoint_v2(None::<&str>, CheckpointMode::PASSIVE) {
-        Ok(_) => shared.caught_up.store(true, Ordering::Relaxed),
+        Ok(_) => caught_up.store(true, Ordering::Relaxed),
         // Busy: another checkpoint (another process's) is copying the same log.
         Err(error) => tracing::debug!(%error, "a background checkpoint did not run"),
     }
@@ -158,12 +152,9 @@ mod tests {
 
     fn policy(limit: u32) -> (Policy, Receiver<()>) {
         let (wake, woken) = mpsc::sync_channel(1);
-        let shared = Arc::new(Shared {
-            limit,
-            caught_up: AtomicBool::new(false),
-        });
         let policy = Policy {
-            shared,
+            limit,
+            caught_up: Arc::default(),
             wake: Some(wake),
         };
         (policy, woken)
@@ -180,7 +171,7 @@ mod tests {
         assert!(!policy.commit_checkpoints(100));
         assert!(woken.try_recv().is_ok(), "a wake-up at the limit");
         assert!(!policy.commit_checkpoints(150));
-        policy.shared.caught_up.store(true, Ordering::Relaxed);
+        policy.caught_up.store(true, Ordering::Relaxed);
         assert!(
             policy.commit_checkpoints(151),
             "the commit after the catch-up finishes"
@@ -195,7 +186,7 @@ mod tests {
     #[test]
     fn a_log_started_over_forgets_the_catch_up() {
         let (policy, _woken) = policy(100);
-        policy.shared.caught_up.store(true, Ordering::Relaxed);
+        policy.caught_up.store(true, Ordering::Relaxed);
         assert!(!policy.commit_checkpoints(3));
         assert!(!policy.commit_checkpoints(120));
     }
@@ -242,12 +233,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let (_writer, path) = logged(dir.path(), 300);
         let connection = connect(&path, &SqliteOptions::default()).unwrap();
-        let shared = Shared {
-            limit: 100,
-            caught_up: AtomicBool::new(false),
-        };
-        catch_up(&connection, &shared);
-        assert!(shared.caught_up.load(Ordering::Relaxed));
+        let caught_up = AtomicBool::new(false);
+        catch_up(&connection, &caught_up);
+        assert!(caught_up.load(Ordering::Relaxed));
         let (frames, copied) = connection
             .wal_checkpoint_v2(None::<&str>, CheckpointMode::PASSIVE)
             .unwrap();
