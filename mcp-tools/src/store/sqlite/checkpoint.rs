@@ -16,25 +16,35 @@
 //! what a reader sees, so none of this touches correctness, only when the copying happens.
 
 use std::path::Path;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, SyncSender};
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
 use rusqlite::Connection;
 use rusqlite::hooks::Wal;
 use rusqlite::wal::CheckpointMode;
 
-use super::{SqliteOptions, connect};
+use super::{SqliteOptions, connect, lock};
 use crate::store::contract::StoreError;
+
+/// What the writer and the checkpoint thread share.
+#[derive(Default)]
+struct Shared {
+    /// Set by the thread when it copied the log: the writer's next commit past the limit
+    /// finishes the checkpoint.
+    caught_up: AtomicBool,
+    /// Held while a checkpoint of this store copies. SQLite answers a second checkpointer
+    /// `SQLITE_BUSY` at once, busy handler or not, so a commit that must checkpoint waits here
+    /// for the thread's copy to end instead of giving up and letting the log grow.
+    copying: Mutex<()>,
+}
 
 /// The writer's side of the checkpoints.
 struct Policy {
     /// The log size, in frames, at which the writer wakes the thread.
     limit: u32,
-    /// Set by the thread when it copied the log: the writer's next commit past the limit
-    /// finishes the checkpoint.
-    caught_up: Arc<AtomicBool>,
+    shared: Arc<Shared>,
     /// Wakes the thread, which ends once this is dropped with the writer's connection; `None`
     /// when the thread could not start.
     wake: Option<SyncSender<()>>,
@@ -45,10 +55,12 @@ impl Policy {
     fn commit_checkpoints(&self, frames: u32) -> bool {
         if frames < self.limit {
             // The log was started over: a catch-up reported before then is stale.
-            self.caught_up.store(false, Ordering::Relaxed);
+            self.shared.caught_up.store(false, Ordering::Relaxed);
             return false;
         }
-        if frames >= self.limit.saturating_mul(2) || self.caught_up.swap(false, Ordering::Relaxed) {
+        if frames >= self.limit.saturating_mul(2)
+            || self.shared.caught_up.swap(false, Ordering::Relaxed)
+        {
             return true;
         }
         match &self.wake {
@@ -77,15 +89,15 @@ pub(super) fn install(
     if options.checkpoint_pages == 0 {
         return Ok(None);
     }
-    let caught_up = Arc::new(AtomicBool::new(false));
+    let shared = Arc::new(Shared::default());
     let (wake, woken) = mpsc::sync_channel::<()>(1);
     let spawned = std::thread::Builder::new()
         // Within the 15 bytes Linux keeps of a thread name.
         .name("mcp-tools-ckpt".into())
         .spawn({
-            let (caught_up, path, options) =
-                (Arc::clone(&caught_up), path.to_path_buf(), options.clone());
-            move || run(&path, &options, &caught_up, &woken)
+            let (shared, path, options) =
+                (Arc::clone(&shared), path.to_path_buf(), options.clone());
+            move || run(&path, &options, &shared, &woken)
         });
     let (wake, thread) = match spawned {
         Ok(thread) => (Some(wake), Some(thread)),
@@ -96,15 +108,16 @@ pub(super) fn install(
     };
     let policy = Policy {
         limit: options.checkpoint_pages,
-        caught_up,
+        shared,
         wake,
     };
     writer.wal_hook(Some(move |wal: &mut Wal, frames: std::ffi::c_int| {
-        if policy.commit_checkpoints(u32::try_from(frames).unwrap_or(0))
-            && let Err(error) = wal.checkpoint_v2(CheckpointMode::PASSIVE)
-        {
-            // Another process's checkpoint may hold the checkpoint lock: it copies the log.
-            tracing::debug!(%error, "a commit's checkpoint did not run");
+        if policy.commit_checkpoints(u32::try_from(frames).unwrap_or(0)) {
+            let _copying = lock(&policy.shared.copying);
+            if let Err(error) = wal.checkpoint_v2(CheckpointMode::PASSIVE) {
+                // Another process's checkpoint may hold the checkpoint lock: it copies the log.
+                tracing::debug!(%error, "a commit's checkpoint did not run");
+            }
         }
         // The commit happened whatever the checkpoint did: an error here would be reported as
         // the commit's.
@@ -115,7 +128,7 @@ pub(super) fn install(
 
 /// The checkpoint thread: a checkpoint on each wake-up until the writer's connection (and with
 /// it the sender) is dropped with the store.
-fn run(path: &Path, options: &SqliteOptions, caught_up: &AtomicBool, woken: &Receiver<()>) {
+fn run(path: &Path, options: &SqliteOptions, shared: &Shared, woken: &Receiver<()>) {
     let mut connection = None;
     while woken.recv().is_ok() {
         if connection.is_none() {
@@ -128,7 +141,10 @@ fn run(path: &Path, options: &SqliteOptions, caught_up: &AtomicBool, woken: &Rec
             }
         }
         if let Some(connection) = &connection {
-            catch_up(connection, caught_up);
+            catch_up(connection, shared);
+            // The commits that woke the thread during the copy are answered by it: what they
+            // added is the writer's to finish.
+            while woken.try_recv().is_ok() {}
         }
     }
 }
@@ -136,9 +152,10 @@ fn run(path: &Path, options: &SqliteOptions, caught_up: &AtomicBool, woken: &Rec
 /// Copies the log as it is now, then tells the writer to finish: its next commit copies what
 /// was added meanwhile. (Further passes before that, each copying what the one before let
 /// through, cost more CPU and shortened the finish no more than the noise over HTTP.)
-fn catch_up(connection: &Connection, caught_up: &AtomicBool) {
+fn catch_up(connection: &Connection, shared: &Shared) {
+    let _copying = lock(&shared.copying);
     match connection.wal_checkpoint_v2(None::<&str>, CheckpointMode::PASSIVE) {
-        Ok(_) => caught_up.store(true, Ordering::Relaxed),
+        Ok(_) => shared.caught_up.store(true, Ordering::Relaxed),
         // Busy: another checkpoint (another process's) is copying the same log.
         Err(error) => tracing::debug!(%error, "a background checkpoint did not run"),
     }
@@ -154,7 +171,7 @@ mod tests {
         let (wake, woken) = mpsc::sync_channel(1);
         let policy = Policy {
             limit,
-            caught_up: Arc::default(),
+            shared: Arc::default(),
             wake: Some(wake),
         };
         (policy, woken)
@@ -171,7 +188,7 @@ mod tests {
         assert!(!policy.commit_checkpoints(100));
         assert!(woken.try_recv().is_ok(), "a wake-up at the limit");
         assert!(!policy.commit_checkpoints(150));
-        policy.caught_up.store(true, Ordering::Relaxed);
+        policy.shared.caught_up.store(true, Ordering::Relaxed);
         assert!(
             policy.commit_checkpoints(151),
             "the commit after the catch-up finishes"
@@ -186,7 +203,7 @@ mod tests {
     #[test]
     fn a_log_started_over_forgets_the_catch_up() {
         let (policy, _woken) = policy(100);
-        policy.caught_up.store(true, Ordering::Relaxed);
+        policy.shared.caught_up.store(true, Ordering::Relaxed);
         assert!(!policy.commit_checkpoints(3));
         assert!(!policy.commit_checkpoints(120));
     }
@@ -233,9 +250,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let (_writer, path) = logged(dir.path(), 300);
         let connection = connect(&path, &SqliteOptions::default()).unwrap();
-        let caught_up = AtomicBool::new(false);
-        catch_up(&connection, &caught_up);
-        assert!(caught_up.load(Ordering::Relaxed));
+        let shared = Shared::default();
+        catch_up(&connection, &shared);
+        assert!(shared.caught_up.load(Ordering::Relaxed));
         let (frames, copied) = connection
             .wal_checkpoint_v2(None::<&str>, CheckpointMode::PASSIVE)
             .unwrap();
