@@ -11,8 +11,9 @@
 //! copied, the writer's next commit runs a checkpoint of its own, which copies only the frames
 //! added meanwhile, and its next transaction starts the log over.
 //!
-//! If the thread cannot keep up (or could not start), the writer checkpoints inline at twice the
-//! limit, as SQLite would have: the log stays bounded either way. A checkpoint never changes
+//! If the thread cannot keep up (or could not start), a commit at twice the limit checkpoints
+//! itself, as SQLite would have, after waiting for a copy the thread has under way (SQLite
+//! refuses a second checkpointer at once): the log stays bounded either way. A checkpoint never changes
 //! what a reader sees, so none of this touches correctness, only when the copying happens.
 
 use std::path::Path;
