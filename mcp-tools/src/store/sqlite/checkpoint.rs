@@ -11,9 +11,10 @@
 //! copied, the writer's next commit runs a checkpoint of its own, which copies only the frames
 //! added meanwhile, and its next transaction starts the log over.
 //!
-//! If the thread cannot keep up (or could not start), a commit at twice the limit checkpoints
-//! itself, as SQLite would have, after waiting for a copy the thread has under way (SQLite
-//! refuses a second checkpointer at once): the log stays bounded either way. A checkpoint never changes
+//! If the thread cannot keep up (or could not start), a commit past twice the limit checkpoints
+//! itself when the thread is not copying, as SQLite would have, and one past four times the
+//! limit waits for the thread's copy first (SQLite refuses a second checkpointer at once): the
+//! log stays bounded either way. A checkpoint never changes
 //! what a reader sees, so none of this touches correctness, only when the copying happens.
 
 use std::path::Path;
@@ -36,8 +37,9 @@ struct Shared {
     /// finishes the checkpoint.
     caught_up: AtomicBool,
     /// Held while a checkpoint of this store copies. SQLite answers a second checkpointer
-    /// `SQLITE_BUSY` at once, busy handler or not, so a commit that must checkpoint waits here
-    /// for the thread's copy to end instead of giving up and letting the log grow.
+    /// `SQLITE_BUSY` at once, busy handler or not: a commit that may checkpoint tries it and
+    /// goes on if the thread is copying; one at the log's hard bound waits here for the copy
+    /// to end instead of giving up and letting the log grow.
     copying: Mutex<()>,
 }
 
@@ -51,26 +53,40 @@ struct Policy {
     wake: Option<SyncSender<()>>,
 }
 
+/// What a commit does about the log it leaves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Commit {
+    /// Nothing (it may have woken the thread).
+    Goes,
+    /// Checkpoints, unless the thread is copying: its copy ends in a catch-up that the next
+    /// commit finishes.
+    CheckpointsIfFree,
+    /// Checkpoints, after the thread's copy if one is under way: the log's hard bound.
+    Checkpoints,
+}
+
 impl Policy {
-    /// Decides, after a commit that left `frames` in the log, whether this commit checkpoints.
-    fn commit_checkpoints(&self, frames: u32) -> bool {
+    /// Decides, after a commit that left `frames` in the log, what this commit does.
+    fn commit(&self, frames: u32) -> Commit {
         if frames < self.limit {
             // The log was started over: a catch-up reported before then is stale.
             self.shared.caught_up.store(false, Ordering::Relaxed);
-            return false;
+            return Commit::Goes;
         }
-        if frames >= self.limit.saturating_mul(2)
-            || self.shared.caught_up.swap(false, Ordering::Relaxed)
-        {
-            return true;
+        if frames >= self.limit.saturating_mul(4) {
+            return Commit::Checkpoints;
         }
-        match &self.wake {
+        if self.shared.caught_up.swap(false, Ordering::Relaxed) {
+            return Commit::CheckpointsIfFree;
+        }
+        if let Some(wake) = &self.wake {
             // A full channel means a wake-up is already pending.
-            Some(wake) => {
-                let _ = wake.try_send(());
-                false
-            }
-            None => false,
+            let _ = wake.try_send(());
+        }
+        if frames >= self.limit.saturating_mul(2) {
+            Commit::CheckpointsIfFree
+        } else {
+            Commit::Goes
         }
     }
 }
@@ -113,12 +129,16 @@ pub(super) fn install(
         wake,
     };
     writer.wal_hook(Some(move |wal: &mut Wal, frames: std::ffi::c_int| {
-        if policy.commit_checkpoints(u32::try_from(frames).unwrap_or(0)) {
-            let _copying = lock(&policy.shared.copying);
-            if let Err(error) = wal.checkpoint_v2(CheckpointMode::PASSIVE) {
-                // Another process's checkpoint may hold the checkpoint lock: it copies the log.
-                tracing::debug!(%error, "a commit's checkpoint did not run");
-            }
+        let copying = match policy.commit(u32::try_from(frames).unwrap_or(0)) {
+            Commit::Goes => None,
+            Commit::CheckpointsIfFree => policy.shared.copying.try_lock().ok(),
+            Commit::Checkpoints => Some(lock(&policy.shared.copying)),
+        };
+        if copying.is_some()
+            && let Err(error) = wal.checkpoint_v2(CheckpointMode::PASSIVE)
+        {
+            // Another process's checkpoint may hold the checkpoint lock: it copies the log.
+            tracing::debug!(%error, "a commit's checkpoint did not run");
         }
         // The commit happened whatever the checkpoint did: an error here would be reported as
         // the commit's.
@@ -142,10 +162,9 @@ fn run(path: &Path, options: &SqliteOptions, shared: &Shared, woken: &Receiver<(
             }
         }
         if let Some(connection) = &connection {
+            // A wake-up that came during the copy runs a second, shorter one, which leaves the
+            // writer's finish shorter too.
             catch_up(connection, shared);
-            // The commits that woke the thread during the copy are answered by it: what they
-            // added is the writer's to finish.
-            while woken.try_recv().is_ok() {}
         }
     }
 }
@@ -179,24 +198,25 @@ mod tests {
     }
 
     /// Below the limit a commit neither checkpoints nor wakes the thread; past it, it wakes the
-    /// thread and goes on; once the thread caught up, one commit checkpoints; at twice the
-    /// limit every commit does.
+    /// thread and goes on; once the thread caught up, one commit checkpoints; from twice the
+    /// limit a commit checkpoints when the thread is not copying, and from four times it waits
+    /// for the thread's copy.
     #[test]
-    fn a_commit_checkpoints_only_to_finish_or_past_twice_the_limit() {
+    fn a_commit_checkpoints_to_finish_or_past_twice_the_limit() {
         let (policy, woken) = policy(100);
-        assert!(!policy.commit_checkpoints(99));
+        assert_eq!(policy.commit(99), Commit::Goes);
         assert!(woken.try_recv().is_err(), "no wake-up below the limit");
-        assert!(!policy.commit_checkpoints(100));
+        assert_eq!(policy.commit(100), Commit::Goes);
         assert!(woken.try_recv().is_ok(), "a wake-up at the limit");
-        assert!(!policy.commit_checkpoints(150));
+        assert_eq!(policy.commit(150), Commit::Goes);
         policy.shared.caught_up.store(true, Ordering::Relaxed);
-        assert!(
-            policy.commit_checkpoints(151),
-            "the commit after the catch-up finishes"
-        );
-        assert!(!policy.commit_checkpoints(152), "once");
-        assert!(policy.commit_checkpoints(200));
-        assert!(policy.commit_checkpoints(201));
+        assert_eq!(policy.commit(151), Commit::CheckpointsIfFree, "the finish");
+        assert_eq!(policy.commit(152), Commit::Goes, "once");
+        assert!(woken.try_recv().is_ok(), "the thread is woken again");
+        assert_eq!(policy.commit(200), Commit::CheckpointsIfFree);
+        assert_eq!(policy.commit(399), Commit::CheckpointsIfFree);
+        assert_eq!(policy.commit(400), Commit::Checkpoints);
+        assert_eq!(policy.commit(401), Commit::Checkpoints);
     }
 
     /// A catch-up reported for a log that was started over since does not make a commit copy
@@ -205,8 +225,8 @@ mod tests {
     fn a_log_started_over_forgets_the_catch_up() {
         let (policy, _woken) = policy(100);
         policy.shared.caught_up.store(true, Ordering::Relaxed);
-        assert!(!policy.commit_checkpoints(3));
-        assert!(!policy.commit_checkpoints(120));
+        assert_eq!(policy.commit(3), Commit::Goes);
+        assert_eq!(policy.commit(120), Commit::Goes);
     }
 
     /// A connection to a new file in WAL mode whose log holds `rows` commits of a 4 KiB row

@@ -186,12 +186,12 @@ pub struct SqliteOptions {
     /// SQLite's own checkpoint runs inside the commit that crosses the limit, and the writes
     /// queued behind it wait for it. The store's runs on a thread of its own while commits go
     /// on; a commit only copies the few pages written since that thread caught up, which lets
-    /// the log start over, or, once the log reached twice the limit (the thread could not keep
-    /// up), waits for the thread's copy and copies the rest itself. Under
-    /// [`Synchronous::Normal`] checkpoints are the only syncs. The `-wal` file keeps the largest
-    /// size it reached: under sustained writes, two to four times `checkpoint_pages` times the
-    /// page size (4 KiB unless the file says otherwise), more while a long read keeps a
-    /// checkpoint from finishing.
+    /// the log start over. Past twice the limit (the thread could not keep up) a commit copies
+    /// the log itself when the thread is not copying, and past four times it waits for the
+    /// thread's copy first. Under [`Synchronous::Normal`] checkpoints are the only syncs. The
+    /// `-wal` file keeps the largest size it reached: under sustained writes, two to four times
+    /// `checkpoint_pages` times the page size (4 KiB unless the file says otherwise), more
+    /// while a long read keeps a checkpoint from finishing.
     pub checkpoint_pages: u32,
 }
 
