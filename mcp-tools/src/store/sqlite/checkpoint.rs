@@ -14,13 +14,13 @@
 //! If the thread cannot keep up (or could not start), a commit past twice the limit checkpoints
 //! itself when the thread is not copying, as SQLite would have, and one past four times the
 //! limit waits for the thread's copy first (SQLite refuses a second checkpointer at once): the
-//! log stays bounded either way. A checkpoint never changes
-//! what a reader sees, so none of this touches correctness, only when the copying happens.
+//! log stays bounded either way. A checkpoint never changes what a reader sees, so none of this
+//! touches correctness, only when the copying happens.
 
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, SyncSender};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, TryLockError};
 use std::thread::JoinHandle;
 
 use rusqlite::Connection;
@@ -131,7 +131,12 @@ pub(super) fn install(
     writer.wal_hook(Some(move |wal: &mut Wal, frames: std::ffi::c_int| {
         let copying = match policy.commit(u32::try_from(frames).unwrap_or(0)) {
             Commit::Goes => None,
-            Commit::CheckpointsIfFree => policy.shared.copying.try_lock().ok(),
+            Commit::CheckpointsIfFree => match policy.shared.copying.try_lock() {
+                Ok(copying) => Some(copying),
+                // The lock guards no data: a panic while it was held leaves nothing to repair.
+                Err(TryLockError::Poisoned(poisoned)) => Some(poisoned.into_inner()),
+                Err(TryLockError::WouldBlock) => None,
+            },
             Commit::Checkpoints => Some(lock(&policy.shared.copying)),
         };
         if copying.is_some()
