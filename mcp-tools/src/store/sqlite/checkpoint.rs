@@ -156,21 +156,24 @@ pub(super) fn install(
 /// it the sender) is dropped with the store.
 fn run(path: &Path, options: &SqliteOptions, shared: &Shared, woken: &Receiver<()>) {
     let mut connection = None;
+    let mut warned = false;
     while woken.recv().is_ok() {
-        if connection.is_none() {
-            match connect(path, options) {
-                Ok(opened) => connection = Some(opened),
+        let connection = match &mut connection {
+            Some(connection) => connection,
+            None => match connect(path, options) {
+                Ok(opened) => connection.insert(opened),
                 Err(error) => {
-                    tracing::warn!(%error, path = %path.display(), "the checkpoint thread could not open the store; commits checkpoint");
+                    // Every commit past the limit wakes the thread: say it once, not per commit.
+                    if !std::mem::replace(&mut warned, true) {
+                        tracing::warn!(%error, path = %path.display(), "the checkpoint thread could not open the store; commits checkpoint");
+                    }
                     continue;
                 }
-            }
-        }
-        if let Some(connection) = &connection {
-            // A wake-up that came during the copy runs a second, shorter one, which leaves the
-            // writer's finish shorter too.
-            catch_up(connection, shared);
-        }
+            },
+        };
+        // A wake-up that came during the copy runs a second, shorter one, which leaves the
+        // writer's finish shorter too.
+        catch_up(connection, shared);
     }
 }
 
@@ -238,8 +241,9 @@ mod tests {
     /// each, none of them checkpointed.
     fn logged(dir: &Path, rows: usize) -> (Connection, std::path::PathBuf) {
         let path = dir.join("log.db");
+        // SQLite's own checkpoint stays on (at 1,000 pages, more than these rows fill) until
+        // the policy is installed, as on the store's writer.
         let writer = connect(&path, &SqliteOptions::default()).unwrap();
-        writer.pragma_update(None, "wal_autocheckpoint", 0).unwrap();
         writer.execute_batch("CREATE TABLE t (body BLOB)").unwrap();
         for _ in 0..rows {
             writer
@@ -297,15 +301,23 @@ mod tests {
         assert_eq!(joined.recv_timeout(Duration::from_secs(10)), Ok(true));
     }
 
-    /// With a limit of 0 no thread starts and SQLite's own checkpoint stays off.
+    /// With a limit of 0 no thread starts, SQLite's own checkpoint stays off and no commit
+    /// checkpoints: the log keeps every frame written.
     #[test]
     fn a_limit_of_zero_leaves_checkpoints_to_the_application() {
-        let (_dir, writer, _path, thread) = installed(1, 0);
+        let (_dir, writer, path, thread) = installed(1, 0);
         assert!(thread.is_none());
         let automatic: i64 = writer
             .query_row("PRAGMA wal_autocheckpoint", [], |row| row.get(0))
             .unwrap();
         assert_eq!(automatic, 0);
+        for _ in 0..1200 {
+            writer
+                .execute("INSERT INTO t (body) VALUES (zeroblob(1000))", [])
+                .unwrap();
+        }
+        let frames = frames_in_log(&path);
+        assert!(frames >= 1200, "{frames} frames: a commit checkpointed");
     }
 
     /// Past the limit and short of twice it, the commits leave the copying to the thread: the
