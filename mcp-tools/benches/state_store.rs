@@ -27,10 +27,11 @@
 //!   version, check the expected version, apply the change to a copy, write it back, bump the
 //!   version. No ledger, no history, no ownership, lifecycle or expiry.
 //! - **raw SQLite**: on a connection with the store's settings (busy timeout, WAL, the same
-//!   `synchronous` and checkpoint limit), one `BEGIN IMMEDIATE` transaction: `SELECT body,
-//!   version` by handle, parse, apply the change, serialize, `UPDATE ... SET body = ?, version =
-//!   version + 1 WHERE handle = ? AND version = ?`, `COMMIT`; cached prepared statements; on the
-//!   calling thread.
+//!   `synchronous`), one `BEGIN IMMEDIATE` transaction: `SELECT body, version` by handle, parse,
+//!   apply the change, serialize, `UPDATE ... SET body = ?, version = version + 1 WHERE handle = ?
+//!   AND version = ?`, `COMMIT`; cached prepared statements; on the calling thread. Its commits
+//!   checkpoint as SQLite does by default (inside the commit past 1,000 pages), where the
+//!   store's checkpoints run on a thread of their own; so does the floor's.
 //! - **raw PostgreSQL**: what a careful user hand-writes with tokio-postgres: `SELECT state,
 //!   version` by id, parse, apply the change, serialize, `UPDATE ... SET state = $1, version =
 //!   version + 1 WHERE id = $2 AND version = $3` (each statement its own transaction), prepared
@@ -199,8 +200,7 @@ impl RawMemory {
     }
 }
 
-/// A connection with the store's settings: busy timeout, WAL, the same `synchronous` and
-/// checkpoint limit.
+/// A connection with the store's settings: busy timeout, WAL, the same `synchronous`.
 fn raw_sqlite_connection(path: &std::path::Path, synchronous: Synchronous) -> Connection {
     let connection = Connection::open(path).unwrap();
     connection.busy_timeout(Duration::from_secs(10)).unwrap();
@@ -213,13 +213,6 @@ fn raw_sqlite_connection(path: &std::path::Path, synchronous: Synchronous) -> Co
     };
     connection
         .pragma_update(None, "synchronous", synchronous)
-        .unwrap();
-    connection
-        .pragma_update(
-            None,
-            "wal_autocheckpoint",
-            SqliteOptions::default().checkpoint_pages,
-        )
         .unwrap();
     connection
 }
