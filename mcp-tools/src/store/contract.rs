@@ -461,8 +461,10 @@ impl fmt::Debug for StoreConfig {
 ///   `NOT_FOUND` is never recorded (random handles cost nothing), and each resource holds at
 ///   most [`StoreConfig::ledger_quota`] records.
 ///
-/// A mutation still decodes and writes the whole current state: CPU time and write-ahead-log
-/// bytes per mutation stay proportional to the state; only what is retained is not.
+/// A mutation still writes the whole new state, and decodes the current one unless the store
+/// holds it decoded (SQLite keeps the states it decoded or committed, by version): CPU time and
+/// write-ahead-log bytes per mutation stay proportional to the state; only what is retained is
+/// not.
 ///
 /// Outcomes show the entity's view of the state ([`Entity::VIEW`]), the whole state by default:
 /// `applied.state`, `stale_view.current_state` and its delta (computed between the views, so it

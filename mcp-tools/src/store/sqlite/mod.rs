@@ -7,11 +7,14 @@ use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
+use serde_json::Value;
 
 mod checkpoint;
+mod states;
 mod tasks;
 mod writer;
 
+use states::{Decoded, StateCache};
 use writer::Writer;
 
 use crate::context::Principal;
@@ -193,6 +196,15 @@ pub struct SqliteOptions {
     /// `checkpoint_pages` times the page size (4 KiB unless the file says otherwise), more
     /// while a long read keeps a checkpoint from finishing.
     pub checkpoint_pages: u32,
+    /// Bytes of JSON text of the states the store keeps decoded in memory (default 16 MiB; `0`
+    /// keeps none).
+    ///
+    /// A read or a mutation of a version this process has already decoded or written then skips
+    /// parsing its state. A row names its version, and a state is kept only once committed, so
+    /// a write by another process (or a write rolled back) is never answered from memory. The
+    /// decoded states take a few times their text in memory; a state larger than half this
+    /// budget is never kept.
+    pub state_cache_bytes: usize,
 }
 
 impl Default for SqliteOptions {
@@ -201,6 +213,7 @@ impl Default for SqliteOptions {
             busy_timeout: Duration::from_secs(10),
             synchronous: Synchronous::Normal,
             checkpoint_pages: 1000,
+            state_cache_bytes: 16 << 20,
         }
     }
 }
@@ -215,7 +228,10 @@ impl Default for SqliteOptions {
 /// answered. A mutation awaited on a runtime's task is committed by a thread of the store's own,
 /// so a commit (or a wait for another process's write lock, up to the busy timeout) never blocks
 /// a runtime worker. Readers use a small pool of their own connections and never wait for
-/// writers (WAL lets them read the last committed state while a write is under way). Expired
+/// writers (WAL lets them read the last committed state while a write is under way). States
+/// the process decoded or committed are kept decoded ([`SqliteOptions::state_cache_bytes`]), by
+/// handle and version: a read or a write still reads its row, and parses the state only when its
+/// version is not held. Expired
 /// records are swept by a thread of the store's own, in short transactions, never on a request.
 #[derive(Clone)]
 pub struct SqliteStore {
@@ -227,6 +243,8 @@ struct Inner {
     config: StoreConfig,
     options: SqliteOptions,
     writer: Arc<Writer>,
+    /// The states this process decoded or wrote, shared with the writer.
+    states: Arc<StateCache>,
     /// Idle reader connections, by [`reader_lane`].
     readers: Box<[Mutex<Vec<Connection>>]>,
     sweeper: Sweeper,
@@ -269,12 +287,14 @@ impl SqliteStore {
         txn.commit()?;
         // The checkpoint thread ends with the writer's connection, on its own.
         drop(checkpoint::install(&mut writer, &path, &options)?);
-        let writer = Writer::spawn(writer, Arc::clone(&config.clock))?;
+        let states = Arc::new(StateCache::new(options.state_cache_bytes));
+        let writer = Writer::spawn(writer, Arc::clone(&config.clock), Arc::clone(&states))?;
         let inner = Arc::new_cyclic(|weak: &Weak<Inner>| Inner {
             path,
             config,
             options,
             writer,
+            states,
             readers: (0..READER_LANES).map(|_| Mutex::default()).collect(),
             sweeper: Sweeper::spawn(weak.clone(), Inner::sweep, SWEEP_EVERY),
         });
@@ -382,12 +402,18 @@ impl Inner {
         let now = self.config.clock.now_millis();
         self.with_reader(|connection| {
             if request.since.is_none() {
-                return boundary::read(&mut SqlTxn::new(connection), &self.config, request, now);
+                let mut txn = SqlTxn::new(connection, &self.states);
+                let outcome = boundary::read(&mut txn, &self.config, request, now);
+                self.states.publish(txn.take_decoded());
+                return outcome;
             }
             // The state and its history from one snapshot of the file.
             let snapshot = connection.unchecked_transaction()?;
-            let outcome = boundary::read(&mut SqlTxn::new(&snapshot), &self.config, request, now);
+            let mut txn = SqlTxn::new(&snapshot, &self.states);
+            let outcome = boundary::read(&mut txn, &self.config, request, now);
+            let decoded = txn.take_decoded();
             snapshot.finish()?;
+            self.states.publish(decoded);
             outcome
         })
     }
@@ -496,6 +522,9 @@ fn prune_ledger(connection: &Connection, now: i64) -> Result<u64, StoreError> {
 /// The boundary's operations as statements on one connection; the caller holds the transaction.
 pub(crate) struct SqlTxn<'c> {
     connection: &'c Connection,
+    states: &'c StateCache,
+    /// The states this transaction decoded or wrote, for `states` once it commits.
+    decoded: Vec<Decoded>,
     /// `ledger_live` of the resource last loaded, by handle.
     loaded_count: Option<(String, i64)>,
     /// The resource whose next ledger record its write already counted.
@@ -526,9 +555,11 @@ const PREFETCH_SQL: &str = "SELECT r.kind, r.owner, r.version, r.state, r.lifecy
          ON l.principal = CAST(?2 AS TEXT) AND l.operation_id = CAST(?3 AS TEXT)";
 
 impl<'c> SqlTxn<'c> {
-    fn new(connection: &'c Connection) -> Self {
+    fn new(connection: &'c Connection, states: &'c StateCache) -> Self {
         SqlTxn {
             connection,
+            states,
+            decoded: Vec::new(),
             loaded_count: None,
             counted: None,
             prefetched: None,
@@ -548,7 +579,7 @@ impl Txn for SqlTxn<'_> {
         let row = rows
             .next()?
             .ok_or_else(|| StoreError::Backend("the prefetch returned no row".into()))?;
-        let record = record_from(row, 0)?;
+        let record = self.record_from(handle, row, 0)?;
         let entry = match operation_id {
             Some(_) => entry_from(row, 7)?,
             None => None,
@@ -666,7 +697,7 @@ impl Txn for SqlTxn<'_> {
                 let mut statement = self.connection.prepare_cached(LOAD_SQL)?;
                 let mut rows = statement.query([handle])?;
                 match rows.next()? {
-                    Some(row) => record_from(row, 0)?,
+                    Some(row) => self.record_from(handle, row, 0)?,
                     None => None,
                 }
             }
@@ -703,6 +734,7 @@ impl Txn for SqlTxn<'_> {
     }
 
     fn insert(&mut self, handle: &str, record: Record) -> Result<(), StoreError> {
+        let state = to_json(&*record.state, "state")?;
         self.connection
             .prepare_cached(
                 "INSERT INTO mcp_resources
@@ -714,10 +746,11 @@ impl Txn for SqlTxn<'_> {
                 &*record.kind,
                 &*record.owner,
                 version_to_sql(record.version)?,
-                to_json(&*record.state, "state")?,
+                state,
                 record.lifecycle.as_str(),
                 record.expires_at
             ])?;
+        self.decoded(handle, record.version, &record.state, state.len());
         Ok(())
     }
 
@@ -769,6 +802,7 @@ impl Txn for SqlTxn<'_> {
                 version - 1
             )));
         }
+        self.decoded(handle, record.version, &record.state, state.len());
         self.connection
             .prepare_cached("INSERT INTO mcp_changes (handle, version, undo) VALUES (?1, ?2, ?3)")?
             .execute(params![handle, version, to_json(&undo, "history")?])?;
@@ -780,27 +814,6 @@ impl Txn for SqlTxn<'_> {
         }
         Ok(())
     }
-}
-
-/// A resource from the 7 columns of [`LOAD_SQL`] starting at `at`, with its `ledger_live`;
-/// `None` when they are null (a left join that found nothing).
-fn record_from(row: &rusqlite::Row<'_>, at: usize) -> Result<Option<(Record, i64)>, StoreError> {
-    let Some(kind) = row.get::<_, Option<String>>(at)? else {
-        return Ok(None);
-    };
-    // Borrowed from the row: the state is parsed where SQLite holds it, not copied first.
-    let lifecycle = text_at(row, at + 4)?;
-    let state = text_at(row, at + 3)?;
-    let record = Record {
-        kind: kind.into(),
-        owner: text_at(row, at + 1)?.into(),
-        version: version_from_sql(row.get(at + 2)?)?,
-        state: Arc::new(json(state, "stored state")?),
-        lifecycle: Lifecycle::parse(lifecycle)
-            .ok_or_else(|| StoreError::Corrupt(format!("unknown lifecycle {lifecycle:?}")))?,
-        expires_at: row.get(at + 5)?,
-    };
-    Ok(Some((record, row.get(at + 6)?)))
 }
 
 /// The text in column `at`, borrowed from the row.
@@ -831,6 +844,58 @@ fn entry_from(row: &rusqlite::Row<'_>, at: usize) -> Result<Option<LedgerEntry>,
 }
 
 impl SqlTxn<'_> {
+    /// `handle`'s resource from the 7 columns of [`LOAD_SQL`] starting at `at`, with its
+    /// `ledger_live`; `None` when they are null (a left join that found nothing). Its state is
+    /// parsed only when the process has not decoded that version yet.
+    fn record_from(
+        &mut self,
+        handle: &str,
+        row: &rusqlite::Row<'_>,
+        at: usize,
+    ) -> Result<Option<(Record, i64)>, StoreError> {
+        let Some(kind) = row.get::<_, Option<String>>(at)? else {
+            return Ok(None);
+        };
+        let version = version_from_sql(row.get(at + 2)?)?;
+        let state = match self.states.get(handle, version) {
+            Some(state) => state,
+            None => {
+                // Borrowed from the row: the state is parsed where SQLite holds it, not copied
+                // first.
+                let text = text_at(row, at + 3)?;
+                let state = Arc::new(json(text, "stored state")?);
+                self.decoded(handle, version, &state, text.len());
+                state
+            }
+        };
+        let lifecycle = text_at(row, at + 4)?;
+        let record = Record {
+            kind: kind.into(),
+            owner: text_at(row, at + 1)?.into(),
+            version,
+            state,
+            lifecycle: Lifecycle::parse(lifecycle)
+                .ok_or_else(|| StoreError::Corrupt(format!("unknown lifecycle {lifecycle:?}")))?,
+            expires_at: row.get(at + 5)?,
+        };
+        Ok(Some((record, row.get(at + 6)?)))
+    }
+
+    /// Notes a state for the process's cache, which takes it once this transaction commits.
+    fn decoded(&mut self, handle: &str, version: u64, state: &Arc<Value>, bytes: usize) {
+        self.decoded.push(Decoded {
+            handle: handle.to_owned(),
+            version,
+            state: Arc::clone(state),
+            bytes,
+        });
+    }
+
+    /// What this transaction decoded or wrote, for the cache once it commits.
+    fn take_decoded(&mut self) -> Vec<Decoded> {
+        std::mem::take(&mut self.decoded)
+    }
+
     fn live_count(&self, handle: &str) -> Result<i64, StoreError> {
         Ok(self
             .connection
@@ -999,8 +1064,9 @@ mod tests {
         let mut connection = connect(&path, &SqliteOptions::default()).unwrap();
         connection.execute_batch(SCHEMA).unwrap();
         let txn = connection.transaction().unwrap();
+        let states = StateCache::new(0);
         for handle in ["ctr_a", "ctr_b", "ctr_c"] {
-            let mut sql = SqlTxn::new(&txn);
+            let mut sql = SqlTxn::new(&txn, &states);
             assert!(sql.load(handle).unwrap().is_none());
         }
         let plan: String = txn
@@ -1140,6 +1206,133 @@ mod tests {
         assert_eq!(
             snapshot.resumption.expires_at.as_deref(),
             Some("2026-07-28T10:30:02.000Z")
+        );
+    }
+
+    const NOTE: crate::store::EntityKind = crate::store::EntityKind::new("note", "nte");
+
+    /// A store on `path` keeping `state_cache_bytes` of decoded states.
+    fn cached_store(path: &Path, state_cache_bytes: usize) -> SqliteStore {
+        let options = SqliteOptions {
+            state_cache_bytes,
+            ..SqliteOptions::default()
+        };
+        SqliteStore::open_with(path, StoreConfig::default(), options).unwrap()
+    }
+
+    async fn read_state(store: &SqliteStore, owner: &Principal, handle: &str) -> Arc<Value> {
+        let read = within(
+            "a read",
+            store.read(ReadRequest::new(NOTE, owner.clone(), handle)),
+        )
+        .await;
+        Arc::clone(&read.snapshot().expect("the note is current").state)
+    }
+
+    async fn change(
+        store: &SqliteStore,
+        owner: &Principal,
+        handle: &str,
+        text: &str,
+    ) -> Arc<Value> {
+        let request = MutationRequest::new(NOTE, owner.clone(), handle);
+        let outcome = within("a change", store.mutate(request, set("text", text.into()))).await;
+        let MutationOutcome::Applied(applied) = outcome else {
+            panic!("{outcome:?}")
+        };
+        applied.state
+    }
+
+    /// A state the process wrote or decoded is not parsed again: reads answer the very value
+    /// the last write made, until the next write; with no cache every read parses its own.
+    #[tokio::test]
+    async fn reads_share_the_state_the_last_write_made() {
+        let dir = tempfile::tempdir().unwrap();
+        let owner = Principal::subject("writer");
+        for (budget, shared) in [(1 << 20, true), (0, false)] {
+            let store = cached_store(&dir.path().join(format!("{budget}.db")), budget);
+            let request =
+                CreateRequest::new(NOTE, owner.clone(), serde_json::json!({ "text": "a" }));
+            let created = within("the create", store.create(request)).await;
+            let handle = created.applied().unwrap().handle.clone();
+            let written = change(&store, &owner, &handle, "b").await;
+            let first = read_state(&store, &owner, &handle).await;
+            let second = read_state(&store, &owner, &handle).await;
+            assert_eq!(*first, serde_json::json!({ "text": "b" }));
+            assert_eq!(first, second);
+            assert_eq!(Arc::ptr_eq(&written, &first), shared, "budget {budget}");
+            assert_eq!(Arc::ptr_eq(&first, &second), shared, "budget {budget}");
+        }
+    }
+
+    /// Two stores on one file, as two processes would open it: each one's decoded states never
+    /// hide the other's writes, from its reads or from its own next write.
+    #[tokio::test]
+    async fn a_write_by_another_process_is_never_answered_from_memory() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("shared.db");
+        let (one, two) = (cached_store(&path, 1 << 20), cached_store(&path, 1 << 20));
+        let owner = Principal::subject("writer");
+        let request = CreateRequest::new(NOTE, owner.clone(), serde_json::json!({ "text": "a" }));
+        let created = within("the create", one.create(request)).await;
+        let handle = created.applied().unwrap().handle.clone();
+        assert_eq!(
+            *read_state(&one, &owner, &handle).await,
+            serde_json::json!({ "text": "a" })
+        );
+        assert_eq!(
+            *read_state(&two, &owner, &handle).await,
+            serde_json::json!({ "text": "a" })
+        );
+
+        change(&two, &owner, &handle, "b").await;
+        // `one` holds version 1 decoded; its write bases version 3 on the file's version 2.
+        let request = MutationRequest::new(NOTE, owner.clone(), &handle);
+        let appended = Transition::new(|state| {
+            let text = format!("{}c", state["text"].as_str().unwrap_or_default());
+            state["text"] = text.into();
+            Ok(Value::Null)
+        });
+        let outcome = within("an append", one.mutate(request, appended)).await;
+        let MutationOutcome::Applied(applied) = outcome else {
+            panic!("{outcome:?}")
+        };
+        assert_eq!(
+            (applied.version, &*applied.state),
+            (3, &serde_json::json!({ "text": "bc" }))
+        );
+        // `two` holds version 2: its read finds version 3.
+        assert_eq!(
+            *read_state(&two, &owner, &handle).await,
+            serde_json::json!({ "text": "bc" })
+        );
+        change(&two, &owner, &handle, "d").await;
+        change(&one, &owner, &handle, "e").await;
+        for store in [&one, &two] {
+            let read = within(
+                "a read",
+                store.read(ReadRequest::new(NOTE, owner.clone(), &handle)),
+            )
+            .await;
+            let snapshot = read.snapshot().expect("current");
+            assert_eq!(
+                (snapshot.version, &*snapshot.state),
+                (5, &serde_json::json!({ "text": "e" }))
+            );
+        }
+        let history = within(
+            "a read since version 2",
+            two.read(ReadRequest::new(NOTE, owner.clone(), &handle).since(2)),
+        )
+        .await;
+        assert!(
+            history
+                .snapshot()
+                .unwrap()
+                .changes
+                .as_ref()
+                .unwrap()
+                .delta_available
         );
     }
 

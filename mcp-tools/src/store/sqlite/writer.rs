@@ -24,6 +24,7 @@ use rusqlite::Connection;
 use tokio::runtime::RuntimeFlavor;
 
 use super::SqlTxn;
+use super::states::{Decoded, StateCache};
 use crate::store::clock::Clock;
 use crate::store::contract::StoreError;
 
@@ -33,9 +34,10 @@ const MAX_BATCH: usize = 64;
 /// One atomic unit, run by the writer thread inside the batch's transaction.
 trait Job: Send {
     /// Runs the unit; `false` when it failed and its writes must be undone.
-    fn run(&mut self, connection: &Connection, now: i64) -> bool;
-    /// Answers the request once the batch's commit is known (`Err` with its failure).
-    fn finish(self: Box<Self>, committed: Result<(), &str>);
+    fn run(&mut self, connection: &Connection, states: &StateCache, now: i64) -> bool;
+    /// Answers the request once the batch's commit is known (`Err` with its failure), after
+    /// giving `states` what a committed unit decoded and wrote.
+    fn finish(self: Box<Self>, committed: Result<(), &str>, states: &StateCache);
 }
 
 type Reply<T> = tokio::sync::oneshot::Sender<Result<T, StoreError>>;
@@ -43,6 +45,7 @@ type Reply<T> = tokio::sync::oneshot::Sender<Result<T, StoreError>>;
 struct Unit<F, T> {
     work: Option<F>,
     result: Option<Result<T, StoreError>>,
+    decoded: Vec<Decoded>,
     reply: Reply<T>,
 }
 
@@ -51,20 +54,27 @@ where
     F: FnOnce(&mut SqlTxn<'_>, i64) -> Result<T, StoreError> + Send,
     T: Send,
 {
-    fn run(&mut self, connection: &Connection, now: i64) -> bool {
+    fn run(&mut self, connection: &Connection, states: &StateCache, now: i64) -> bool {
         let Some(work) = self.work.take() else {
             return false;
         };
+        let mut txn = SqlTxn::new(connection, states);
         // A panic in the store's own code fails this unit only; the thread and the batch go on.
-        let result =
-            panic::catch_unwind(AssertUnwindSafe(|| work(&mut SqlTxn::new(connection), now)))
-                .unwrap_or_else(|payload| Err(StoreError::Task(panic_message(&*payload))));
+        let result = panic::catch_unwind(AssertUnwindSafe(|| work(&mut txn, now)))
+            .unwrap_or_else(|payload| Err(StoreError::Task(panic_message(&*payload))));
         let ok = result.is_ok();
+        if ok {
+            self.decoded = txn.take_decoded();
+        }
         self.result = Some(result);
         ok
     }
 
-    fn finish(self: Box<Self>, committed: Result<(), &str>) {
+    fn finish(self: Box<Self>, committed: Result<(), &str>, states: &StateCache) {
+        // A unit that failed kept nothing to publish.
+        if committed.is_ok() {
+            states.publish(self.decoded);
+        }
         let answer = match (self.result, committed) {
             (Some(Err(error)), _) => Err(error),
             (Some(Ok(value)), Ok(())) => Ok(value),
@@ -91,6 +101,8 @@ pub(super) struct Writer {
     connection: Mutex<Connection>,
     queue: Mutex<Vec<Box<dyn Job>>>,
     clock: Arc<dyn Clock>,
+    /// Where committed units leave the states they decoded and wrote.
+    states: Arc<StateCache>,
     /// Set by a task before it wakes the thread: the thread leads only when a task asked, so
     /// while no task writes, callers that run their unit in place keep the connection.
     wanted: Arc<AtomicBool>,
@@ -116,6 +128,7 @@ impl Writer {
     pub(super) fn spawn(
         connection: Connection,
         clock: Arc<dyn Clock>,
+        states: Arc<StateCache>,
     ) -> Result<Arc<Self>, StoreError> {
         let (hand_over, handed) = std::sync::mpsc::sync_channel::<Weak<Writer>>(1);
         let wanted = Arc::new(AtomicBool::new(false));
@@ -145,6 +158,7 @@ impl Writer {
             connection: Mutex::new(connection),
             queue: Mutex::new(Vec::new()),
             clock,
+            states,
             wanted,
             thread: Some(thread),
             #[cfg(test)]
@@ -164,6 +178,7 @@ impl Writer {
         lock(&self.queue).push(Box::new(Unit {
             work: Some(work),
             result: None,
+            decoded: Vec::new(),
             reply,
         }));
         answer
@@ -200,12 +215,15 @@ impl Writer {
                 if batch.is_empty() {
                     break;
                 }
-                let committed = run_batch_guarded(&connection, &mut batch, &*self.clock);
+                let committed =
+                    run_batch_guarded(&connection, &mut batch, &self.states, &*self.clock);
                 let committed = committed.as_ref().map(|_| ()).map_err(String::as_str);
                 for job in batch {
                     // An answer that panics as it is handed over (its value's `Drop`) costs
                     // that request its answer, not the leader its batch or its thread.
-                    let _ = panic::catch_unwind(AssertUnwindSafe(|| job.finish(committed)));
+                    let _ = panic::catch_unwind(AssertUnwindSafe(|| {
+                        job.finish(committed, &self.states)
+                    }));
                 }
             }
             drop(connection);
@@ -309,16 +327,18 @@ fn may_block_here() -> bool {
 fn run_batch_guarded(
     connection: &Connection,
     batch: &mut [Box<dyn Job>],
+    states: &StateCache,
     clock: &dyn Clock,
 ) -> Result<(), String> {
-    panic::catch_unwind(AssertUnwindSafe(|| run_batch(connection, batch, clock))).unwrap_or_else(
-        |payload| {
-            if !connection.is_autocommit() {
-                let _ = connection.execute_batch("ROLLBACK");
-            }
-            Err(panic_message(&*payload))
-        },
-    )
+    panic::catch_unwind(AssertUnwindSafe(|| {
+        run_batch(connection, batch, states, clock)
+    }))
+    .unwrap_or_else(|payload| {
+        if !connection.is_autocommit() {
+            let _ = connection.execute_batch("ROLLBACK");
+        }
+        Err(panic_message(&*payload))
+    })
 }
 
 /// Runs a batch in one `BEGIN IMMEDIATE` transaction, a savepoint per unit when there are
@@ -326,6 +346,7 @@ fn run_batch_guarded(
 fn run_batch(
     connection: &Connection,
     batch: &mut [Box<dyn Job>],
+    states: &StateCache,
     clock: &dyn Clock,
 ) -> Result<(), String> {
     let step = |sql: &str| -> Result<(), String> {
@@ -340,11 +361,11 @@ fn run_batch(
     let mut failed_alone = false;
     for job in batch.iter_mut() {
         if alone {
-            failed_alone = !job.run(connection, clock.now_millis());
+            failed_alone = !job.run(connection, states, clock.now_millis());
             break;
         }
         let unit = step("SAVEPOINT unit").and_then(|()| {
-            if job.run(connection, clock.now_millis()) {
+            if job.run(connection, states, clock.now_millis()) {
                 Ok(())
             } else {
                 step("ROLLBACK TO unit")
@@ -377,10 +398,19 @@ mod tests {
     use super::*;
     use crate::store::clock::SystemClock;
 
+    /// Inserts `value`, and notes it as the state of handle `value` at version 1.
     fn insert(txn: &mut SqlTxn<'_>, value: i64) -> Result<(), StoreError> {
         txn.connection
             .execute("INSERT INTO t (v) VALUES (?1)", [value])?;
+        txn.decoded(&value.to_string(), 1, &Arc::new(value.into()), 1);
         Ok(())
+    }
+
+    /// The values 0 to 9 whose states the writer published.
+    fn published(writer: &Writer) -> Vec<i64> {
+        (0..10)
+            .filter(|value| writer.states.get(&value.to_string(), 1).is_some())
+            .collect()
     }
 
     const TABLE: &str = "CREATE TABLE t (v INTEGER)";
@@ -390,7 +420,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let connection = Connection::open(dir.path().join("w.db")).unwrap();
         connection.execute_batch(schema).unwrap();
-        (dir, Writer::spawn(connection, clock).unwrap())
+        (
+            dir,
+            Writer::spawn(connection, clock, Arc::new(StateCache::new(1 << 20))).unwrap(),
+        )
     }
 
     fn kept(path: &std::path::Path) -> Vec<i64> {
@@ -450,6 +483,21 @@ mod tests {
         ));
         assert!(last.blocking_recv().unwrap().is_ok());
         assert_eq!(kept(&path), [1, 4]);
+        assert_eq!(published(&writer), [1, 4]);
+    }
+
+    /// A unit that fails alone is rolled back, and what it noted is not published.
+    #[test]
+    fn a_unit_that_fails_alone_publishes_nothing() {
+        let (dir, writer) = writer_on(TABLE, Arc::new(SystemClock));
+        let failed = writer.run_blocking(|txn, _| {
+            insert(txn, 5)?;
+            Err::<(), _>(StoreError::Backend("refused".into()))
+        });
+        assert!(failed.is_err());
+        writer.run_blocking(|txn, _| insert(txn, 6)).unwrap();
+        assert_eq!(kept(&dir.path().join("w.db")), [6]);
+        assert_eq!(published(&writer), [6]);
     }
 
     /// Inserts `value` from a task of a current-thread runtime, so the writer thread leads.
@@ -542,6 +590,7 @@ mod tests {
         );
         assert!(write(2).is_ok());
         assert_eq!(kept(&path), [2]);
+        assert_eq!(published(&writer), [2]);
     }
 
     /// A `COMMIT` that fails (here a deferred foreign key) answers the batch's units with the
@@ -556,6 +605,7 @@ mod tests {
         let orphan = writer.run_blocking(|txn, _| {
             txn.connection
                 .execute("INSERT INTO child (v) VALUES (7)", [])?;
+            txn.decoded("7", 1, &Arc::new(7.into()), 1);
             Ok(())
         });
         assert!(
@@ -564,6 +614,7 @@ mod tests {
         );
         assert!(writer.run_blocking(|txn, _| insert(txn, 1)).is_ok());
         assert_eq!(kept(&path), [1]);
+        assert_eq!(published(&writer), [1]);
     }
 
     /// Dropping the writer ends its thread.
@@ -593,7 +644,12 @@ mod tests {
                 .unwrap();
             for repeat in 0..REPEATS {
                 let connection = Connection::open_in_memory().unwrap();
-                let writer = Writer::spawn(connection, Arc::new(SystemClock)).unwrap();
+                let writer = Writer::spawn(
+                    connection,
+                    Arc::new(SystemClock),
+                    Arc::new(StateCache::new(0)),
+                )
+                .unwrap();
                 let alive = writer.alive.clone();
                 let joined = match repeat % 3 {
                     0 => true,
