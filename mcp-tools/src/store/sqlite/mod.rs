@@ -231,8 +231,8 @@ impl Default for SqliteOptions {
 /// writers (WAL lets them read the last committed state while a write is under way). States
 /// the process decoded or committed are kept decoded ([`SqliteOptions::state_cache_bytes`]), by
 /// handle and version: a read or a write still reads its row, and parses the state only when its
-/// version is not held. Expired
-/// records are swept by a thread of the store's own, in short transactions, never on a request.
+/// version is not held. Expired records are swept by a thread of the store's own, in short
+/// transactions, never on a request.
 #[derive(Clone)]
 pub struct SqliteStore {
     inner: Arc<Inner>,
@@ -750,7 +750,7 @@ impl Txn for SqlTxn<'_> {
                 record.lifecycle.as_str(),
                 record.expires_at
             ])?;
-        self.decoded(handle, record.version, &record.state, state.len());
+        self.note_state(handle, record.version, &record.state, state.len());
         Ok(())
     }
 
@@ -802,7 +802,7 @@ impl Txn for SqlTxn<'_> {
                 version - 1
             )));
         }
-        self.decoded(handle, record.version, &record.state, state.len());
+        self.note_state(handle, record.version, &record.state, state.len());
         self.connection
             .prepare_cached("INSERT INTO mcp_changes (handle, version, undo) VALUES (?1, ?2, ?3)")?
             .execute(params![handle, version, to_json(&undo, "history")?])?;
@@ -864,7 +864,7 @@ impl SqlTxn<'_> {
                 // first.
                 let text = text_at(row, at + 3)?;
                 let state = Arc::new(json(text, "stored state")?);
-                self.decoded(handle, version, &state, text.len());
+                self.note_state(handle, version, &state, text.len());
                 state
             }
         };
@@ -882,7 +882,7 @@ impl SqlTxn<'_> {
     }
 
     /// Notes a state for the process's cache, which takes it once this transaction commits.
-    fn decoded(&mut self, handle: &str, version: u64, state: &Arc<Value>, bytes: usize) {
+    fn note_state(&mut self, handle: &str, version: u64, state: &Arc<Value>, bytes: usize) {
         self.decoded.push(Decoded {
             handle: handle.to_owned(),
             version,
