@@ -109,11 +109,12 @@ impl StateCache {
             let young = generations.young.take(&handle);
             let old = generations.old.take(&handle);
             // A reader that decoded an older version may publish after the writer published
-            // a newer one: the newer stays.
+            // a newer one: the newer stays. At the same version the value already shared stays,
+            // so that one copy is held, not one per reader that decoded it.
             let newest = [young, old]
                 .into_iter()
                 .flatten()
-                .filter(|kept| kept.version > version)
+                .filter(|kept| kept.version >= version)
                 .max_by_key(|kept| kept.version);
             let entry = newest.unwrap_or(Entry {
                 version,
@@ -201,6 +202,20 @@ mod tests {
     }
 
     #[test]
+    fn the_cache_fills_its_budget() {
+        let cache = StateCache::new(100);
+        for handle in 0..10 {
+            cache.publish(vec![decoded(&handle.to_string(), 1, 10)]);
+        }
+        assert_eq!(cache.held(), 100);
+        // Then the oldest half goes.
+        cache.publish(vec![decoded("10", 1, 10)]);
+        assert_eq!(cache.held(), 60);
+        assert!(cache.get("4", 1).is_none());
+        assert!(cache.get("5", 1).is_some());
+    }
+
+    #[test]
     fn a_state_larger_than_half_the_budget_is_not_kept() {
         let cache = StateCache::new(100);
         cache.publish(vec![decoded("big", 1, 51)]);
@@ -223,10 +238,21 @@ mod tests {
     }
 
     #[test]
+    fn the_same_version_published_twice_keeps_the_first_value() {
+        let cache = StateCache::new(1000);
+        cache.publish(vec![decoded("a", 1, 10)]);
+        let first = cache.get("a", 1).unwrap();
+        cache.publish(vec![decoded("a", 1, 10)]);
+        assert!(Arc::ptr_eq(&first, &cache.get("a", 1).unwrap()));
+        assert_eq!(cache.held(), 10);
+    }
+
+    #[test]
     fn a_budget_of_zero_keeps_nothing() {
         let cache = StateCache::new(0);
+        // Not even a text of no bytes.
         cache.publish(vec![decoded("a", 1, 0)]);
         assert!(cache.get("a", 1).is_none());
-        assert_eq!(cache.held(), 0);
+        assert!(cache.generations().young.entries.is_empty());
     }
 }
