@@ -7,26 +7,69 @@
 //! only once it is committed: a row another process rewrote has a version no entry here has,
 //! and a write rolled back publishes nothing.
 //!
-//! The cache is two generations of at most half the budget each, measured in bytes of the JSON
-//! text SQLite holds: entries go into the young one; when it is full it becomes the old one and
-//! the previous old one is dropped; a hit in the old generation moves the entry back into the
-//! young one. That keeps what is used, in constant time per call, without a list to maintain.
+//! The cache is two generations of at most half the budget each, measured in the memory the
+//! decoded states take ([`footprint`], an estimate from their structure): entries go into the
+//! young one; when it is full it becomes the old one and the previous old one is dropped; a hit
+//! in the old generation moves the entry back into the young one. That keeps what is used, in
+//! constant time per call, without a list to maintain.
 
 use std::collections::HashMap;
+use std::mem::size_of;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use serde_json::Value;
+use serde_json::{Map, Value};
+
+/// What an entry costs besides its state's own heap: the `Arc` around the state, the map's slot
+/// and the handle's key.
+const ENTRY_COST: usize = 2 * size_of::<usize>() + size_of::<Value>() + 64;
+
+/// A B-tree node of an object's members (`serde_json::Map` is a `BTreeMap`): up to 11 keys and
+/// values, a parent pointer and two counters.
+const OBJECT_NODE: usize =
+    11 * (size_of::<String>() + size_of::<Value>()) + size_of::<usize>() + 2 * size_of::<u16>();
+
+/// An estimate of the memory `handle`'s entry holds with `state` decoded: strings' bytes,
+/// arrays' slots, objects' tree nodes (one for up to 11 members; past that, nodes a little over
+/// half full, as sorted inserts leave them) and the entry itself.
+pub(super) fn footprint(handle: &str, state: &Value) -> usize {
+    ENTRY_COST + handle.len() + heap_size(state)
+}
+
+fn heap_size(value: &Value) -> usize {
+    match value {
+        Value::Null | Value::Bool(_) | Value::Number(_) => 0,
+        Value::String(text) => text.capacity(),
+        Value::Array(items) => {
+            items.capacity() * size_of::<Value>() + items.iter().map(heap_size).sum::<usize>()
+        }
+        Value::Object(members) => {
+            object_nodes(members) * OBJECT_NODE
+                + members
+                    .iter()
+                    .map(|(key, member)| key.capacity() + heap_size(member))
+                    .sum::<usize>()
+        }
+    }
+}
+
+fn object_nodes(members: &Map<String, Value>) -> usize {
+    match members.len() {
+        0 => 0,
+        1..=11 => 1,
+        members => members.div_ceil(6),
+    }
+}
 
 /// A state decoded or written in a transaction, published once the transaction commits.
 pub(super) struct Decoded {
     pub(super) handle: String,
     pub(super) version: u64,
     pub(super) state: Arc<Value>,
-    /// The length of its JSON text.
+    /// Its [`footprint`].
     pub(super) bytes: usize,
 }
 
-/// Decoded states, at most `budget` bytes of their JSON text.
+/// Decoded states, of a [`footprint`] of at most `budget` bytes in all.
 pub(super) struct StateCache {
     budget: usize,
     generations: Mutex<Generations>,
@@ -59,12 +102,17 @@ impl Generation {
 }
 
 impl StateCache {
-    /// A cache of at most `budget` bytes of JSON text; `0` keeps nothing.
+    /// A cache of at most `budget` bytes; `0` keeps nothing.
     pub(super) fn new(budget: usize) -> Self {
         StateCache {
             budget,
             generations: Mutex::default(),
         }
+    }
+
+    /// Whether this cache keeps anything (a budget of 0 keeps nothing).
+    pub(super) fn keeps_any(&self) -> bool {
+        self.budget > 0
     }
 
     fn generations(&self) -> MutexGuard<'_, Generations> {
@@ -84,12 +132,16 @@ impl StateCache {
         if let Some(entry) = generations.young.entries.get(handle) {
             return (entry.version == version).then(|| Arc::clone(&entry.state));
         }
-        let entry = generations.old.take(handle)?;
-        if entry.version != version {
+        // A newer version than the one asked for (a reader on an older snapshot) stays where
+        // it is.
+        if generations.old.entries.get(handle)?.version != version {
             return None;
         }
+        let entry = generations.old.take(handle)?;
         let state = Arc::clone(&entry.state);
-        self.keep(&mut generations, handle, entry);
+        let dropped = self.keep(&mut generations, handle, entry);
+        drop(generations);
+        drop(dropped);
         Some(state)
     }
 
@@ -99,6 +151,7 @@ impl StateCache {
             return;
         }
         let mut generations = self.generations();
+        let mut dropped = Vec::new();
         for Decoded {
             handle,
             version,
@@ -121,25 +174,36 @@ impl StateCache {
                 state,
                 bytes,
             });
-            self.keep(&mut generations, &handle, entry);
+            dropped.extend(self.keep(&mut generations, &handle, entry));
         }
+        drop(generations);
+        drop(dropped);
     }
 
     /// Puts `entry` in the young generation, which becomes the old one when it would pass half
-    /// the budget. A state larger than that is not kept.
-    fn keep(&self, generations: &mut Generations, handle: &str, entry: Entry) {
+    /// the budget. A state larger than that is not kept. Returns the generation that went, for
+    /// the caller to free once it has let go of the lock: freeing many states takes a while.
+    #[must_use]
+    fn keep(
+        &self,
+        generations: &mut Generations,
+        handle: &str,
+        entry: Entry,
+    ) -> Option<Generation> {
         let half = self.budget / 2;
         if entry.bytes > half {
-            return;
+            return None;
         }
-        if generations.young.bytes + entry.bytes > half {
-            generations.old = std::mem::take(&mut generations.young);
-        }
+        let dropped = (generations.young.bytes + entry.bytes > half).then(|| {
+            let young = std::mem::take(&mut generations.young);
+            std::mem::replace(&mut generations.old, young)
+        });
         generations.young.bytes += entry.bytes;
         generations.young.entries.insert(handle.into(), entry);
+        dropped
     }
 
-    /// Bytes of JSON text held (for tests of the bound).
+    /// Bytes held (for tests of the bound).
     #[cfg(test)]
     fn held(&self) -> usize {
         let generations = self.generations();
@@ -164,6 +228,41 @@ mod tests {
 
     fn version_of(state: &Value) -> u64 {
         state["version"].as_u64().unwrap()
+    }
+
+    #[test]
+    fn the_footprint_counts_nodes_slots_and_bytes() {
+        let base = footprint("h", &Value::Null);
+        assert_eq!(base, ENTRY_COST + 1);
+        let members = |n: usize| -> Value {
+            // Keys of 3 bytes, allocated to their length.
+            let key = |i: usize| String::from(format!("k{i:02}").as_str());
+            Value::Object((0..n).map(|i| (key(i), Value::Null)).collect())
+        };
+        assert_eq!(footprint("h", &members(1)) - base, OBJECT_NODE + 3);
+        assert_eq!(footprint("h", &members(11)) - base, OBJECT_NODE + 33);
+        assert_eq!(footprint("h", &members(12)) - base, 2 * OBJECT_NODE + 36);
+        assert_eq!(footprint("h", &members(60)) - base, 10 * OBJECT_NODE + 180);
+        let text = Value::String("x".repeat(100));
+        assert_eq!(footprint("h", &text) - base, 100);
+        let items = Value::Array(vec![text.clone(), Value::Bool(true)]);
+        assert_eq!(footprint("h", &items) - base, 2 * size_of::<Value>() + 100);
+        // A small object costs a node, whatever its text: far more than its text.
+        assert!(footprint("h", &serde_json::json!({ "n": 7 })) > 10 * r#"{"n":7}"#.len());
+    }
+
+    #[test]
+    fn a_newer_version_in_the_old_generation_stays_when_an_older_one_is_asked_for() {
+        // Half the budget is 20 bytes: two entries of 10 fill a generation.
+        let cache = StateCache::new(40);
+        cache.publish(vec![
+            decoded("a", 5, 10),
+            decoded("b", 1, 10),
+            decoded("c", 1, 10),
+        ]);
+        // "a" and "b" went to the old generation when "c" came.
+        assert!(cache.get("a", 4).is_none());
+        assert!(cache.get("a", 5).is_some());
     }
 
     #[test]

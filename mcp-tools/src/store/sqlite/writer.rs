@@ -402,7 +402,7 @@ mod tests {
     fn insert(txn: &mut SqlTxn<'_>, value: i64) -> Result<(), StoreError> {
         txn.connection
             .execute("INSERT INTO t (v) VALUES (?1)", [value])?;
-        txn.note_state(&value.to_string(), 1, &Arc::new(value.into()), 1);
+        txn.note_state(&value.to_string(), 1, &Arc::new(value.into()));
         Ok(())
     }
 
@@ -605,7 +605,7 @@ mod tests {
         let orphan = writer.run_blocking(|txn, _| {
             txn.connection
                 .execute("INSERT INTO child (v) VALUES (7)", [])?;
-            txn.note_state("7", 1, &Arc::new(7.into()), 1);
+            txn.note_state("7", 1, &Arc::new(7.into()));
             Ok(())
         });
         assert!(
