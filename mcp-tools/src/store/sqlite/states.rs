@@ -26,7 +26,7 @@ const ENTRY_COST: usize = 2 * size_of::<usize>() + size_of::<Value>() + 64;
 /// A B-tree node of an object's members (`serde_json::Map` is a `BTreeMap`): up to 11 keys and
 /// values, a parent pointer and two counters.
 const OBJECT_NODE: usize =
-    11 * (size_of::<String>() + size_of::<Value>()) + size_of::<usize>() + 2 * size_of::<u16>();
+    11 * (size_of::<String>() + size_of::<Value>()) + size_of::<usize>() + size_of::<[u16; 2]>();
 
 /// An estimate of the memory `handle`'s entry holds with `state` decoded: strings' bytes,
 /// arrays' slots, objects' tree nodes (one for up to 11 members; past that, nodes a little over
@@ -228,6 +228,20 @@ mod tests {
 
     fn version_of(state: &Value) -> u64 {
         state["version"].as_u64().unwrap()
+    }
+
+    /// The sizes the estimate counts, on a 64-bit target: a `Value` is 32 bytes and a `String`
+    /// 24, so a node of 11 members is 628 bytes.
+    #[cfg(target_pointer_width = "64")]
+    #[test]
+    fn the_estimate_counts_a_node_and_an_entry_at_their_sizes() {
+        assert_eq!((OBJECT_NODE, ENTRY_COST), (628, 112));
+    }
+
+    #[test]
+    fn only_a_budget_above_zero_keeps_anything() {
+        assert!(!StateCache::new(0).keeps_any());
+        assert!(StateCache::new(1).keeps_any());
     }
 
     #[test]
