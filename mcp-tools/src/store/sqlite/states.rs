@@ -303,7 +303,7 @@ mod tests {
     }
 
     #[test]
-    fn the_text_held_stays_within_the_budget() {
+    fn what_is_held_stays_within_the_budget() {
         let cache = StateCache::new(100);
         for handle in 0..1000 {
             cache.publish(vec![decoded(&handle.to_string(), 1, 7)]);
