@@ -1278,7 +1278,8 @@ mod tests {
         let path = dir.path().join("floats.db");
         let (writer, reader) = (cached_store(&path, 1 << 20), cached_store(&path, 0));
         let owner = Principal::subject("writer");
-        // Floats whose shortest text a parse that is not correctly rounded reads one bit off.
+        // The first: a parse that is not correctly rounded reads it one bit off; the others are
+        // further full-precision floats.
         let totals = [30.366074329203574, 0.1 + 0.2, 1e-7 / 3.0, 987.654321012345];
         let state = serde_json::json!({ "text": "a", "totals": totals });
         let created = within(
