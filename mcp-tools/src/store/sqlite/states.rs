@@ -151,7 +151,8 @@ impl StateCache {
             return;
         }
         let mut generations = self.generations();
-        let mut dropped = Vec::new();
+        // Freed once the lock is let go: freeing a state takes as long as its size.
+        let (mut replaced, mut dropped) = (Vec::new(), Vec::new());
         for Decoded {
             handle,
             version,
@@ -159,25 +160,27 @@ impl StateCache {
             bytes,
         } in decoded
         {
-            let young = generations.young.take(&handle);
-            let old = generations.old.take(&handle);
+            // A handle is in one generation at most.
+            let kept = generations.young.take(&handle);
+            let kept = kept.or_else(|| generations.old.take(&handle));
             // A reader that decoded an older version may publish after the writer published
             // a newer one: the newer stays. At the same version the value already shared stays,
             // so that one copy is held, not one per reader that decoded it.
-            let newest = [young, old]
-                .into_iter()
-                .flatten()
-                .filter(|kept| kept.version >= version)
-                .max_by_key(|kept| kept.version);
-            let entry = newest.unwrap_or(Entry {
-                version,
-                state,
-                bytes,
-            });
+            let entry = match kept {
+                Some(kept) if kept.version >= version => kept,
+                older => {
+                    replaced.extend(older);
+                    Entry {
+                        version,
+                        state,
+                        bytes,
+                    }
+                }
+            };
             dropped.extend(self.keep(&mut generations, &handle, entry));
         }
         drop(generations);
-        drop(dropped);
+        drop((replaced, dropped));
     }
 
     /// Puts `entry` in the young generation, which becomes the old one when it would pass half
