@@ -425,6 +425,87 @@ async fn locks_and_a_full_pool_are_bounded_in_time() {
     .await;
 }
 
+/// Changes piling up on one busy resource wait for their turn in the process, holding no
+/// connection. With a pool of two, one change of the busy resource stopped inside its
+/// transition (holding a connection and the resource's lock) and two more changes of it
+/// started behind it, a read and a change of another resource still answer at once: without
+/// turns, the first change queued behind took the second connection to wait in the database,
+/// and the others waited for the pool until the timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn changes_queued_on_a_busy_resource_leave_the_pool_to_the_others() {
+    whole_test(async {
+        let Some(schema) = pg::Schema::new() else {
+            return;
+        };
+        let store = schema
+            .connect_with(
+                StoreConfig::default(),
+                PostgresOptions {
+                    pool_size: 2,
+                    timeout: Duration::from_secs(5),
+                    ..schema.options()
+                },
+            )
+            .await;
+        let (busy, other) = (create(&store).await, create(&store).await);
+        let request = |handle: &str| MutationRequest::new(Counter::kind(), alice(), handle);
+
+        let (entered, entered_here) = tokio::sync::oneshot::channel();
+        let (release, released) = std::sync::mpsc::channel::<()>();
+        let mut entered = Some(entered);
+        let holding = Transition::typed(move |counter: &mut Counter| {
+            if let Some(entered) = entered.take() {
+                let _ = entered.send(());
+            }
+            // Blocking as a transition that takes long would, handing this worker's other
+            // tasks (the connections' among them) to another thread meanwhile.
+            tokio::task::block_in_place(|| released.recv_timeout(STEP))
+                .map_err(|_| "the test never let the change go".to_string())?;
+            counter.count += 1;
+            Ok::<_, String>(counter.count)
+        });
+        let first = tokio::spawn({
+            let (store, request) = (store.clone(), request(&busy));
+            async move { store.mutate(request, holding).await }
+        });
+        within("the first change to stop in its transition", entered_here)
+            .await
+            .unwrap();
+
+        // Each polled until it waits: for its turn, or (without turns) for the lock, on the
+        // pool's second connection.
+        let mut queued: Vec<_> = (0..2)
+            .map(|_| store.mutate(request(&busy), increment()))
+            .collect();
+        for change in &mut queued {
+            let waiting = std::future::poll_fn(|cx| {
+                std::task::Poll::Ready(change.as_mut().poll(cx).is_pending())
+            })
+            .await;
+            assert!(waiting, "a change behind a held lock finished");
+        }
+
+        assert_eq!(read_count(&store, &other).await, 0);
+        let changed = within("a change of another resource", async {
+            store.mutate(request(&other), increment()).await
+        })
+        .await
+        .unwrap();
+        assert!(changed.applied().is_some(), "{changed:?}");
+        assert_eq!(read_count(&store, &other).await, 1);
+
+        release.send(()).unwrap();
+        let first = within("the held change", first).await.unwrap().unwrap();
+        assert!(first.applied().is_some(), "{first:?}");
+        for change in queued {
+            let outcome = within("a queued change", change).await.unwrap();
+            assert!(outcome.applied().is_some(), "{outcome:?}");
+        }
+        assert_eq!(read_count(&store, &busy).await, 3);
+    })
+    .await;
+}
+
 /// A unit whose writes reached the server but whose answers never came back (the proxy holds
 /// them, as a network that fails after the request went out would). Without an operation id
 /// nothing may commit, since nothing would tell the retry that the change was made: `COMMIT`

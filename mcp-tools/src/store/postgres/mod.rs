@@ -15,9 +15,11 @@ use tokio_postgres::types::ToSql;
 mod conninfo;
 mod schema;
 mod tasks;
+mod turns;
 mod txn;
 
 use schema::{Sql, backend, describe};
+use turns::Turns;
 use txn::{Need, PgTxn, history_from, know_opened, record_from, statements};
 
 use crate::context::Principal;
@@ -48,7 +50,8 @@ pub struct PostgresOptions {
     pub schema: String,
     /// Put before each table's name (default `mcp_`), so several stores can share a schema.
     pub table_prefix: String,
-    /// Connections the store keeps open at most (default 16).
+    /// Connections the store keeps open at most (default 16). A busy resource holds at most
+    /// one of them at a time: its other calls wait for their turn without one.
     pub pool_size: usize,
     /// How long one store call may take in all: waiting for a connection, each lock, each
     /// statement, and the transition between them (default 10 s). Past it the call answers
@@ -134,6 +137,17 @@ impl Default for PostgresOptions {
 /// transaction back and lets its locks go once it notices, within the statement and lock
 /// timeouts at worst.
 ///
+/// # Connections while a resource is busy
+///
+/// A unit holds its pooled connection while it waits for its locks. So that calls piling up
+/// on one busy resource (or one operation id) do not take every connection of the pool while
+/// they wait, leaving reads and changes of other resources to wait for one, the units of one
+/// process take turns by lock key before they take a connection: the first in line for a key
+/// goes on to the database, and the others wait in the process, holding no connection, in the
+/// order they came (within the same timeout). Each process then has at most one unit per
+/// resource or operation id in the database; replicas still queue on the database's locks. A
+/// read takes no lock and no turn.
+///
 /// # Plans
 ///
 /// Every statement on the request path is prepared once per connection and looks rows up by
@@ -180,6 +194,8 @@ struct Inner {
     sql: Sql,
     sweep: Arc<tokio::sync::Notify>,
     writes: std::sync::atomic::AtomicU64,
+    /// This process's units of one advisory lock key, in turn.
+    turns: Turns,
 }
 
 /// The unit's locks, in one order for every unit: the resource's, then the operation id's (a
@@ -282,6 +298,7 @@ impl PostgresStore {
             sql,
             sweep: Arc::new(tokio::sync::Notify::new()),
             writes: std::sync::atomic::AtomicU64::new(0),
+            turns: Turns::new(),
         });
         tokio::spawn(sweep_loop(
             Arc::downgrade(&inner),
@@ -398,6 +415,9 @@ struct Opening<'a> {
     operation: Option<(&'a str, &'a str)>,
 }
 
+/// The advisory lock keys of an [`Opening`]: the resource's, then the operation id's.
+type LockKeys = (Option<i64>, Option<i64>);
+
 impl Inner {
     async fn session(&self) -> Result<Session, StoreError> {
         let object = self.pool.get().await.map_err(pool_error)?;
@@ -432,11 +452,21 @@ impl Inner {
         ])
     }
 
+    fn lock_keys(&self, opening: &Opening<'_>) -> LockKeys {
+        (
+            opening.handle.map(|handle| self.resource_key(handle)),
+            opening
+                .operation
+                .map(|(principal, operation_id)| self.op_key(principal, operation_id)),
+        )
+    }
+
     /// The first round trip: `BEGIN`, the locks, and what the boundary reads.
     async fn open(
         &self,
         session: &Session,
         opening: &Opening<'_>,
+        (resource_lock, operation_lock): LockKeys,
     ) -> Result<(PgTxn, i64), StoreError> {
         let client = session.client();
         let (principal, operation_id) = opening.operation.unzip();
@@ -450,10 +480,6 @@ impl Inner {
             client.prepare_cached(read_sql),
         )
         .map_err(backend)?;
-        let resource_lock = opening.handle.map(|handle| self.resource_key(handle));
-        let operation_lock = opening
-            .operation
-            .map(|(principal, operation_id)| self.op_key(principal, operation_id));
         let lock_params: [&(dyn ToSql + Sync); 2] = [&resource_lock, &operation_lock];
         // Each request is sent when its future is first polled: `biased` polls them in this
         // order, which is the order the server runs them in. The read starts after the locks
@@ -613,15 +639,26 @@ impl Inner {
     }
 
     /// Runs one unit: the opening round trip, the boundary step, the commit round trip; the
-    /// connection goes back to the pool only when all of it succeeded.
+    /// connection goes back to the pool only when all of it succeeded. Before it takes a
+    /// connection, the unit waits for the turn of each lock it will take, in the locks' order,
+    /// behind this process's units that asked first (see [`turns`]).
     async fn unit<T>(
         &self,
         opening: Opening<'_>,
         step: impl FnMut(&mut PgTxn, i64) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
         let mut step = step;
+        let keys = self.lock_keys(&opening);
+        let _resource_turn = match keys.0 {
+            Some(key) => Some(self.turns.take(key).await),
+            None => None,
+        };
+        let _operation_turn = match keys.1 {
+            Some(key) => Some(self.turns.take(key).await),
+            None => None,
+        };
         let session = self.session().await?;
-        let (mut pg, now) = self.open(&session, &opening).await?;
+        let (mut pg, now) = self.open(&session, &opening, keys).await?;
         let value = self
             .settle(&session, &mut pg, now, |pg| step(pg, now))
             .await?;
