@@ -442,7 +442,10 @@ async fn changes_queued_on_a_busy_resource_leave_the_pool_to_the_others() {
                 StoreConfig::default(),
                 PostgresOptions {
                     pool_size: 2,
-                    timeout: Duration::from_secs(5),
+                    // Long enough for all the test does while the first change waits (its
+                    // transaction idles meanwhile), on a loaded machine; without turns the read
+                    // of the other resource fails when it runs out.
+                    timeout: Duration::from_secs(20),
                     ..schema.options()
                 },
             )
