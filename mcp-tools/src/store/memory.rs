@@ -60,6 +60,12 @@ fn ledger_key(principal: &str, operation_id: &str) -> LedgerKey {
 struct Cell {
     /// The resource's handle, shared with the ledger records that count against it.
     handle: Arc<str>,
+    /// Whose turn it is to hold `guarded`: a change (or a read of what changed) waits here,
+    /// giving its runtime worker back, while another change's transition runs. A transition
+    /// decodes and encodes the whole state and may take milliseconds; blocked on `guarded`
+    /// meanwhile, the waiting changes of one busy resource would each keep a worker from every
+    /// other request.
+    turn: tokio::sync::Mutex<()>,
     guarded: Mutex<Guarded>,
     current: ArcSwap<Record>,
 }
@@ -155,11 +161,14 @@ struct Guarded {
 
 /// A store that keeps everything in process memory; state is lost when the process ends.
 ///
-/// Resources and ledger records live in 64 shards each. A mutation locks its operation id (when it
-/// has one; ids share 1024 locks), then its handle's entry, always in that order, and holds both
-/// for the whole boundary; shard locks are held only to find, insert or remove an entry. Requests
-/// on different handles with operation ids on different locks never wait for each other, and
-/// reads wait for nobody: they load the published current version.
+/// Resources and ledger records live in 64 shards each. A mutation first waits for its
+/// resource's turn, asynchronously: the changes queued behind a slow one give their runtime
+/// workers back to other requests. It then locks its operation id (when it has one; ids share
+/// 1024 locks), then its handle's entry, always in that order, and holds both for the whole
+/// boundary; shard locks are held only to find, insert or remove an entry. Requests on different
+/// handles with operation ids on different locks never wait for each other, and reads wait for
+/// nobody: they load the published current version (a read of what changed since a version
+/// takes the resource's turn, to read the state and its history of one moment).
 ///
 /// Expired ledger records and long-expired resources are swept every few thousand writes (and
 /// when the store is idle) on a thread of the store's own, a shard at a time (see
@@ -457,8 +466,11 @@ impl Inner {
         boundary::read(&mut txn, &self.config, request, now)
     }
 
+    /// Runs a change of `cell`, the resource `request` names (if it exists), once it is the
+    /// change's turn.
     fn mutate(
         &self,
+        cell: Option<&Cell>,
         request: &MutationRequest,
         transition: &mut Transition,
     ) -> Result<MutationOutcome, StoreError> {
@@ -466,13 +478,12 @@ impl Inner {
             .operation
             .as_ref()
             .map(|(operation_id, _)| self.hold(request.principal.key(), operation_id));
-        let cell = self.cell(&request.handle);
-        let mut guarded = cell.as_deref().map(|cell| lock(&cell.guarded));
+        let mut guarded = cell.map(|cell| lock(&cell.guarded));
         let now = self.config.clock.now_millis();
         let mut txn = MemoryTxn {
             inner: self,
             held: held.as_ref(),
-            cell: cell.as_deref().map(|cell| (request.handle.as_str(), cell)),
+            cell: cell.map(|cell| (request.handle.as_str(), cell)),
             guarded: guarded.as_deref_mut(),
             inserted: None,
         };
@@ -663,6 +674,7 @@ impl Txn for MemoryTxn<'_> {
         }
         let cell = Arc::new(Cell {
             handle: Arc::from(handle),
+            turn: tokio::sync::Mutex::default(),
             guarded: Mutex::default(),
             current: ArcSwap::from_pointee(record),
         });
@@ -698,7 +710,18 @@ impl Store for MemoryStore {
     }
 
     fn read(&self, request: ReadRequest) -> StoreFuture<'_, ReadOutcome> {
-        Box::pin(async move { self.inner.read(&request) })
+        Box::pin(async move {
+            // Only a read of what changed holds `guarded`, so only it waits for a turn.
+            let cell = match request.since {
+                Some(_) => self.inner.cell(&request.handle),
+                None => None,
+            };
+            let _turn = match &cell {
+                Some(cell) => Some(cell.turn.lock().await),
+                None => None,
+            };
+            self.inner.read(&request)
+        })
     }
 
     fn mutate(
@@ -706,7 +729,15 @@ impl Store for MemoryStore {
         request: MutationRequest,
         mut transition: Transition,
     ) -> StoreFuture<'_, MutationOutcome> {
-        Box::pin(async move { self.inner.mutate(&request, &mut transition) })
+        Box::pin(async move {
+            let cell = self.inner.cell(&request.handle);
+            let _turn = match &cell {
+                Some(cell) => Some(cell.turn.lock().await),
+                None => None,
+            };
+            self.inner
+                .mutate(cell.as_deref(), &request, &mut transition)
+        })
     }
 
     fn prune(&self) -> StoreFuture<'_, PruneReport> {
@@ -753,6 +784,99 @@ mod tests {
                 (lock(&inner.ledger[shard]).len(), expiring)
             })
             .collect()
+    }
+
+    /// A change stopped in its transition keeps its runtime worker, as a slow transition does
+    /// (one that decodes and encodes a large state). Another change of that resource waits for
+    /// its turn without holding a worker, so the runtime's other worker still serves a read of
+    /// another resource. Blocked on the resource's lock instead, the second change kept the
+    /// other worker too, and the read waited for the first change to end.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn changes_waiting_for_a_busy_resource_leave_the_workers_to_others() {
+        const STEP: Duration = Duration::from_secs(30);
+        let store = Arc::new(MemoryStore::new(StoreConfig::default()));
+        let created = |store: Arc<MemoryStore>| async move {
+            let request = CreateRequest::new(LASTING, Principal::subject("alice"), json!({"n": 0}));
+            let outcome = store.create(request).await.unwrap();
+            outcome.applied().expect("created").handle.clone()
+        };
+        let (busy, other) = (
+            created(Arc::clone(&store)).await,
+            created(Arc::clone(&store)).await,
+        );
+        let change =
+            |handle: &str| MutationRequest::new(LASTING, Principal::subject("alice"), handle);
+
+        let (entered, entered_here) = tokio::sync::oneshot::channel();
+        let (release, released) = std::sync::mpsc::channel::<()>();
+        let mut entered = Some(entered);
+        let holding = Transition::new(move |state| {
+            if let Some(entered) = entered.take() {
+                let _ = entered.send(());
+            }
+            released
+                .recv_timeout(STEP)
+                .map_err(|_| crate::ToolError::new("HELD", "the test never let the change go"))?;
+            state["n"] = json!(1);
+            Ok(Value::Null)
+        });
+        let first = tokio::spawn({
+            let (store, request) = (Arc::clone(&store), change(&busy));
+            async move { store.mutate(request, holding).await }
+        });
+        tokio::time::timeout(STEP, entered_here)
+            .await
+            .expect("the first change stops in its transition")
+            .unwrap();
+
+        // Runs on the other worker up to its wait, without yielding before it.
+        let (started, started_here) = tokio::sync::oneshot::channel();
+        let second = tokio::spawn({
+            let (store, request) = (Arc::clone(&store), change(&busy));
+            async move {
+                let _ = started.send(());
+                let increment = Transition::new(|state| {
+                    state["n"] = json!(state["n"].as_u64().unwrap_or(0) + 1);
+                    Ok(Value::Null)
+                });
+                store.mutate(request, increment).await
+            }
+        });
+        tokio::time::timeout(STEP, started_here)
+            .await
+            .expect("the second change starts")
+            .unwrap();
+
+        let read = tokio::spawn({
+            let (store, other) = (Arc::clone(&store), other.clone());
+            async move {
+                let request = ReadRequest::new(LASTING, Principal::subject("alice"), other);
+                store.read(request).await
+            }
+        });
+        let read = tokio::time::timeout(STEP, read)
+            .await
+            .expect("a read of another resource")
+            .unwrap()
+            .unwrap();
+        assert!(
+            !first.is_finished(),
+            "the read waited for the busy resource's change to end"
+        );
+        assert_eq!(read.snapshot().expect("readable").state["n"], json!(0));
+
+        release.send(()).unwrap();
+        for change in [first, second] {
+            let outcome = tokio::time::timeout(STEP, change)
+                .await
+                .expect("the changes of the busy resource end")
+                .unwrap()
+                .unwrap();
+            assert!(outcome.applied().is_some(), "{outcome:?}");
+        }
+        let request = ReadRequest::new(LASTING, Principal::subject("alice"), busy);
+        let outcome = store.read(request).await.unwrap();
+        assert_eq!(outcome.snapshot().expect("readable").state["n"], json!(2));
     }
 
     /// A kept record reads back as the entry that was recorded, whatever its outcome, and an
