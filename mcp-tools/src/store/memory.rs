@@ -788,9 +788,10 @@ mod tests {
 
     /// A change stopped in its transition keeps its runtime worker, as a slow transition does
     /// (one that decodes and encodes a large state). Another change of that resource waits for
-    /// its turn without holding a worker, so the runtime's other worker still serves a read of
-    /// another resource. Blocked on the resource's lock instead, the second change kept the
-    /// other worker too, and the read waited for the first change to end.
+    /// its turn without holding a worker, and so does a read of what changed in it, so the
+    /// runtime's other worker still serves a read of another resource. Blocked on the resource's
+    /// lock instead, either kept the other worker too, and the read waited for the first change
+    /// to end.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn changes_waiting_for_a_busy_resource_leave_the_workers_to_others() {
         const STEP: Duration = Duration::from_secs(30);
@@ -846,6 +847,21 @@ mod tests {
             .await
             .expect("the second change starts")
             .unwrap();
+        // A read of what changed in the busy resource waits for its turn the same way.
+        let (started, started_here) = tokio::sync::oneshot::channel();
+        let since = tokio::spawn({
+            let (store, busy) = (Arc::clone(&store), busy.clone());
+            async move {
+                let _ = started.send(());
+                let mut request = ReadRequest::new(LASTING, Principal::subject("alice"), busy);
+                request.since = Some(1);
+                store.read(request).await
+            }
+        });
+        tokio::time::timeout(STEP, started_here)
+            .await
+            .expect("the read of what changed starts")
+            .unwrap();
 
         let read = tokio::spawn({
             let (store, other) = (Arc::clone(&store), other.clone());
@@ -877,6 +893,16 @@ mod tests {
         let request = ReadRequest::new(LASTING, Principal::subject("alice"), busy);
         let outcome = store.read(request).await.unwrap();
         assert_eq!(outcome.snapshot().expect("readable").state["n"], json!(2));
+        let since = tokio::time::timeout(STEP, since)
+            .await
+            .expect("the read of what changed ends")
+            .unwrap()
+            .unwrap();
+        let snapshot = since.snapshot().expect("readable");
+        assert!(
+            snapshot.changes.is_some() && snapshot.version > 1,
+            "{since:?}"
+        );
     }
 
     /// A kept record reads back as the entry that was recorded, whatever its outcome, and an
