@@ -165,7 +165,9 @@ struct Guarded {
 /// resource's turn, asynchronously: the changes queued behind a slow one give their runtime
 /// workers back to other requests. It then locks its operation id (when it has one; ids share
 /// 1024 locks), then its handle's entry, always in that order, and holds both for the whole
-/// boundary; shard locks are held only to find, insert or remove an entry. Requests on different
+/// boundary; shard locks are held only to find, insert or remove an entry. The operation-id
+/// locks block: a change whose id shares a lock with a slow change of another resource (one
+/// pair in 1024) waits for it holding its worker. Requests on different
 /// handles with operation ids on different locks never wait for each other, and reads wait for
 /// nobody: they load the published current version (a read of what changed since a version
 /// takes the resource's turn, to read the state and its history of one moment).
@@ -447,19 +449,20 @@ impl Inner {
             .sum()
     }
 
-    fn read(&self, request: &ReadRequest) -> Result<ReadOutcome, StoreError> {
+    /// Reads `cell`, the resource `request` names (if it exists), once it is the read's turn
+    /// when it asks what changed.
+    fn read(&self, cell: Option<&Cell>, request: &ReadRequest) -> Result<ReadOutcome, StoreError> {
         let now = self.config.clock.now_millis();
-        let cell = self.cell(&request.handle);
         // A plain read takes no lock; one that asks what changed reads the history, and holds
         // the cell's lock so the state and its history are of one moment.
         let mut guarded = match request.since {
-            Some(_) => cell.as_deref().map(|cell| lock(&cell.guarded)),
+            Some(_) => cell.map(|cell| lock(&cell.guarded)),
             None => None,
         };
         let mut txn = MemoryTxn {
             inner: self,
             held: None,
-            cell: cell.as_deref().map(|cell| (request.handle.as_str(), cell)),
+            cell: cell.map(|cell| (request.handle.as_str(), cell)),
             guarded: guarded.as_deref_mut(),
             inserted: None,
         };
@@ -711,16 +714,13 @@ impl Store for MemoryStore {
 
     fn read(&self, request: ReadRequest) -> StoreFuture<'_, ReadOutcome> {
         Box::pin(async move {
+            let cell = self.inner.cell(&request.handle);
             // Only a read of what changed holds `guarded`, so only it waits for a turn.
-            let cell = match request.since {
-                Some(_) => self.inner.cell(&request.handle),
-                None => None,
+            let _turn = match (&cell, request.since) {
+                (Some(cell), Some(_)) => Some(cell.turn.lock().await),
+                _ => None,
             };
-            let _turn = match &cell {
-                Some(cell) => Some(cell.turn.lock().await),
-                None => None,
-            };
-            self.inner.read(&request)
+            self.inner.read(cell.as_deref(), &request)
         })
     }
 
