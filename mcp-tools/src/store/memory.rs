@@ -795,6 +795,11 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn changes_waiting_for_a_busy_resource_leave_the_workers_to_others() {
         const STEP: Duration = Duration::from_secs(30);
+        async fn within<T>(what: &str, future: impl Future<Output = T>) -> T {
+            tokio::time::timeout(STEP, future)
+                .await
+                .unwrap_or_else(|_| panic!("timed out after {STEP:?}: {what}"))
+        }
         let store = Arc::new(MemoryStore::new(StoreConfig::default()));
         let created = |store: Arc<MemoryStore>| async move {
             let request = CreateRequest::new(LASTING, Principal::subject("alice"), json!({"n": 0}));
@@ -825,9 +830,8 @@ mod tests {
             let (store, request) = (Arc::clone(&store), change(&busy));
             async move { store.mutate(request, holding).await }
         });
-        tokio::time::timeout(STEP, entered_here)
+        within("the first change stops in its transition", entered_here)
             .await
-            .expect("the first change stops in its transition")
             .unwrap();
 
         // Runs on the other worker up to its wait, without yielding before it.
@@ -843,9 +847,8 @@ mod tests {
                 store.mutate(request, increment).await
             }
         });
-        tokio::time::timeout(STEP, started_here)
+        within("the second change starts", started_here)
             .await
-            .expect("the second change starts")
             .unwrap();
         // A read of what changed in the busy resource waits for its turn the same way.
         let (started, started_here) = tokio::sync::oneshot::channel();
@@ -858,9 +861,8 @@ mod tests {
                 store.read(request).await
             }
         });
-        tokio::time::timeout(STEP, started_here)
+        within("the read of what changed starts", started_here)
             .await
-            .expect("the read of what changed starts")
             .unwrap();
 
         let read = tokio::spawn({
@@ -870,9 +872,8 @@ mod tests {
                 store.read(request).await
             }
         });
-        let read = tokio::time::timeout(STEP, read)
+        let read = within("a read of another resource", read)
             .await
-            .expect("a read of another resource")
             .unwrap()
             .unwrap();
         assert!(
@@ -883,9 +884,8 @@ mod tests {
 
         release.send(()).unwrap();
         for change in [first, second] {
-            let outcome = tokio::time::timeout(STEP, change)
+            let outcome = within("the changes of the busy resource end", change)
                 .await
-                .expect("the changes of the busy resource end")
                 .unwrap()
                 .unwrap();
             assert!(outcome.applied().is_some(), "{outcome:?}");
@@ -893,9 +893,8 @@ mod tests {
         let request = ReadRequest::new(LASTING, Principal::subject("alice"), busy);
         let outcome = store.read(request).await.unwrap();
         assert_eq!(outcome.snapshot().expect("readable").state["n"], json!(2));
-        let since = tokio::time::timeout(STEP, since)
+        let since = within("the read of what changed ends", since)
             .await
-            .expect("the read of what changed ends")
             .unwrap()
             .unwrap();
         let snapshot = since.snapshot().expect("readable");
