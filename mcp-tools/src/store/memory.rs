@@ -707,6 +707,14 @@ impl Txn for MemoryTxn<'_> {
     }
 }
 
+/// Waits for `cell`'s [`turn`](Cell::turn), when the resource exists.
+async fn turn(cell: Option<&Cell>) -> Option<tokio::sync::MutexGuard<'_, ()>> {
+    match cell {
+        Some(cell) => Some(cell.turn.lock().await),
+        None => None,
+    }
+}
+
 impl Store for MemoryStore {
     fn create<'a>(&'a self, request: CreateRequest<'a>) -> StoreFuture<'a, MutationOutcome> {
         Box::pin(boundary::create(&*self.inner, request))
@@ -716,9 +724,9 @@ impl Store for MemoryStore {
         Box::pin(async move {
             let cell = self.inner.cell(&request.handle);
             // Only a read of what changed holds `guarded`, so only it waits for a turn.
-            let _turn = match (&cell, request.since) {
-                (Some(cell), Some(_)) => Some(cell.turn.lock().await),
-                _ => None,
+            let _turn = match request.since {
+                Some(_) => turn(cell.as_deref()).await,
+                None => None,
             };
             self.inner.read(cell.as_deref(), &request)
         })
@@ -731,10 +739,7 @@ impl Store for MemoryStore {
     ) -> StoreFuture<'_, MutationOutcome> {
         Box::pin(async move {
             let cell = self.inner.cell(&request.handle);
-            let _turn = match &cell {
-                Some(cell) => Some(cell.turn.lock().await),
-                None => None,
-            };
+            let _turn = turn(cell.as_deref()).await;
             self.inner
                 .mutate(cell.as_deref(), &request, &mut transition)
         })

@@ -649,14 +649,8 @@ impl Inner {
     ) -> Result<T, StoreError> {
         let mut step = step;
         let keys = self.lock_keys(&opening);
-        let _resource_turn = match keys.0 {
-            Some(key) => Some(self.turns.take(key).await),
-            None => None,
-        };
-        let _operation_turn = match keys.1 {
-            Some(key) => Some(self.turns.take(key).await),
-            None => None,
-        };
+        let _resource_turn = self.turns.take_if(keys.0).await;
+        let _operation_turn = self.turns.take_if(keys.1).await;
         let session = self.session().await?;
         let (mut pg, now) = self.open(&session, &opening, keys).await?;
         let value = self

@@ -45,6 +45,14 @@ impl Turns {
         }
     }
 
+    /// [`take`](Self::take) for a key the unit may not have.
+    pub(crate) async fn take_if(&self, key: Option<i64>) -> Option<Turn<'_>> {
+        match key {
+            Some(key) => Some(self.take(key).await),
+            None => None,
+        }
+    }
+
     fn shard(&self, key: i64) -> MutexGuard<'_, HashMap<i64, Entry>> {
         let shard = &self.shards[key.rem_euclid(SHARDS as i64) as usize];
         // Nothing panics while a shard is held; a poisoned one is still consistent.
