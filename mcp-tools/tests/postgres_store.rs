@@ -10,8 +10,9 @@ use std::time::{Duration, Instant};
 
 use mcp_tools::Principal;
 use mcp_tools::store::{
-    CreateRequest, Entity, MutationOutcome, MutationRequest, PostgresOptions, PostgresStore,
-    ReadOutcome, ReadRequest, RecordedOutcome, Store, StoreConfig, StoreError, Transition,
+    CreateRequest, Entity, Fingerprint, MutationOutcome, MutationRequest, PostgresOptions,
+    PostgresStore, ReadOutcome, ReadRequest, RecordedOutcome, Store, StoreConfig, StoreError,
+    Transition,
 };
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -425,12 +426,13 @@ async fn locks_and_a_full_pool_are_bounded_in_time() {
     .await;
 }
 
-/// Changes piling up on one busy resource wait for their turn in the process, holding no
-/// connection. With a pool of two, one change of the busy resource stopped inside its
-/// transition (holding a connection and the resource's lock) and two more changes of it
-/// started behind it, a read and a change of another resource still answer at once: without
-/// turns, the first change queued behind took the second connection to wait in the database,
-/// and the others waited for the pool until the timeout.
+/// Changes piling up on one busy resource, or on one operation id, wait for their turn in the
+/// process, holding no connection. With a pool of two, one change of the busy resource stopped
+/// inside its transition (holding a connection, the resource's lock and its operation id's),
+/// two more changes of it started behind it and a change of a third resource reusing that
+/// operation id, a read and a change of another resource still answer at once: without either
+/// turn, a change queued behind took the second connection to wait in the database, and the
+/// others waited for the pool until the timeout.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn changes_queued_on_a_busy_resource_leave_the_pool_to_the_others() {
     whole_test(async {
@@ -450,8 +452,16 @@ async fn changes_queued_on_a_busy_resource_leave_the_pool_to_the_others() {
                 },
             )
             .await;
-        let (busy, other) = (create(&store).await, create(&store).await);
+        let (busy, other, third) = (
+            create(&store).await,
+            create(&store).await,
+            create(&store).await,
+        );
         let request = |handle: &str| MutationRequest::new(Counter::kind(), alice(), handle);
+        let with_held_id = |handle: &str, call: &str| {
+            let fingerprint = Fingerprint::of_call(call, &serde_json::json!({ "on": handle }));
+            request(handle).operation("the-held-change-s-operation-id", fingerprint)
+        };
 
         let (entered, entered_here) = tokio::sync::oneshot::channel();
         let (release, released) = std::sync::mpsc::channel::<()>();
@@ -468,18 +478,19 @@ async fn changes_queued_on_a_busy_resource_leave_the_pool_to_the_others() {
             Ok::<_, String>(counter.count)
         });
         let first = tokio::spawn({
-            let (store, request) = (store.clone(), request(&busy));
+            let (store, request) = (store.clone(), with_held_id(&busy, "held"));
             async move { store.mutate(request, holding).await }
         });
         within("the first change to stop in its transition", entered_here)
             .await
             .unwrap();
 
-        // Each polled until it waits: for its turn, or (without turns) for the lock, on the
-        // pool's second connection.
+        // Each polled until it waits: for its turn, or (without turns) for a lock, on the
+        // pool's second connection. The last one waits for the operation id's turn.
         let mut queued: Vec<_> = (0..2)
             .map(|_| store.mutate(request(&busy), increment()))
             .collect();
+        queued.push(store.mutate(with_held_id(&third, "reused"), increment()));
         for change in &mut queued {
             let waiting = std::future::poll_fn(|cx| {
                 std::task::Poll::Ready(change.as_mut().poll(cx).is_pending())
@@ -500,11 +511,18 @@ async fn changes_queued_on_a_busy_resource_leave_the_pool_to_the_others() {
         release.send(()).unwrap();
         let first = within("the held change", first).await.unwrap().unwrap();
         assert!(first.applied().is_some(), "{first:?}");
+        let reused = queued.pop().unwrap();
         for change in queued {
             let outcome = within("a queued change", change).await.unwrap();
             assert!(outcome.applied().is_some(), "{outcome:?}");
         }
         assert_eq!(read_count(&store, &busy).await, 3);
+        // The id was recorded about the busy resource with another payload.
+        let reused = within("the change reusing the operation id", reused)
+            .await
+            .unwrap();
+        assert!(reused.applied().is_none(), "{reused:?}");
+        assert_eq!(read_count(&store, &third).await, 0);
     })
     .await;
 }
