@@ -49,6 +49,7 @@ pub mod protocol;
 mod resources;
 mod server;
 pub mod store;
+mod sync;
 pub mod tasks;
 pub mod testing;
 mod tools;

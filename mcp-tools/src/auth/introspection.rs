@@ -2,7 +2,7 @@
 //! introspection, with a short, bounded cache of its answers.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use base64::Engine;
@@ -16,6 +16,8 @@ use super::fetch::{DEFAULT_FETCH_TIMEOUT, Fetcher};
 use super::jwt::DEFAULT_LEEWAY;
 use super::verifier::{TokenRejection, TokenVerifier, VerifiedToken, VerifyFuture};
 use crate::server::BuildError;
+// The cache and the flights change by whole map operations: a poisoned lock guards whole maps.
+use crate::sync::lock;
 
 /// How long an introspection answer is reused by default: 30 s. A revoked token is refused at
 /// most this long after its revocation; an active answer is never reused past the token's `exp`.
@@ -264,10 +266,6 @@ impl Drop for Participant<'_> {
         }
         drop(mine);
     }
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// Seconds since the epoch, as introspection answers give times.

@@ -24,6 +24,8 @@ use super::sweeper::Sweeper;
 use super::task_record::TaskRecord;
 use super::task_store::{TaskChange, TaskInsert, TaskStore};
 use crate::context::Principal;
+// A panicking transition only ever changed a copy, so the data behind a poisoned lock is intact.
+use crate::sync::lock;
 
 const SHARDS: usize = 64;
 /// Locks for operation ids, each shared by the ids whose keys fall on it. A fixed table instead
@@ -194,13 +196,6 @@ struct Inner {
     /// under its own lock, so a growing table stalls only the tasks that hash to it.
     tasks: Box<[Mutex<HashMap<String, TaskRecord>>]>,
     sweeper: Sweeper,
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    // A panicking transition only ever changed a copy, so the data behind a poisoned lock is intact.
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 impl MemoryStore {

@@ -17,6 +17,8 @@ use crate::tasks::{TaskChange, TaskInsert, TaskOptions, TaskRecord, TaskStatus, 
 use crate::tools::BoxFuture;
 use crate::tools::content::ToolError;
 use crate::tools::input::{InputRequired, Reply};
+// The running counts change by counting up and down, which does not panic halfway.
+use crate::sync::lock;
 
 /// Milliseconds since the Unix epoch, by this replica's clock.
 pub(crate) fn now_ms() -> u64 {
@@ -49,12 +51,6 @@ pub(crate) struct Tasks {
 struct Running {
     total: usize,
     by_owner: HashMap<String, usize>,
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// A running task's place under the limits, given back when the worker ends.

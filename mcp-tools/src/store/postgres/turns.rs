@@ -13,6 +13,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio::sync::{Mutex as Queue, OwnedMutexGuard};
 
+use crate::sync::lock;
+
 /// Shards of the table of keys someone holds or waits for, so that units of different keys
 /// rarely meet on one mutex.
 const SHARDS: usize = 16;
@@ -54,11 +56,8 @@ impl Turns {
     }
 
     fn shard(&self, key: i64) -> MutexGuard<'_, HashMap<i64, Entry>> {
-        let shard = &self.shards[key.rem_euclid(SHARDS as i64) as usize];
         // Nothing panics while a shard is held; a poisoned one is still consistent.
-        shard
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        lock(&self.shards[key.rem_euclid(SHARDS as i64) as usize])
     }
 
     #[cfg(test)]

@@ -3,7 +3,7 @@
 use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
@@ -33,6 +33,8 @@ use crate::store::fingerprint::Fingerprint;
 use crate::store::history::Undo;
 use crate::store::outcome::{MutationOutcome, ReadOutcome};
 use crate::store::sweeper::Sweeper;
+// An open transaction rolls back when a panic unwinds through it; the connection stays usable.
+use crate::sync::lock;
 
 /// The layout of a store file, recorded as `layout` in `mcp_meta`.
 ///
@@ -250,13 +252,6 @@ struct Inner {
     /// Idle reader connections, by [`reader_lane`].
     readers: Box<[Mutex<Vec<Connection>>]>,
     sweeper: Sweeper,
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    // An open transaction rolls back when a panic unwinds through it; the connection stays usable.
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 impl From<rusqlite::Error> for StoreError {

@@ -118,7 +118,7 @@ impl StateCache {
     fn generations(&self) -> MutexGuard<'_, Generations> {
         // Every change to the maps completes before the lock is let go (no user code runs
         // under it), so a poisoned lock guards consistent maps.
-        super::lock(&self.generations)
+        crate::sync::lock(&self.generations)
     }
 
     /// The state of `handle` at `version`, if it was decoded here.

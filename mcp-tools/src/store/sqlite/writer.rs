@@ -27,6 +27,10 @@ use super::SqlTxn;
 use super::states::{Decoded, StateCache};
 use crate::store::clock::Clock;
 use crate::store::contract::StoreError;
+// A batch that panics is rolled back before its leader lets go of the connection (see
+// `run_batch_guarded`), and the queue is only pushed to and drained, so what a poisoned lock
+// guards is intact.
+use crate::sync::lock;
 
 /// Units committed together at most: bounds how long one commit keeps the others waiting.
 const MAX_BATCH: usize = 64;
@@ -112,15 +116,6 @@ pub(super) struct Writer {
     /// Dropped by the thread as it ends.
     #[cfg(test)]
     alive: Weak<()>,
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    // A batch that panics is rolled back before its leader lets go of the connection (see
-    // `run_batch_guarded`), and the queue is only pushed to and drained, so what a poisoned lock
-    // guards is intact.
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 impl Writer {

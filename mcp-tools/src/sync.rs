@@ -1,0 +1,11 @@
+//! Locking shared by the crate's modules.
+
+use std::sync::{Mutex, MutexGuard};
+
+/// Locks `mutex`, taking over a lock that a panicking thread poisoned. Only for data that every
+/// critical section leaves consistent even when it panics; each caller says why its data is.
+pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
