@@ -2,7 +2,7 @@
 //! introspection, with a short, bounded cache of its answers.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use base64::Engine;
@@ -17,7 +17,7 @@ use super::jwt::DEFAULT_LEEWAY;
 use super::verifier::{TokenRejection, TokenVerifier, VerifiedToken, VerifyFuture};
 use crate::server::BuildError;
 // The cache and the flights change by whole map operations: a poisoned lock guards whole maps.
-use crate::sync::lock;
+use crate::sync::{Shared, lock};
 
 /// How long an introspection answer is reused by default: 30 s. A revoked token is refused at
 /// most this long after its revocation; an active answer is never reused past the token's `exp`.
@@ -77,7 +77,7 @@ pub struct IntrospectionVerifier {
     leeway: Duration,
     cache_ttl: Duration,
     cache: Mutex<Cache>,
-    in_flight: Mutex<HashMap<Key, Arc<Flight>>>,
+    in_flight: Shared<Key, Flight>,
 }
 
 /// The SHA-256 of a token: what the cache and the in-flight introspections are keyed by.
@@ -130,7 +130,7 @@ impl IntrospectionVerifier {
             leeway: DEFAULT_LEEWAY,
             cache_ttl: DEFAULT_INTROSPECTION_CACHE_TTL,
             cache: Mutex::new(Cache::new(DEFAULT_INTROSPECTION_MAX_CACHED)),
-            in_flight: Mutex::new(HashMap::new()),
+            in_flight: Shared::new(),
         })
     }
 
@@ -188,9 +188,11 @@ impl IntrospectionVerifier {
     /// Introspects `token`, or waits for the introspection another request with the same token
     /// already started.
     async fn introspect_once(&self, key: Key, token: &str) -> Result<Answer, String> {
-        let participant = Participant::join(&self.in_flight, key);
-        participant
-            .flight()
+        // Joined for as long as this request waits: the last one to leave, even a cancelled
+        // one, removes the flight.
+        let flight = self.in_flight.join(key);
+        flight
+            .value()
             .get_or_init(|| async {
                 // A flight that finished just before this one was joined has cached its answer.
                 if let Some(answer) = self.cached(&key) {
@@ -223,48 +225,6 @@ impl IntrospectionVerifier {
 impl TokenVerifier for IntrospectionVerifier {
     fn verify<'a>(&'a self, token: &'a str) -> VerifyFuture<'a> {
         Box::pin(self.check(token))
-    }
-}
-
-/// A request's share of an in-flight introspection. The last one to leave removes the flight,
-/// so the map holds only introspections someone still waits for, even when requests are
-/// cancelled midway.
-struct Participant<'a> {
-    flights: &'a Mutex<HashMap<Key, Arc<Flight>>>,
-    key: Key,
-    flight: Option<Arc<Flight>>,
-}
-
-impl<'a> Participant<'a> {
-    fn join(flights: &'a Mutex<HashMap<Key, Arc<Flight>>>, key: Key) -> Self {
-        let flight = Arc::clone(lock(flights).entry(key).or_default());
-        Participant {
-            flights,
-            key,
-            flight: Some(flight),
-        }
-    }
-
-    fn flight(&self) -> &Flight {
-        self.flight.as_ref().expect("present until dropped")
-    }
-}
-
-impl Drop for Participant<'_> {
-    fn drop(&mut self) {
-        let Some(mine) = self.flight.take() else {
-            return;
-        };
-        // Every clone of a flight is made and dropped under this lock, so the count is exact:
-        // two means the map and this participant only.
-        let mut flights = lock(self.flights);
-        if flights
-            .get(&self.key)
-            .is_some_and(|flight| Arc::ptr_eq(flight, &mine) && Arc::strong_count(flight) == 2)
-        {
-            flights.remove(&self.key);
-        }
-        drop(mine);
     }
 }
 
@@ -413,6 +373,8 @@ impl Cache {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
     use super::*;
     use serde_json::json;
 
@@ -729,13 +691,11 @@ mod tests {
             let verifier = Arc::clone(&verifier);
             requests.spawn(async move { verifier.verify("opaque-token").await });
         }
-        // Both requests have joined the flight once it counts the map and two participants.
+        // Both requests have joined the flight.
         tokio::time::timeout(step, async {
             loop {
-                let joined = lock(&verifier.in_flight)
-                    .get(&key)
-                    .map_or(0, Arc::strong_count);
-                if joined == 3 && calls.load(std::sync::atomic::Ordering::SeqCst) == 1 {
+                let joined = verifier.in_flight.members(&key);
+                if joined == 2 && calls.load(std::sync::atomic::Ordering::SeqCst) == 1 {
                     break;
                 }
                 tokio::task::yield_now().await;
@@ -757,7 +717,7 @@ mod tests {
         }
         assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 1);
         assert!(
-            lock(&verifier.in_flight).is_empty(),
+            verifier.in_flight.len() == 0,
             "the finished flight is removed"
         );
         assert!(lock(&verifier.cache).entries.contains_key(&key));
@@ -791,9 +751,9 @@ mod tests {
         })
         .await
         .expect("the introspection reached the endpoint");
-        assert_eq!(lock(&verifier.in_flight).len(), 1);
+        assert_eq!(verifier.in_flight.len(), 1);
         drop(request);
-        assert!(lock(&verifier.in_flight).is_empty());
+        assert_eq!(verifier.in_flight.len(), 0);
         release.notify_one();
     }
 }

@@ -8,42 +8,36 @@
 //! units of one lock key in this process wait here, holding no connection, and at most one per
 //! key (per process) waits in the database.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 
 use tokio::sync::{Mutex as Queue, OwnedMutexGuard};
 
-use crate::sync::lock;
+use crate::sync::{Member, Shared};
 
 /// Shards of the table of keys someone holds or waits for, so that units of different keys
 /// rarely meet on one mutex.
 const SHARDS: usize = 16;
 
-/// A key's queue and how many units hold or wait for its turn.
-type Entry = (Arc<Queue<()>>, usize);
-
-type Shard = Mutex<HashMap<i64, Entry>>;
-
 /// The lock keys that units of this process hold or wait for, each with its queue (first come,
-/// first served) and its count of units. A key with nobody holding or waiting has no entry.
+/// first served). A key with nobody holding or waiting has no entry.
 pub(crate) struct Turns {
-    shards: Box<[Shard]>,
+    shards: Box<[Shared<i64, Queue<()>>]>,
 }
 
 impl Turns {
     pub(crate) fn new() -> Self {
         Turns {
-            shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
+            shards: (0..SHARDS).map(|_| Shared::new()).collect(),
         }
     }
 
     /// Waits until the units of `key` that came first are done.
     pub(crate) async fn take(&self, key: i64) -> Turn<'_> {
-        let ticket = Ticket::new(self, key);
-        let held = Arc::clone(&ticket.queue).lock_owned().await;
+        let member = self.shards[key.rem_euclid(SHARDS as i64) as usize].join(key);
+        let held = Arc::clone(member.value()).lock_owned().await;
         Turn {
             _held: held,
-            _ticket: ticket,
+            _member: member,
         }
     }
 
@@ -55,57 +49,19 @@ impl Turns {
         }
     }
 
-    fn shard(&self, key: i64) -> MutexGuard<'_, HashMap<i64, Entry>> {
-        // Nothing panics while a shard is held; a poisoned one is still consistent.
-        lock(&self.shards[key.rem_euclid(SHARDS as i64) as usize])
-    }
-
     #[cfg(test)]
     fn keys(&self) -> usize {
-        (0..SHARDS as i64)
-            .map(|shard| self.shard(shard).len())
-            .sum()
+        self.shards.iter().map(Shared::len).sum()
     }
 }
 
-/// A key's turn, until it is dropped.
+/// A key's turn, until it is dropped. A unit given up while it waits leaves the key's queue as
+/// a [`Member`] does.
 pub(crate) struct Turn<'a> {
-    // Declared first so it is dropped first: the turn is given up before the ticket may forget
+    // Declared first so it is dropped first: the turn is given up before the member may forget
     // the key, so a unit that comes after never runs beside this one.
     _held: OwnedMutexGuard<()>,
-    _ticket: Ticket<'a>,
-}
-
-/// A unit's claim on a key's queue, while it waits and while it holds the turn. The last one to
-/// go removes the key's entry, whether it had its turn or was given up while it waited.
-struct Ticket<'a> {
-    turns: &'a Turns,
-    key: i64,
-    queue: Arc<Queue<()>>,
-}
-
-impl<'a> Ticket<'a> {
-    fn new(turns: &'a Turns, key: i64) -> Self {
-        let mut shard = turns.shard(key);
-        let (queue, units) = shard.entry(key).or_default();
-        *units += 1;
-        let queue = Arc::clone(queue);
-        Ticket { turns, key, queue }
-    }
-}
-
-impl Drop for Ticket<'_> {
-    fn drop(&mut self) {
-        // Counted rather than read off the queue's reference count: a unit given up while it
-        // waits may drop its ticket before the future that held another reference.
-        let mut shard = self.turns.shard(self.key);
-        if let Some((_, units)) = shard.get_mut(&self.key) {
-            *units -= 1;
-            if *units == 0 {
-                shard.remove(&self.key);
-            }
-        }
-    }
+    _member: Member<'a, i64, Queue<()>>,
 }
 
 #[cfg(test)]
@@ -152,6 +108,20 @@ mod tests {
         assert!(waiting.as_mut().now_or_never().is_none());
         drop(first);
         drop(waiting);
+        assert_eq!(turns.keys(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_key_a_unit_has_is_taken_and_none_takes_nothing() {
+        let turns = Turns::new();
+        let held = turns.take_if(Some(5)).await.expect("a turn for a key");
+        assert!(
+            Box::pin(turns.take(5)).now_or_never().is_none(),
+            "5 is held"
+        );
+        assert!(turns.take_if(None).await.is_none());
+        assert_eq!(turns.keys(), 1);
+        drop(held);
         assert_eq!(turns.keys(), 0);
     }
 
