@@ -17,7 +17,8 @@ use super::jwt::DEFAULT_LEEWAY;
 use super::verifier::{TokenRejection, TokenVerifier, VerifiedToken, VerifyFuture};
 use crate::server::BuildError;
 // The cache and the flights change by whole map operations: a poisoned lock guards whole maps.
-use crate::sync::{Shared, lock};
+use crate::sync::lock;
+use crate::sync::shared::Shared;
 
 /// How long an introspection answer is reused by default: 30 s. A revoked token is refused at
 /// most this long after its revocation; an active answer is never reused past the token's `exp`.

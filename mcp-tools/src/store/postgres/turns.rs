@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use tokio::sync::{Mutex as Queue, OwnedMutexGuard};
 
-use crate::sync::{Member, Shared};
+use crate::sync::shared::{Member, Shared};
 
 /// Shards of the table of keys someone holds or waits for, so that units of different keys
 /// rarely meet on one mutex.
