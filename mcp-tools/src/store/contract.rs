@@ -180,7 +180,7 @@ fn encode<T: Serialize>(value: &T) -> Result<Value, ToolError> {
 /// A deferred creation is run by the store only after the operation-id ledger was consulted and
 /// the operation id claimed, so a retry of a create that already happened never runs the
 /// function again, and of concurrent creates with one id only one runs it.
-pub struct Creation<'a>(Making<'a>);
+pub struct Creation<'a>(pub(crate) Making<'a>);
 
 pub(crate) enum Making<'a> {
     /// Known before the ledger is consulted: stored in the same atomic unit as the lookup.

@@ -5,7 +5,7 @@ use std::collections::{HashMap, VecDeque};
 use std::future::Future;
 use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicI64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, RwLock, Weak};
+use std::sync::{Arc, Mutex, RwLock, Weak};
 
 use arc_swap::ArcSwap;
 
@@ -29,7 +29,8 @@ use crate::sync::lock;
 
 const SHARDS: usize = 64;
 /// Locks for operation ids, each shared by the ids whose keys fall on it. A fixed table instead
-/// of a lock per record: two ids rarely share one, and sharing only makes one wait for the other.
+/// of a lock per record: two ids rarely share one, and sharing only makes one wait for the other
+/// (asynchronously, as for a resource's turn).
 const OPERATION_LOCKS: usize = 1024;
 /// Writes between two automatic sweeps. A sweep runs on the store's own thread and locks one
 /// shard at a time, so no request pays for it or waits for more than one shard's pass.
@@ -164,15 +165,14 @@ struct Guarded {
 /// A store that keeps everything in process memory; state is lost when the process ends.
 ///
 /// Resources and ledger records live in 64 shards each. A mutation first waits for its
-/// resource's turn, asynchronously: the changes queued behind a slow one give their runtime
-/// workers back to other requests. It then locks its operation id (when it has one; ids share
-/// 1024 locks), then its handle's entry, always in that order, and holds both for the whole
-/// boundary; shard locks are held only to find, insert or remove an entry. The operation-id
-/// locks block: a change whose id shares a lock with a slow change of another resource (one
-/// pair in 1024) waits for it holding its worker. Requests on different
-/// handles with operation ids on different locks never wait for each other, and reads wait for
-/// nobody: they load the published current version (a read of what changed since a version
-/// takes the resource's turn, to read the state and its history of one moment).
+/// resource's turn, then for its operation id's (when it has one; ids share 1024 locks), both
+/// asynchronously: the requests queued behind a slow change give their runtime workers back to
+/// other requests. It then locks its handle's entry, and holds all three for the whole boundary,
+/// always taken in that order; shard locks are held only to find, insert or remove an entry.
+/// Requests on different handles with operation ids on different locks never wait for each
+/// other, and reads wait for nobody: they load the published current version (a read of what
+/// changed since a version takes the resource's turn, to read the state and its history of one
+/// moment).
 ///
 /// Expired ledger records and long-expired resources are swept every few thousand writes (and
 /// when the store is idle) on a thread of the store's own, a shard at a time (see
@@ -187,7 +187,7 @@ struct Inner {
     hasher: RandomState,
     resources: Box<[ResourceShard]>,
     ledger: Box<[LedgerShard]>,
-    operation_locks: Box<[Mutex<()>]>,
+    operation_locks: Box<[tokio::sync::Mutex<()>]>,
     /// No ledger record expires before this instant (a lower bound).
     ledger_due: AtomicI64,
     /// No resource is reclaimable before this instant (a lower bound).
@@ -206,7 +206,9 @@ impl MemoryStore {
             hasher: RandomState::new(),
             resources: (0..SHARDS).map(|_| RwLock::default()).collect(),
             ledger: (0..SHARDS).map(|_| Mutex::default()).collect(),
-            operation_locks: (0..OPERATION_LOCKS).map(|_| Mutex::default()).collect(),
+            operation_locks: (0..OPERATION_LOCKS)
+                .map(|_| tokio::sync::Mutex::default())
+                .collect(),
             ledger_due: AtomicI64::new(i64::MAX),
             resources_due: AtomicI64::new(i64::MAX),
             tasks: (0..SHARDS).map(|_| Mutex::default()).collect(),
@@ -311,17 +313,27 @@ impl Inner {
         shard.get(handle).cloned()
     }
 
-    /// Holds the operation id of (principal, operation id) for one request.
-    fn hold<'a>(&'a self, principal: &str, operation_id: &str) -> Held<'a> {
+    /// Holds the operation id of (principal, operation id) for one request, once it is its
+    /// turn.
+    async fn hold(&self, principal: &str, operation_id: &str) -> Held<'_> {
         let key = ledger_key(principal, operation_id);
-        // The key is a digest: its bytes are already evenly spread.
-        let shard = usize::from(key[0]) % SHARDS;
-        let stripe = usize::from(u16::from_be_bytes([key[1], key[2]])) % OPERATION_LOCKS;
+        let lock = &self.operation_locks[operation_lock(&key)];
         Held {
-            shard: &self.ledger[shard],
+            shard: &self.ledger[usize::from(key[0]) % SHARDS],
             key,
-            _operation: lock(&self.operation_locks[stripe]),
+            _operation: lock.lock().await,
         }
+    }
+
+    /// [`hold`](Self::hold), when nobody holds the id's lock now.
+    fn try_hold(&self, principal: &str, operation_id: &str) -> Option<Held<'_>> {
+        let key = ledger_key(principal, operation_id);
+        let lock = &self.operation_locks[operation_lock(&key)];
+        Some(Held {
+            shard: &self.ledger[usize::from(key[0]) % SHARDS],
+            key,
+            _operation: lock.try_lock().ok()?,
+        })
     }
 
     /// How many ledger records the store holds, expired ones included.
@@ -465,17 +477,14 @@ impl Inner {
     }
 
     /// Runs a change of `cell`, the resource `request` names (if it exists), once it is the
-    /// change's turn.
+    /// change's turn and it holds its operation id (`held`).
     fn mutate(
         &self,
         cell: Option<&Cell>,
+        held: Option<Held<'_>>,
         request: &MutationRequest,
         transition: &mut Transition,
     ) -> Result<MutationOutcome, StoreError> {
-        let held = request
-            .operation
-            .as_ref()
-            .map(|(operation_id, _)| self.hold(request.principal.key(), operation_id));
         let mut guarded = cell.map(|cell| lock(&cell.guarded));
         let now = self.config.clock.now_millis();
         let mut txn = MemoryTxn {
@@ -492,14 +501,12 @@ impl Inner {
         outcome
     }
 
-    /// Runs `work` on a transaction holding a create's operation id.
+    /// Runs `work` on a transaction holding a create's operation id (`held`).
     fn with_operation<T>(
         &self,
-        principal: &Principal,
-        operation_id: Option<&str>,
+        held: Option<Held<'_>>,
         work: impl FnOnce(&mut MemoryTxn<'_>, i64) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
-        let held = operation_id.map(|operation_id| self.hold(principal.key(), operation_id));
         let mut txn = MemoryTxn {
             inner: self,
             held: held.as_ref(),
@@ -511,7 +518,7 @@ impl Inner {
     }
 }
 
-impl boundary::CreateUnits for Inner {
+impl boundary::CreateUnits for MemoryStore {
     type Txn<'t> = MemoryTxn<'t>;
 
     fn unit<T, F>(
@@ -524,18 +531,47 @@ impl boundary::CreateUnits for Inner {
         T: Send + 'static,
         F: FnOnce(&mut MemoryTxn<'_>, &StoreConfig, i64) -> Result<T, StoreError> + Send + 'static,
     {
-        let answer = self.with_operation(principal, operation_id, |txn, now| {
-            work(txn, &self.config, now)
-        });
-        self.sweeper.count_write();
-        std::future::ready(answer)
+        let inner = &*self.inner;
+        async move {
+            let held = match operation_id {
+                Some(operation_id) => Some(inner.hold(principal.key(), operation_id).await),
+                None => None,
+            };
+            let answer = inner.with_operation(held, |txn, now| work(txn, &inner.config, now));
+            inner.sweeper.count_write();
+            answer
+        }
     }
 
     fn abandon(&self, principal: &Principal, operation_id: &str, token: u64) {
-        let _ = self.with_operation(principal, Some(operation_id), |txn, _| {
-            boundary::abandon(txn, principal, operation_id, token)
+        let give_up = |inner: &Inner, held| {
+            let _ = inner.with_operation(Some(held), |txn, _| {
+                boundary::abandon(txn, principal, operation_id, token)
+            });
+        };
+        if let Some(held) = self.inner.try_hold(principal.key(), operation_id) {
+            return give_up(&self.inner, held);
+        }
+        // Somebody holds the id's lock (a retry of this create, or an id sharing the lock):
+        // the claim is given up once it is free, off the dropping thread.
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let inner = Arc::clone(&self.inner);
+        let (principal, operation_id) = (principal.clone(), operation_id.to_owned());
+        runtime.spawn(async move {
+            let held = inner.hold(principal.key(), &operation_id).await;
+            let _ = inner.with_operation(Some(held), |txn, _| {
+                boundary::abandon(txn, &principal, &operation_id, token)
+            });
         });
     }
+}
+
+/// Which of the operation-id locks `key` falls on. The key is a digest: its bytes are already
+/// evenly spread.
+fn operation_lock(key: &LedgerKey) -> usize {
+    usize::from(u16::from_be_bytes([key[1], key[2]])) % OPERATION_LOCKS
 }
 
 /// An operation id held by one request: its lock for the whole request, its record's shard
@@ -544,7 +580,7 @@ impl boundary::CreateUnits for Inner {
 struct Held<'a> {
     shard: &'a LedgerShard,
     key: LedgerKey,
-    _operation: MutexGuard<'a, ()>,
+    _operation: tokio::sync::MutexGuard<'a, ()>,
 }
 
 impl Held<'_> {
@@ -712,7 +748,7 @@ async fn turn(cell: Option<&Cell>) -> Option<tokio::sync::MutexGuard<'_, ()>> {
 
 impl Store for MemoryStore {
     fn create<'a>(&'a self, request: CreateRequest<'a>) -> StoreFuture<'a, MutationOutcome> {
-        Box::pin(boundary::create(&*self.inner, request))
+        Box::pin(boundary::create(self, request))
     }
 
     fn read(&self, request: ReadRequest) -> StoreFuture<'_, ReadOutcome> {
@@ -735,8 +771,14 @@ impl Store for MemoryStore {
         Box::pin(async move {
             let cell = self.inner.cell(&request.handle);
             let _turn = turn(cell.as_deref()).await;
+            let held = match &request.operation {
+                Some((operation_id, _)) => {
+                    Some(self.inner.hold(request.principal.key(), operation_id).await)
+                }
+                None => None,
+            };
             self.inner
-                .mutate(cell.as_deref(), &request, &mut transition)
+                .mutate(cell.as_deref(), held, &request, &mut transition)
         })
     }
 
@@ -754,6 +796,7 @@ mod tests {
     use super::*;
     use crate::context::Principal;
     use crate::store::clock::ManualClock;
+    use crate::store::contract::{Creation, Making};
     use crate::store::entity::EntityKind;
     use crate::store::fingerprint::Fingerprint;
 
@@ -761,12 +804,12 @@ mod tests {
         EntityKind::new("ticket", "tkt").with_ttl(Duration::from_secs(60));
     const LASTING: EntityKind = EntityKind::new("note", "nte");
 
-    fn create(inner: &Inner, kind: EntityKind, operation_id: Option<&str>) {
+    fn create(store: &MemoryStore, kind: EntityKind, operation_id: Option<&str>) {
         let mut request = CreateRequest::new(kind, Principal::subject("alice"), json!({}));
         if let Some(operation_id) = operation_id {
             request = request.operation(operation_id, Fingerprint::of_call("create", &json!({})));
         }
-        futures_util::FutureExt::now_or_never(boundary::create(inner, request))
+        futures_util::FutureExt::now_or_never(boundary::create(store, request))
             .expect("a ready creation completes at once")
             .unwrap();
     }
@@ -786,14 +829,25 @@ mod tests {
             .collect()
     }
 
+    /// `count` operation ids other than `taken` whose keys fall on the same lock.
+    fn sharing_a_lock_with(taken: &str, count: usize) -> Vec<String> {
+        let lock = operation_lock(&ledger_key("alice", taken));
+        (0..)
+            .map(|n| format!("op-{n}"))
+            .filter(|id| id != taken && operation_lock(&ledger_key("alice", id)) == lock)
+            .take(count)
+            .collect()
+    }
+
     /// A change stopped in its transition keeps its runtime worker, as a slow transition does
     /// (one that decodes and encodes a large state). Another change of that resource waits for
-    /// its turn without holding a worker, and so does a read of what changed in it, so the
-    /// runtime's other worker still serves a read of another resource. Blocked on the resource's
-    /// lock instead, either kept the other worker too, and the read waited for the first change
-    /// to end.
+    /// its turn without holding a worker, and so do a read of what changed in it and a change
+    /// and a create whose operation ids share the first change's lock, so the runtime's other
+    /// worker still serves a read of another resource. Blocked on the resource's lock or the
+    /// operation id's instead, any of them kept the other worker too, and the read waited for
+    /// the first change to end.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn changes_waiting_for_a_busy_resource_leave_the_workers_to_others() {
+    async fn requests_waiting_for_a_busy_resource_or_operation_id_leave_the_workers_to_others() {
         const STEP: Duration = Duration::from_secs(30);
         async fn within<T>(what: &str, future: impl Future<Output = T>) -> T {
             tokio::time::timeout(STEP, future)
@@ -806,12 +860,17 @@ mod tests {
             let outcome = store.create(request).await.unwrap();
             outcome.applied().expect("created").handle.clone()
         };
-        let (busy, other) = (
+        let (busy, other, third) = (
+            created(Arc::clone(&store)).await,
             created(Arc::clone(&store)).await,
             created(Arc::clone(&store)).await,
         );
         let change =
             |handle: &str| MutationRequest::new(LASTING, Principal::subject("alice"), handle);
+        let busy_id = "op-busy";
+        let [sharing_id, create_id] = <[String; 2]>::try_from(sharing_a_lock_with(busy_id, 2))
+            .expect("ids fall on every lock");
+        let fingerprint = || Fingerprint::of_call("change", &json!({}));
 
         let (entered, entered_here) = tokio::sync::oneshot::channel();
         let (release, released) = std::sync::mpsc::channel::<()>();
@@ -827,7 +886,10 @@ mod tests {
             Ok(Value::Null)
         });
         let first = tokio::spawn({
-            let (store, request) = (Arc::clone(&store), change(&busy));
+            let (store, request) = (
+                Arc::clone(&store),
+                change(&busy).operation(busy_id, fingerprint()),
+            );
             async move { store.mutate(request, holding).await }
         });
         within("the first change stops in its transition", entered_here)
@@ -864,6 +926,43 @@ mod tests {
         within("the read of what changed starts", started_here)
             .await
             .unwrap();
+        // A change of another resource, and a create, whose operation ids share the first
+        // change's lock.
+        let (started, started_here) = tokio::sync::oneshot::channel();
+        let sharing = tokio::spawn({
+            let request = change(&third).operation(sharing_id, fingerprint());
+            let store = Arc::clone(&store);
+            async move {
+                let _ = started.send(());
+                let increment = Transition::new(|state| {
+                    state["n"] = json!(1);
+                    Ok(Value::Null)
+                });
+                store.mutate(request, increment).await
+            }
+        });
+        within(
+            "the change sharing the operation-id lock starts",
+            started_here,
+        )
+        .await
+        .unwrap();
+        let (started, started_here) = tokio::sync::oneshot::channel();
+        let create = tokio::spawn({
+            let request = CreateRequest::new(LASTING, Principal::subject("alice"), json!({}))
+                .operation(create_id, fingerprint());
+            let store = Arc::clone(&store);
+            async move {
+                let _ = started.send(());
+                store.create(request).await
+            }
+        });
+        within(
+            "the create sharing the operation-id lock starts",
+            started_here,
+        )
+        .await
+        .unwrap();
 
         let read = tokio::spawn({
             let (store, other) = (Arc::clone(&store), other.clone());
@@ -883,13 +982,15 @@ mod tests {
         assert_eq!(read.snapshot().expect("readable").state["n"], json!(0));
 
         release.send(()).unwrap();
-        for change in [first, second] {
+        for change in [first, second, sharing] {
             let outcome = within("the changes of the busy resource end", change)
                 .await
                 .unwrap()
                 .unwrap();
             assert!(outcome.applied().is_some(), "{outcome:?}");
         }
+        let outcome = within("the create ends", create).await.unwrap().unwrap();
+        assert!(outcome.applied().is_some(), "{outcome:?}");
         let request = ReadRequest::new(LASTING, Principal::subject("alice"), busy);
         let outcome = store.read(request).await.unwrap();
         assert_eq!(outcome.snapshot().expect("readable").state["n"], json!(2));
@@ -902,6 +1003,61 @@ mod tests {
             snapshot.changes.is_some() && snapshot.version > 1,
             "{since:?}"
         );
+    }
+
+    /// A create dropped while somebody holds its operation id's lock gives its claim up once
+    /// the lock is free, so a retry need not wait for the claim to lapse (the clock here never
+    /// moves, so it would wait for ever).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_create_dropped_while_its_id_is_held_gives_its_claim_up_later() {
+        const STEP: Duration = Duration::from_secs(30);
+        async fn within<T>(what: &str, future: impl Future<Output = T>) -> T {
+            tokio::time::timeout(STEP, future)
+                .await
+                .unwrap_or_else(|_| panic!("timed out after {STEP:?}: {what}"))
+        }
+        let clock = ManualClock::at_millis(1_785_231_000_000);
+        let store = MemoryStore::new(StoreConfig {
+            clock: Arc::new(clock),
+            ..StoreConfig::default()
+        });
+        let alice = Principal::subject("alice");
+        let request = |making: Creation<'static>| {
+            CreateRequest::deferred(LASTING, Principal::subject("alice"), making)
+                .operation("dropped", Fingerprint::of_call("create", &json!({})))
+        };
+        let (started, running) = tokio::sync::oneshot::channel::<()>();
+        let stalled = tokio::spawn({
+            let (store, request) = (
+                store.clone(),
+                request(Creation(Making::Deferred(Box::pin(async move {
+                    let _ = started.send(());
+                    std::future::pending::<Result<Value, crate::ToolError>>().await
+                })))),
+            );
+            async move { store.create(request).await }
+        });
+        within("the create to start making its state", running)
+            .await
+            .unwrap();
+        let held = within("the id's lock", store.inner.hold(alice.key(), "dropped")).await;
+        stalled.abort();
+        let _ = within("the aborted create to stop", stalled).await;
+        drop(held);
+        let version = within("the dropped create's claim to be given up", async {
+            loop {
+                let retry = store
+                    .create(request(Creation::ready(json!({}))))
+                    .await
+                    .unwrap();
+                match retry.applied() {
+                    Some(applied) => break applied.version,
+                    None => tokio::task::yield_now().await,
+                }
+            }
+        })
+        .await;
+        assert_eq!(version, 1);
     }
 
     /// A kept record reads back as the entry that was recorded, whatever its outcome, and an
@@ -963,7 +1119,7 @@ mod tests {
             ..StoreConfig::default()
         });
         let inner = &*store.inner;
-        create(inner, LASTING, Some("op-1"));
+        create(&store, LASTING, Some("op-1"));
         let records = || {
             census(inner)
                 .iter()
@@ -989,10 +1145,10 @@ mod tests {
         });
         let inner = &*store.inner;
         for i in 0..2000 {
-            create(inner, SHORT_LIVED, Some(&format!("op-{i}")));
+            create(&store, SHORT_LIVED, Some(&format!("op-{i}")));
         }
         for _ in 0..100 {
-            create(inner, LASTING, None);
+            create(&store, LASTING, None);
         }
         assert!(
             census(inner)
