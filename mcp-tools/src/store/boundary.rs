@@ -464,10 +464,13 @@ pub(crate) async fn create(
         Ok(Err(error)) => Made::Failed(error),
         Err(_) => Made::Panicked,
     };
-    abandon.claim = None;
     let handle = mint_handle(kind.prefix)?;
     let who = principal.clone();
-    store
+    // The claim is given up on a drop until the unit that records the outcome has finished:
+    // that unit may wait (for the operation id's turn, for the database), and a create dropped
+    // there would otherwise leave the claim to lapse. Given up after that unit committed, the
+    // claim is no longer this create's to give up, and nothing is removed.
+    let finished = store
         .unit(
             &principal,
             operation_id.as_deref(),
@@ -485,10 +488,12 @@ pub(crate) async fn create(
                 )
             },
         )
-        .await
+        .await;
+    abandon.claim = None;
+    finished
 }
 
-/// Gives a create's claim up if the create is dropped while its state is being made.
+/// Gives a create's claim up if the create is dropped before it finished.
 struct Abandon<'a, S: CreateUnits> {
     store: &'a S,
     principal: &'a Principal,

@@ -1060,6 +1060,54 @@ mod tests {
         assert_eq!(version, 1);
     }
 
+    /// A create dropped after making its state, while its last unit waits for the operation
+    /// id's lock, gives its claim up too: a retry need not wait for the claim to lapse (the
+    /// clock here never moves, so it would wait for ever).
+    #[tokio::test]
+    async fn a_create_dropped_waiting_to_finish_gives_its_claim_up() {
+        use futures_util::FutureExt;
+        const STEP: Duration = Duration::from_secs(30);
+        let store = MemoryStore::new(StoreConfig {
+            clock: Arc::new(ManualClock::at_millis(1_785_231_000_000)),
+            ..StoreConfig::default()
+        });
+        let request = |making: Creation<'static>| {
+            CreateRequest::deferred(LASTING, Principal::subject("alice"), making)
+                .operation("dropped", Fingerprint::of_call("create", &json!({})))
+        };
+        let (made, made_here) = tokio::sync::oneshot::channel::<()>();
+        let mut create = store.create(request(Creation(Making::Deferred(Box::pin(async move {
+            let _ = made_here.await;
+            Ok(json!({}))
+        })))));
+        assert!(
+            (&mut create).now_or_never().is_none(),
+            "claimed, and making its state"
+        );
+        let held = store.inner.hold("alice", "dropped").await;
+        made.send(()).unwrap();
+        assert!(
+            (&mut create).now_or_never().is_none(),
+            "made, and waiting for the lock"
+        );
+        drop(create);
+        drop(held);
+        let retried = tokio::time::timeout(STEP, async {
+            loop {
+                let retry = store
+                    .create(request(Creation::ready(json!({}))))
+                    .await
+                    .unwrap();
+                match retry.applied() {
+                    Some(applied) => break applied.version,
+                    None => tokio::task::yield_now().await,
+                }
+            }
+        })
+        .await;
+        assert_eq!(retried, Ok(1), "the claim was left behind");
+    }
+
     /// A kept record reads back as the entry that was recorded, whatever its outcome, and an
     /// `applied` one about the resource shares the resource's handle instead of copying it.
     #[test]
