@@ -100,11 +100,11 @@ const LAYOUT: &str = "2";
 const LOAD_SQL: &str = "SELECT kind, owner, version, state, lifecycle, expires_at, ledger_live
      FROM mcp_resources WHERE handle = ?1";
 
-/// Resources that expired at or before `?1`.
-const RECLAIMABLE_SQL: &str = "SELECT handle FROM mcp_resources WHERE expires_at <= ?1";
+/// Up to `?2` resources that expired at or before `?1`.
+const RECLAIMABLE_SQL: &str = "SELECT handle FROM mcp_resources WHERE expires_at <= ?1 LIMIT ?2";
 
-/// Ledger rows one sweep transaction deletes at most, so in-process writers wait for a short
-/// transaction only.
+/// Ledger rows or resources one sweep transaction deletes at most, so in-process writers wait
+/// for a short transaction only.
 const SWEEP_BATCH: i64 = 4096;
 
 /// Checks the file's layout before anything is written: a new file gets this layout; a file of
@@ -186,7 +186,8 @@ pub struct SqliteOptions {
     pub synchronous: Synchronous,
     /// Pages of write-ahead log past which the store copies the log back into the database
     /// file (a checkpoint), like SQLite's `wal_autocheckpoint` (default 1,000, SQLite's own;
-    /// `0` leaves checkpoints to the application).
+    /// `0` leaves checkpoints to the application, which runs `PRAGMA wal_checkpoint` on a
+    /// connection of its own).
     ///
     /// SQLite's own checkpoint runs inside the commit that crosses the limit, and the writes
     /// queued behind it wait for it. The store's runs on a thread of its own while commits go
@@ -236,7 +237,8 @@ impl Default for SqliteOptions {
 /// the process decoded or committed are kept decoded ([`SqliteOptions::state_cache_bytes`]), by
 /// handle and version: a read or a write still reads its row, and parses the state only when its
 /// version is not held. Expired records are swept by a thread of the store's own, in short
-/// transactions, never on a request.
+/// transactions. The one sweep on a request is a single batch, taken when a resource's ledger
+/// share looks full, so that the share counts live records only.
 #[derive(Clone)]
 pub struct SqliteStore {
     inner: Arc<Inner>,
@@ -431,7 +433,7 @@ impl Inner {
 enum PruneStep {
     /// Up to [`SWEEP_BATCH`] expired ledger rows.
     Ledger,
-    /// The resources that expired longer ago than `retention`.
+    /// Up to [`SWEEP_BATCH`] resources that expired longer ago than `retention`.
     Resources { retention: Duration },
 }
 
@@ -446,7 +448,7 @@ impl PruneStep {
                 let handles = txn
                     .connection
                     .prepare_cached(RECLAIMABLE_SQL)?
-                    .query_map([cutoff], |row| row.get::<_, String>(0))?
+                    .query_map([cutoff, SWEEP_BATCH], |row| row.get::<_, String>(0))?
                     .collect::<Result<Vec<_>, _>>()?;
                 let mut resource = txn
                     .connection
@@ -465,7 +467,7 @@ impl PruneStep {
 }
 
 /// A prune as short transactions, each run by `run`: the ledger a batch at a time, then the
-/// resources.
+/// resources a batch at a time. A batch smaller than [`SWEEP_BATCH`] was the last.
 fn prune_in_steps(
     retention: Duration,
     mut run: impl FnMut(PruneStep) -> Result<u64, StoreError>,
@@ -478,29 +480,34 @@ fn prune_in_steps(
             break;
         }
     }
-    report.resources = run(PruneStep::Resources { retention })?;
-    Ok(report)
+    loop {
+        let removed = run(PruneStep::Resources { retention })?;
+        report.resources += removed;
+        if removed < SWEEP_BATCH as u64 {
+            return Ok(report);
+        }
+    }
 }
 
 /// Deletes up to [`SWEEP_BATCH`] expired ledger rows, oldest first, and takes them off the
 /// counts of their resources. Rows are in recording order, and with one retention in expiry
-/// order: the batch is the rowid range before the first live row. A row recorded out of order
-/// (a changed retention, a claim, a clock that went back) waits for the rows before it; lookups
-/// ignore it once expired.
+/// order: the batch is the rows before the first live row, at most [`SWEEP_BATCH`] of them
+/// (counted as rows: records replaced or given up leave gaps between rowids). A row recorded
+/// out of order (a changed retention, a claim, a clock that went back) waits for the rows
+/// before it; lookups ignore it once expired.
 fn prune_ledger(connection: &Connection, now: i64) -> Result<u64, StoreError> {
-    let first: i64 =
-        connection.query_row("SELECT coalesce(min(seq), 0) FROM mcp_ledger", [], |row| {
-            row.get(0)
-        })?;
     let end: i64 = connection
         .prepare_cached(
-            "SELECT coalesce(
-                 (SELECT seq FROM mcp_ledger WHERE expires_at > ?1 ORDER BY seq LIMIT 1),
-                 (SELECT max(seq) + 1 FROM mcp_ledger),
-                 0)",
+            "SELECT min(
+                 coalesce(
+                     (SELECT seq FROM mcp_ledger WHERE expires_at > ?1 ORDER BY seq LIMIT 1),
+                     (SELECT max(seq) + 1 FROM mcp_ledger),
+                     0),
+                 coalesce(
+                     (SELECT seq FROM mcp_ledger ORDER BY seq LIMIT 1 OFFSET ?2),
+                     9223372036854775807))",
         )?
-        .query_row([now], |row| row.get(0))?;
-    let end = end.min(first.saturating_add(SWEEP_BATCH));
+        .query_row([now, SWEEP_BATCH], |row| row.get(0))?;
     connection
         .prepare_cached(
             "UPDATE mcp_resources SET ledger_live = ledger_live - counted.n
@@ -1056,6 +1063,97 @@ mod tests {
         assert_eq!((idle(first), idle(second)), (1, 1));
     }
 
+    /// A file with the store's layout, and the prune steps run on it as the sweep runs them, one
+    /// transaction each, with the steps recorded.
+    fn pruned(
+        fill: impl FnOnce(&rusqlite::Transaction<'_>),
+    ) -> (PruneReport, Vec<String>, Connection) {
+        let dir = tempfile::tempdir().unwrap();
+        let mut connection =
+            connect(&dir.path().join("prune.db"), &SqliteOptions::default()).unwrap();
+        connection.execute_batch(SCHEMA).unwrap();
+        let txn = connection.transaction().unwrap();
+        fill(&txn);
+        txn.commit().unwrap();
+        let states = StateCache::new(0);
+        let mut steps = Vec::new();
+        let report = prune_in_steps(Duration::ZERO, |step| {
+            steps.push(format!("{step:?}"));
+            let txn = connection.transaction()?;
+            let removed = step.run(&mut SqlTxn::new(&txn, &states), 1_000)?;
+            txn.commit()?;
+            Ok(removed)
+        })
+        .unwrap();
+        (report, steps, connection)
+    }
+
+    fn count(connection: &Connection, table: &str) -> i64 {
+        connection
+            .query_row(&format!("SELECT count(*) FROM {table}"), [], |row| {
+                row.get(0)
+            })
+            .unwrap()
+    }
+
+    /// A prune takes every expired ledger record off, however far apart their rowids are
+    /// (records replaced or given up leave gaps), a batch of rows at a time.
+    #[test]
+    fn a_prune_takes_every_expired_record_whatever_the_gaps() {
+        let records = 3 * SWEEP_BATCH + 10;
+        let (report, steps, connection) = pruned(|txn| {
+            let mut insert = txn
+                .prepare(
+                    "INSERT INTO mcp_ledger
+                     (seq, principal, operation_id, fingerprint, outcome, recorded_at, expires_at)
+                     VALUES (?1, 'p', ?1, 'f', '{}', 0, 1)",
+                )
+                .unwrap();
+            for n in 1..=records {
+                insert.execute([5 * n]).unwrap();
+            }
+        });
+        assert_eq!(report.ledger_records, records as u64);
+        assert_eq!(count(&connection, "mcp_ledger"), 0);
+        let ledger_steps = steps.iter().filter(|step| *step == "Ledger").count();
+        assert_eq!(ledger_steps, 4, "{steps:?}");
+    }
+
+    /// A prune deletes expired resources, with their history, a batch at a time, each batch a
+    /// transaction of its own: one transaction for all of them would hold the writer (and every
+    /// other process's writers) for as long as they take.
+    #[test]
+    fn a_prune_deletes_expired_resources_a_batch_at_a_time() {
+        let resources = SWEEP_BATCH + 10;
+        let (report, steps, connection) = pruned(|txn| {
+            let mut resource = txn
+                .prepare(
+                    "INSERT INTO mcp_resources
+                     (handle, kind, owner, version, state, lifecycle, expires_at)
+                     VALUES (?1, 'thing', 'p', 2, '{}', 'active', ?2)",
+                )
+                .unwrap();
+            let mut change = txn
+                .prepare("INSERT INTO mcp_changes (handle, version, undo) VALUES (?1, 2, '[]')")
+                .unwrap();
+            for n in 0..resources {
+                let handle = format!("thg_{n}");
+                resource.execute(params![handle, 1]).unwrap();
+                change.execute([&handle]).unwrap();
+            }
+            // Expires after the prune's clock: kept.
+            resource.execute(params!["thg_live", 2_000]).unwrap();
+        });
+        assert_eq!(report.resources, resources as u64);
+        assert_eq!(count(&connection, "mcp_resources"), 1);
+        assert_eq!(count(&connection, "mcp_changes"), 0);
+        let resource_steps = steps
+            .iter()
+            .filter(|step| step.starts_with("Resources"))
+            .count();
+        assert_eq!(resource_steps, 2, "{steps:?}");
+    }
+
     /// The load statement is prepared once and searches the primary key, whatever the handle.
     #[test]
     fn load_is_not_re_prepared() {
@@ -1120,7 +1218,7 @@ mod tests {
         let plan: Vec<String> = connection
             .prepare(&format!("EXPLAIN QUERY PLAN {RECLAIMABLE_SQL}"))
             .unwrap()
-            .query_map([0], |row| row.get(3))
+            .query_map([0, 1], |row| row.get(3))
             .unwrap()
             .collect::<Result<_, _>>()
             .unwrap();
