@@ -10,10 +10,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use mcp_tools::store::{
-    Applied, ConflictPolicy, CreateRequest, Creation, Entity, Fingerprint, Lifecycle, ManualClock,
-    MemoryStore, MutationOutcome, MutationRequest, PruneReport, ReadOutcome, ReadRequest,
-    RecordedApplied, RecordedOutcome, RecordedStaleView, Recovery, Rejected, SqliteStore,
-    StaleView, Store, StoreConfig, Transition, code, format_rfc3339,
+    Applied, ConflictPolicy, CreateRequest, Creation, Entity, Fingerprint, Lifecycle, MAX_DEPTH,
+    ManualClock, MemoryStore, MutationOutcome, MutationRequest, PruneReport, ReadOutcome,
+    ReadRequest, RecordedApplied, RecordedOutcome, RecordedStaleView, Recovery, Rejected,
+    SqliteStore, StaleView, Store, StoreConfig, Transition, code, format_rfc3339,
 };
 use mcp_tools::{Principal, ToolError};
 use schemars::JsonSchema;
@@ -66,6 +66,17 @@ struct Note {
 impl Entity for Note {
     const KIND: &'static str = "note";
     const PREFIX: &'static str = "nte";
+}
+
+/// An entity holding any JSON, for states of any shape.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+struct Document {
+    body: Value,
+}
+
+impl Entity for Document {
+    const KIND: &'static str = "document";
+    const PREFIX: &'static str = "doc";
 }
 
 /// 2026-07-28T09:30:00Z.
@@ -1533,6 +1544,81 @@ async fn a_create_that_did_not_finish_leaves_the_id_free<S: Store + Clone + Coun
     assert_eq!(store.resources(), before + 2);
 }
 
+/// `levels` arrays, one inside the other, around a number.
+fn nested(levels: usize) -> Value {
+    (0..levels).fold(json!(1), |inner, _| json!([inner]))
+}
+
+/// A state or a result nests at most `MAX_DEPTH` levels of arrays and objects. Past it, a
+/// create (ready or made by the tool), a change and a result are refused with `INVALID_STATE`
+/// and nothing is stored (a made state gives its claim up, so a retry with the id runs again);
+/// at the bound, a resource is created, read back (on SQLite, by a store with a cache of its
+/// own, as another process would; PostgreSQL parses on every read) and changed.
+async fn nesting_is_bounded<S: Store + CountResources>(open: Open<'_, S>) {
+    let clock = ManualClock::at_millis(T0);
+    let store = open(config(&clock));
+    let before = store.resources();
+    // The document's object is one level, its body the rest.
+    let at_bound = || Document {
+        body: nested(MAX_DEPTH - 1),
+    };
+    let past = || Document {
+        body: nested(MAX_DEPTH),
+    };
+    let ready = CreateRequest::typed(alice(), &past()).unwrap();
+    expect_rejected(&create_outcome(&store, ready).await, code::INVALID_STATE);
+    let made = |document: Document| {
+        let making = Creation::typed(async move { Ok::<_, ToolError>(document) });
+        CreateRequest::deferred(Document::kind(), alice(), making)
+            .operation("deep", Fingerprint::of(&json!("deep")))
+    };
+    let refused = create_outcome(&store, made(past())).await;
+    expect_rejected(&refused, code::INVALID_STATE);
+    assert_eq!(
+        store.resources(),
+        before,
+        "a refused create stored a resource"
+    );
+    let created = create_outcome(&store, made(at_bound())).await;
+    let handle = expect_applied(&created).handle.clone();
+
+    let reader = open(config(&clock));
+    for (who, store) in [("the writer", &store), ("another store", &reader)] {
+        let request = ReadRequest::new(Document::kind(), alice(), &handle);
+        match within("a read", store.read(request)).await.unwrap() {
+            ReadOutcome::Current(snapshot) => {
+                assert_eq!(snapshot.state["body"], nested(MAX_DEPTH - 1), "{who}");
+            }
+            // A memory store is one process's own.
+            ReadOutcome::Rejected(rejected) if who == "another store" => {
+                assert_eq!(rejected.code, code::NOT_FOUND);
+            }
+            other => panic!("{who} read {other:?}"),
+        }
+    }
+
+    let change = |body: Value, result: Value| {
+        let request = MutationRequest::new(Document::kind(), alice(), &handle).expect_version(1);
+        let transition = Transition::typed(move |document: &mut Document| {
+            document.body = body.clone();
+            Ok::<_, ToolError>(result.clone())
+        });
+        within("a change", store.mutate(request, transition))
+    };
+    expect_rejected(
+        &change(nested(MAX_DEPTH), json!(null)).await.unwrap(),
+        code::INVALID_STATE,
+    );
+    expect_rejected(
+        &change(json!(0), nested(MAX_DEPTH + 1)).await.unwrap(),
+        code::INVALID_STATE,
+    );
+    let applied = change(nested(MAX_DEPTH - 1), nested(MAX_DEPTH))
+        .await
+        .unwrap();
+    assert_eq!(expect_applied(&applied).version, 2, "{applied:?}");
+}
+
 /// A resource (or a store descriptor) that declares a view shows it in every outcome: applied,
 /// stale_view (whose delta is computed between views, so it never shows what the view hides)
 /// and a replay's `current`; reads return the whole state.
@@ -1765,6 +1851,7 @@ macro_rules! contract {
             case!(a_create_whose_claim_lapsed_gives_way);
             case!(a_create_that_did_not_finish_leaves_the_id_free);
             case!(views_shape_outcomes);
+            case!(nesting_is_bounded);
             case!(tasks_are_kept_changed_under_lock_and_purged_after_their_ttl);
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -11,8 +11,8 @@ use serde_json::Value;
 
 use super::clock::{duration_millis, format_rfc3339};
 use super::contract::{
-    Changed, ConflictPolicy, CreateRequest, Making, MutationRequest, ReadRequest, StoreConfig,
-    StoreError, Transition,
+    Changed, ConflictPolicy, CreateRequest, MAX_DEPTH, Making, MutationRequest, ReadRequest,
+    StoreConfig, StoreError, Transition, deeper_than,
 };
 use super::delta::diff;
 use super::entity::{EntityKind, Lifecycle};
@@ -597,6 +597,10 @@ pub(crate) fn finish_create(
         _ => None,
     };
     let state = match made {
+        Made::State(state) if deeper_than(&state, MAX_DEPTH) => {
+            release(txn, principal, operation, stale.as_ref())?;
+            return Ok(MutationOutcome::Rejected(Rejected::too_deep(kind.kind)));
+        }
         Made::State(state) => state,
         Made::Failed(error) => {
             release(txn, principal, operation, stale.as_ref())?;
@@ -872,6 +876,12 @@ fn decide(
         result,
         known,
     } = changed;
+    // Unrecorded, as a panic is: a server whose tool was fixed applies the retry.
+    if deeper_than(&state, MAX_DEPTH) || deeper_than(&result, MAX_DEPTH) {
+        return Ok(Decision::Unrecorded(MutationOutcome::Rejected(
+            Rejected::too_deep(kind.kind),
+        )));
+    }
     let (lifecycle, view) = match known {
         Some(known) if known.kind == kind.kind => (known.lifecycle, known.view),
         _ => ((kind.lifecycle)(&state), None),

@@ -78,6 +78,32 @@ impl ConflictPolicy {
     }
 }
 
+/// How many levels of arrays and objects a resource's state, or a mutation's result, may nest
+/// (`{"a": [1]}` nests two). A deeper one is refused with `INVALID_STATE` and nothing changes.
+///
+/// The stores keep states and results as JSON text, some inside records of their own (a ledger
+/// record wraps a result, an undo patch a part of a state), and read them back with a JSON
+/// parser that stops at 127 levels. Below this bound every store reads back what it wrote,
+/// whichever process reads it, and the walks over a state (copies, deltas) stay shallow.
+pub const MAX_DEPTH: usize = 100;
+
+/// Whether `value` nests arrays and objects more than `levels` deep. Never descends past
+/// `levels`, so a value of any depth is measured in bounded stack.
+pub(crate) fn deeper_than(value: &Value, levels: usize) -> bool {
+    match value {
+        Value::Array(items) => {
+            levels == 0 || items.iter().any(|item| deeper_than(item, levels - 1))
+        }
+        Value::Object(members) => {
+            levels == 0
+                || members
+                    .values()
+                    .any(|member| deeper_than(member, levels - 1))
+        }
+        _ => false,
+    }
+}
+
 /// The synchronous state transition of a mutating tool: changes the state in place and returns
 /// the tool's result. It runs inside the store's atomic boundary (inside the SQL transaction), so
 /// it must not block on I/O; it may run on a worker thread, and its changes are discarded when it

@@ -76,8 +76,8 @@ pub(crate) mod tool_support;
 
 pub use clock::{Clock, ManualClock, SystemClock, format_rfc3339};
 pub use contract::{
-    ConflictPolicy, CreateRequest, Creation, MutationRequest, PruneReport, ReadRequest, Store,
-    StoreConfig, StoreError, StoreFuture, Transition,
+    ConflictPolicy, CreateRequest, Creation, MAX_DEPTH, MutationRequest, PruneReport, ReadRequest,
+    Store, StoreConfig, StoreError, StoreFuture, Transition,
 };
 pub use delta::{FieldChange, diff};
 pub use entity::{Entity, EntityKind, Lifecycle, ViewType, view_json, view_schema};

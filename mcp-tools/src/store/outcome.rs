@@ -250,6 +250,20 @@ impl Rejected {
         }
     }
 
+    /// The tool made a state or a result nested deeper than [`MAX_DEPTH`](super::MAX_DEPTH)
+    /// levels, more than a store keeps.
+    pub fn too_deep(kind: &str) -> Self {
+        Rejected {
+            code: code::INVALID_STATE.into(),
+            message: format!(
+                "The tool made a {kind} state or a result that nests arrays and objects more than {} levels deep, more than the store keeps; nothing was changed. The same call will fail the same way: report it to the server's operator.",
+                super::MAX_DEPTH
+            ),
+            recovery: Some(Recovery::Stop),
+            details: None,
+        }
+    }
+
     /// An `expected_version` the resource never reached: a number that was not read.
     pub fn future_version(kind: &str, handle: &str, expected: u64, current: u64) -> Self {
         Rejected {
