@@ -4,7 +4,8 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
-use crate::store::{StoreError, format_rfc3339};
+use crate::store::contract::deeper_than;
+use crate::store::{MAX_DEPTH, StoreError, format_rfc3339};
 
 /// Where a task stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -167,6 +168,18 @@ impl TaskRecord {
         if self.status.is_terminal() {
             return false;
         }
+        let end = match end {
+            // Kept as JSON text by the SQL stores, read back by a parser that stops at 127
+            // levels: a deeper result would make the task unreadable.
+            Ending::Completed(result) if deeper_than(&result, MAX_DEPTH) => Ending::Failed {
+                code: crate::protocol::codes::INTERNAL_ERROR,
+                message: format!(
+                    "The tool's result nests arrays and objects more than {MAX_DEPTH} levels \
+                     deep, more than a task keeps; report it to the server's operator"
+                ),
+            },
+            end => end,
+        };
         let (status, message, result, error) = match end {
             Ending::Completed(result) => (TaskStatus::Completed, None, Some(result), None),
             Ending::Failed { code, message } => {
@@ -462,6 +475,30 @@ mod tests {
         assert!(task.visible_to("alice", 60_999));
         assert!(!task.visible_to("alice", 61_000));
         assert!(!task.visible_to("bob", 2_000));
+    }
+
+    /// A result within the nesting bound is kept and reads back from its encoding; a deeper
+    /// one, which would not, fails the task instead.
+    #[test]
+    fn a_result_past_the_nesting_bound_fails_the_task() {
+        let nested = |levels: usize| (0..levels).fold(json!(1), |inner, _| json!([inner]));
+        let mut kept = record();
+        // The result's own object is one level.
+        kept.end(
+            Ending::Completed(json!({ "structuredContent": nested(MAX_DEPTH - 1) })),
+            2_000,
+        );
+        assert_eq!(kept.status, TaskStatus::Completed);
+        assert_eq!(TaskRecord::decode(&kept.encode()).unwrap(), kept);
+        let mut failed = record();
+        failed.end(
+            Ending::Completed(json!({ "structuredContent": nested(MAX_DEPTH) })),
+            2_000,
+        );
+        assert_eq!(failed.status, TaskStatus::Failed);
+        assert!(failed.result.is_none());
+        assert_eq!(failed.error.as_ref().unwrap()["code"], json!(-32603));
+        assert_eq!(TaskRecord::decode(&failed.encode()).unwrap(), failed);
     }
 
     #[test]
