@@ -5,7 +5,10 @@
 //! ```text
 //! cargo bench -p mcp-tools --bench state_growth
 //! STATE_GROWTH_MUTATIONS=200 cargo bench -p mcp-tools --bench state_growth   # fewer field changes
+//! STATE_GROWTH_ONLY=pg cargo bench -p mcp-tools --features postgres --bench state_growth
 //! ```
+//!
+//! (`STATE_GROWTH_ONLY` is a prefix of the store names: `memory`, `sqlite`, `pg`, `pg raw`.)
 //!
 //! Every mutation goes through the public `Store` API with a fresh operation id (the ledger keeps
 //! its outcome for the default 24 hours, so every record is still there at the end) and the
@@ -23,8 +26,21 @@
 //!   keeps and reuses; the "2nd half" column (growth between mutation N/2 and N, past the history
 //!   limit) is the steady cost without them.
 //!
+//! - **PostgreSQL** (with the `postgres` feature, when `MCP_TOOLS_POSTGRES_URL` names a database;
+//!   `.ci/postgres` starts one): the store's tables in a schema of their own, each measured as
+//!   `pg_total_relation_size` (heap, TOAST and indexes) after a plain `VACUUM` (freed space stays
+//!   in the files, for later rows), with autovacuum off for these tables so that the bench's
+//!   vacuums (after the create, halfway, at the end) are the only ones. PostgreSQL writes a new
+//!   row version, TOASTed state included, on every update and frees the old one only when a
+//!   vacuum passes, so between vacuums the files grow with the state on every engine of its
+//!   kind. Two more figures tell that apart from what the store keeps: `live`, the same after
+//!   `VACUUM FULL` at the end (the tables rewritten with only their live rows), and the raw
+//!   write beside it: the same changes to one `(id, version, state)` row by a `SELECT` and a
+//!   conditional `UPDATE`, in the same database and run.
+//!
 //! The targets: 10,000 appends retain at most 8 MB on disk with SQLite and at most 64 MB of
 //! resident memory with the memory store. The bench exits 1 when one is missed or a case fails.
+//! PostgreSQL has no target of its own: it is reported beside its raw write.
 
 use std::path::Path;
 use std::process::Command;
@@ -49,6 +65,10 @@ const MEMORY_TARGET: u64 = 64 << 20;
 enum Engine {
     Memory,
     Sqlite,
+    /// The PostgreSQL store.
+    Postgres,
+    /// The raw write on PostgreSQL, the store's baseline.
+    PostgresRaw,
 }
 
 impl Engine {
@@ -56,6 +76,15 @@ impl Engine {
         match self {
             Engine::Memory => "memory",
             Engine::Sqlite => "sqlite",
+            Engine::Postgres => "pg",
+            Engine::PostgresRaw => "pg raw",
+        }
+    }
+
+    fn key(self) -> &'static str {
+        match self {
+            Engine::PostgresRaw => "pgraw",
+            other => other.name(),
         }
     }
 }
@@ -162,7 +191,33 @@ struct Measured {
     before: u64,
     half: u64,
     after: u64,
+    /// PostgreSQL: the tables' size after `VACUUM FULL`, at the end.
+    live: Option<u64>,
     latencies: Vec<Duration>,
+}
+
+/// A workload's first state and its number of mutations.
+fn initial(workload: Workload, mutations: usize) -> (Value, usize) {
+    match workload {
+        Workload::Field(bytes) => (big_state(bytes), mutations),
+        Workload::Notes => (json!({ "name": "notes", "count": 0, "notes": [] }), NOTES),
+    }
+}
+
+/// Mutation `i` of a workload, applied to `state`: what every engine's change does.
+fn change(workload: Workload, i: usize, state: &mut Value) -> Value {
+    match workload {
+        Workload::Field(_) => {
+            let count = state["count"].as_u64().unwrap_or(0) + 1;
+            state["count"] = json!(count);
+            json!(count)
+        }
+        Workload::Notes => {
+            let notes = state["notes"].as_array_mut().expect("notes");
+            notes.push(Value::String(note(i)));
+            json!(notes.len())
+        }
+    }
 }
 
 /// Runs one case in this process.
@@ -174,10 +229,7 @@ fn run_case<S: Store>(
     footprint: &dyn Fn() -> u64,
 ) -> Measured {
     let principal = Principal::subject("bench");
-    let (initial, mutations) = match workload {
-        Workload::Field(bytes) => (big_state(bytes), mutations),
-        Workload::Notes => (json!({ "name": "notes", "count": 0, "notes": [] }), NOTES),
-    };
+    let (initial, mutations) = initial(workload, mutations);
     let state_bytes = initial.to_string().len();
     let created = runtime
         .block_on(store.create(CreateRequest::new(DOCUMENT, principal.clone(), initial)))
@@ -192,40 +244,28 @@ fn run_case<S: Store>(
             half = footprint();
         }
         let operation_id = format!("growth-{i}");
-        let (request, transition) = match workload {
+        let request = match workload {
             Workload::Field(_) => {
                 let arguments = json!({
                     "document_id": handle,
                     "expected_version": version,
                     "operation_id": operation_id,
                 });
-                let request = MutationRequest::new(DOCUMENT, principal.clone(), &handle)
+                MutationRequest::new(DOCUMENT, principal.clone(), &handle)
                     .expect_version(version)
-                    .operation(operation_id, Fingerprint::of_call("touch", &arguments));
-                let transition = Transition::new(|state| {
-                    let count = state["count"].as_u64().unwrap_or(0) + 1;
-                    state["count"] = json!(count);
-                    Ok(json!(count))
-                });
-                (request, transition)
+                    .operation(operation_id, Fingerprint::of_call("touch", &arguments))
             }
             Workload::Notes => {
-                let text = note(i);
                 let arguments = json!({
                     "document_id": handle,
-                    "text": text,
+                    "text": note(i),
                     "operation_id": operation_id,
                 });
-                let request = MutationRequest::new(DOCUMENT, principal.clone(), &handle)
-                    .operation(operation_id, Fingerprint::of_call("add_note", &arguments));
-                let transition = Transition::new(move |state| {
-                    let notes = state["notes"].as_array_mut().expect("notes");
-                    notes.push(Value::String(text.clone()));
-                    Ok(json!(notes.len()))
-                });
-                (request, transition)
+                MutationRequest::new(DOCUMENT, principal.clone(), &handle)
+                    .operation(operation_id, Fingerprint::of_call("add_note", &arguments))
             }
         };
+        let transition = Transition::new(move |state| Ok(change(workload, i, state)));
         let started = Instant::now();
         let outcome = runtime
             .block_on(store.mutate(request, transition))
@@ -245,6 +285,7 @@ fn run_case<S: Store>(
         before,
         half,
         after,
+        live: None,
         latencies,
     }
 }
@@ -276,19 +317,240 @@ fn child(case: &str) {
             let store = SqliteStore::open(&path, StoreConfig::default()).expect("open");
             run_case(&runtime, &store, workload, mutations, &|| disk_bytes(&path))
         }
+        #[cfg(feature = "postgres")]
+        "pg" | "pgraw" => postgres::run(&runtime, engine == "pgraw", workload, mutations),
         other => panic!("unknown engine {other}"),
     };
     measured.latencies.sort_unstable();
     println!(
-        "RESULT state_bytes={} mutations={} before={} half={} after={} p50_ns={} p99_ns={}",
+        "RESULT state_bytes={} mutations={} before={} half={} after={} live={} p50_ns={} p99_ns={}",
         measured.state_bytes,
         measured.mutations,
         measured.before,
         measured.half,
         measured.after,
+        measured.live.map_or(-1, |live| live as i64),
         percentile(&measured.latencies, 0.5).as_nanos(),
         percentile(&measured.latencies, 0.99).as_nanos(),
     );
+}
+
+#[cfg(feature = "postgres")]
+mod postgres {
+    use super::*;
+    use mcp_tools::store::{PostgresOptions, PostgresStore};
+
+    /// A schema of this process's own, dropped when done.
+    struct Schema {
+        client: tokio_postgres::Client,
+        name: String,
+    }
+
+    impl Schema {
+        fn create(runtime: &Runtime, url: &str) -> Self {
+            let name = format!("growth_{}", std::process::id());
+            let client = runtime.block_on(async {
+                let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+                    .await
+                    .expect("connect to MCP_TOOLS_POSTGRES_URL");
+                tokio::spawn(connection);
+                client
+                    .batch_execute(&format!("CREATE SCHEMA {name}"))
+                    .await
+                    .expect("create the schema");
+                client
+            });
+            Schema { client, name }
+        }
+
+        /// The schema's tables, quoted.
+        async fn tables(&self) -> Vec<String> {
+            let tables = self
+                .client
+                .query(
+                    "SELECT quote_ident(n.nspname) || '.' || quote_ident(c.relname)
+                     FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+                     WHERE n.nspname = $1 AND c.relkind = 'r'",
+                    &[&self.name],
+                )
+                .await
+                .expect("list the tables");
+            tables.iter().map(|row| row.get(0)).collect()
+        }
+
+        /// Keeps autovacuum off the schema's tables, so that the only vacuums are the bench's
+        /// own and the store and the raw write are measured alike (autovacuum starts when it
+        /// wakes, once a minute by default).
+        fn without_autovacuum(&self, runtime: &Runtime) {
+            runtime.block_on(async {
+                for table in self.tables().await {
+                    self.client
+                        .batch_execute(&format!(
+                            "ALTER TABLE {table} SET (autovacuum_enabled = false, \
+                             toast.autovacuum_enabled = false)"
+                        ))
+                        .await
+                        .expect("turn autovacuum off");
+                }
+            })
+        }
+
+        /// The bytes the schema's tables hold (heap, TOAST and indexes) after `vacuum` of each.
+        fn bytes(&self, runtime: &Runtime, vacuum: &str) -> u64 {
+            runtime.block_on(async {
+                let mut total = 0;
+                for table in self.tables().await {
+                    // One statement at a time: VACUUM cannot run inside a transaction block.
+                    self.client
+                        .batch_execute(&format!("{vacuum} {table}"))
+                        .await
+                        .expect("vacuum");
+                    let row = self
+                        .client
+                        .query_one(
+                            "SELECT pg_total_relation_size($1::text::regclass)",
+                            &[&table],
+                        )
+                        .await
+                        .expect("relation size");
+                    total += row.get::<_, i64>(0) as u64;
+                }
+                total
+            })
+        }
+
+        fn drop(self, runtime: &Runtime) {
+            runtime
+                .block_on(
+                    self.client
+                        .batch_execute(&format!("DROP SCHEMA {} CASCADE", self.name)),
+                )
+                .expect("drop the schema");
+        }
+    }
+
+    /// One case on PostgreSQL: the store, or (`raw`) the raw write.
+    pub(super) fn run(
+        runtime: &Runtime,
+        raw: bool,
+        workload: Workload,
+        mutations: usize,
+    ) -> Measured {
+        let url = std::env::var("MCP_TOOLS_POSTGRES_URL").expect("MCP_TOOLS_POSTGRES_URL");
+        let schema = Schema::create(runtime, &url);
+        let footprint = || schema.bytes(runtime, "VACUUM");
+        let mut measured = if raw {
+            run_raw(runtime, &schema, workload, mutations, &footprint)
+        } else {
+            let options = PostgresOptions {
+                schema: schema.name.clone(),
+                ..PostgresOptions::default()
+            };
+            // Plain TCP, as the raw client speaks.
+            let separator = match url.contains("://") {
+                true if url.contains('?') => "&",
+                true => "?",
+                false => " ",
+            };
+            let url = format!("{url}{separator}sslmode=disable");
+            let store = runtime
+                .block_on(PostgresStore::connect_with(
+                    &url,
+                    StoreConfig::default(),
+                    options,
+                ))
+                .expect("connect the store");
+            schema.without_autovacuum(runtime);
+            let measured = run_case(runtime, &store, workload, mutations, &footprint);
+            drop(store);
+            measured
+        };
+        measured.live = Some(schema.bytes(runtime, "VACUUM FULL"));
+        schema.drop(runtime);
+        measured
+    }
+
+    /// The raw write: read the row, change the state, write it back if its version is still
+    /// the one read.
+    fn run_raw(
+        runtime: &Runtime,
+        schema: &Schema,
+        workload: Workload,
+        mutations: usize,
+        footprint: &dyn Fn() -> u64,
+    ) -> Measured {
+        let client = &schema.client;
+        let (initial, mutations) = initial(workload, mutations);
+        let state_bytes = initial.to_string().len();
+        let (select, update) = runtime.block_on(async {
+            client
+                .batch_execute(&format!(
+                    "CREATE TABLE {0}.raw (id text PRIMARY KEY, version bigint NOT NULL,
+                         state text NOT NULL)",
+                    schema.name
+                ))
+                .await
+                .expect("create the raw table");
+            client
+                .execute(
+                    &format!(
+                        "INSERT INTO {}.raw (id, version, state) VALUES ('doc', 1, $1)",
+                        schema.name
+                    ),
+                    &[&initial.to_string()],
+                )
+                .await
+                .expect("insert the row");
+            let select = client
+                .prepare(&format!(
+                    "SELECT state, version FROM {}.raw WHERE id = 'doc'",
+                    schema.name
+                ))
+                .await
+                .expect("prepare");
+            let update = client
+                .prepare(&format!(
+                    "UPDATE {}.raw SET state = $1, version = version + 1
+                     WHERE id = 'doc' AND version = $2",
+                    schema.name
+                ))
+                .await
+                .expect("prepare");
+            (select, update)
+        });
+        schema.without_autovacuum(runtime);
+        let before = footprint();
+        let mut half = before;
+        let mut latencies = Vec::with_capacity(mutations);
+        for i in 0..mutations {
+            if i == mutations / 2 {
+                half = footprint();
+            }
+            let started = Instant::now();
+            runtime.block_on(async {
+                let row = client.query_one(&select, &[]).await.expect("read the row");
+                let (text, version): (String, i64) = (row.get(0), row.get(1));
+                let mut state: Value = serde_json::from_str(&text).expect("stored state");
+                change(workload, i, &mut state);
+                let updated = client
+                    .execute(&update, &[&state.to_string(), &version])
+                    .await
+                    .expect("update the row");
+                assert_eq!(updated, 1, "mutation {i}: the row changed under the bench");
+            });
+            latencies.push(started.elapsed());
+        }
+        let after = footprint();
+        Measured {
+            state_bytes,
+            mutations,
+            before,
+            half,
+            after,
+            live: None,
+            latencies,
+        }
+    }
 }
 
 fn field(line: &str, name: &str) -> f64 {
@@ -337,13 +599,24 @@ fn main() {
         "p99",
     );
     let mut failed = false;
+    let mut engines = vec![Engine::Memory, Engine::Sqlite];
+    match (
+        cfg!(feature = "postgres"),
+        std::env::var_os("MCP_TOOLS_POSTGRES_URL").is_some(),
+    ) {
+        (true, true) => engines.extend([Engine::Postgres, Engine::PostgresRaw]),
+        (true, false) => println!("pg: skipped (set MCP_TOOLS_POSTGRES_URL)"),
+        (false, _) => println!("pg: skipped (build with --features postgres)"),
+    }
+    let only = std::env::var("STATE_GROWTH_ONLY").unwrap_or_default();
+    engines.retain(|engine| engine.name().starts_with(&only));
     // Memory first, each case in a fresh process (see the module's comment).
-    for engine in [Engine::Memory, Engine::Sqlite] {
+    for engine in engines {
         for workload in workloads {
             let output = Command::new(&exe)
                 .env(
                     "STATE_GROWTH_CASE",
-                    format!("{}:{}", engine.name(), workload.key()),
+                    format!("{}:{}", engine.key(), workload.key()),
                 )
                 .output()
                 .expect("run a case");
@@ -377,7 +650,10 @@ fn main() {
                     failed |= !pass;
                     format!("<= 64 MB resident: {}", if pass { "PASS" } else { "FAIL" })
                 }
-                _ => String::new(),
+                _ => match field(line, "live") {
+                    live if live >= 0.0 => format!("live {}", bytes(live)),
+                    _ => String::new(),
+                },
             };
             println!(
                 "{:<7} {:<14} {:>9} {:>10} {:>11} {:>12} {:>12} {:>10} {:>10}  {target}",
@@ -395,8 +671,10 @@ fn main() {
     }
     println!(
         "\nstate: the resource's initial JSON size. retained: SQLite main file + -wal after a \
-         truncating checkpoint, memory VmRSS, both from just after the create to after the last \
-         mutation. Notes also retain the notes themselves ({} x {NOTE_BYTES} B).",
+         truncating checkpoint, memory VmRSS, PostgreSQL the tables' total size after a plain \
+         VACUUM, all from just after the create to after the last mutation; live: PostgreSQL's \
+         tables after VACUUM FULL, at the end. Notes also retain the notes themselves \
+         ({} x {NOTE_BYTES} B).",
         NOTES
     );
     if failed {
