@@ -220,6 +220,34 @@ fn change(workload: Workload, i: usize, state: &mut Value) -> Value {
     }
 }
 
+/// Runs `mutate(i)` for each of `mutations` mutations, which answers how long its timed part
+/// took, with the footprint measured before, halfway and after.
+fn measure(
+    state_bytes: usize,
+    mutations: usize,
+    footprint: &dyn Fn() -> u64,
+    mut mutate: impl FnMut(usize) -> Duration,
+) -> Measured {
+    let before = footprint();
+    let mut half = before;
+    let mut latencies = Vec::with_capacity(mutations);
+    for i in 0..mutations {
+        if i == mutations / 2 {
+            half = footprint();
+        }
+        latencies.push(mutate(i));
+    }
+    Measured {
+        state_bytes,
+        mutations,
+        before,
+        half,
+        after: footprint(),
+        live: None,
+        latencies,
+    }
+}
+
 /// Runs one case in this process.
 fn run_case<S: Store>(
     runtime: &Runtime,
@@ -236,13 +264,7 @@ fn run_case<S: Store>(
         .expect("create");
     let handle = created.applied().expect("created").handle.clone();
     let mut version = 1;
-    let before = footprint();
-    let mut half = before;
-    let mut latencies = Vec::with_capacity(mutations);
-    for i in 0..mutations {
-        if i == mutations / 2 {
-            half = footprint();
-        }
+    measure(state_bytes, mutations, footprint, |i| {
         let operation_id = format!("growth-{i}");
         let request = match workload {
             Workload::Field(_) => {
@@ -270,24 +292,15 @@ fn run_case<S: Store>(
         let outcome = runtime
             .block_on(store.mutate(request, transition))
             .expect("mutate");
-        latencies.push(started.elapsed());
+        let took = started.elapsed();
         match outcome {
             MutationOutcome::Applied(applied) if applied.version == version + 1 => {
                 version = applied.version;
             }
             other => panic!("mutation {i} at version {version}: expected applied, got {other:?}"),
         }
-    }
-    let after = footprint();
-    Measured {
-        state_bytes,
-        mutations,
-        before,
-        half,
-        after,
-        live: None,
-        latencies,
-    }
+        took
+    })
 }
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
@@ -519,13 +532,7 @@ mod postgres {
             (select, update)
         });
         schema.without_autovacuum(runtime);
-        let before = footprint();
-        let mut half = before;
-        let mut latencies = Vec::with_capacity(mutations);
-        for i in 0..mutations {
-            if i == mutations / 2 {
-                half = footprint();
-            }
+        measure(state_bytes, mutations, footprint, |i| {
             let started = Instant::now();
             runtime.block_on(async {
                 let row = client.query_one(&select, &[]).await.expect("read the row");
@@ -538,18 +545,8 @@ mod postgres {
                     .expect("update the row");
                 assert_eq!(updated, 1, "mutation {i}: the row changed under the bench");
             });
-            latencies.push(started.elapsed());
-        }
-        let after = footprint();
-        Measured {
-            state_bytes,
-            mutations,
-            before,
-            half,
-            after,
-            live: None,
-            latencies,
-        }
+            started.elapsed()
+        })
     }
 }
 

@@ -804,6 +804,33 @@ mod tests {
         EntityKind::new("ticket", "tkt").with_ttl(Duration::from_secs(60));
     const LASTING: EntityKind = EntityKind::new("note", "nte");
 
+    /// How long a test waits for any one step before it fails instead of hanging.
+    const STEP: Duration = Duration::from_secs(30);
+
+    async fn within<T>(what: &str, future: impl Future<Output = T>) -> T {
+        tokio::time::timeout(STEP, future)
+            .await
+            .unwrap_or_else(|_| panic!("timed out after {STEP:?}: {what}"))
+    }
+
+    /// Retries `request` until it is applied (a claim on its id given up), within [`STEP`]:
+    /// the version it was applied at.
+    async fn applied_once_free(
+        store: &MemoryStore,
+        request: impl Fn() -> CreateRequest<'static>,
+    ) -> u64 {
+        within("the claim on the id to be given up", async {
+            loop {
+                let retry = store.create(request()).await.unwrap();
+                match retry.applied() {
+                    Some(applied) => break applied.version,
+                    None => tokio::task::yield_now().await,
+                }
+            }
+        })
+        .await
+    }
+
     fn create(store: &MemoryStore, kind: EntityKind, operation_id: Option<&str>) {
         let mut request = CreateRequest::new(kind, Principal::subject("alice"), json!({}));
         if let Some(operation_id) = operation_id {
@@ -848,12 +875,6 @@ mod tests {
     /// the first change to end.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn requests_waiting_for_a_busy_resource_or_operation_id_leave_the_workers_to_others() {
-        const STEP: Duration = Duration::from_secs(30);
-        async fn within<T>(what: &str, future: impl Future<Output = T>) -> T {
-            tokio::time::timeout(STEP, future)
-                .await
-                .unwrap_or_else(|_| panic!("timed out after {STEP:?}: {what}"))
-        }
         let store = Arc::new(MemoryStore::new(StoreConfig::default()));
         let created = |store: Arc<MemoryStore>| async move {
             let request = CreateRequest::new(LASTING, Principal::subject("alice"), json!({"n": 0}));
@@ -1010,12 +1031,6 @@ mod tests {
     /// moves, so it would wait for ever).
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_create_dropped_while_its_id_is_held_gives_its_claim_up_later() {
-        const STEP: Duration = Duration::from_secs(30);
-        async fn within<T>(what: &str, future: impl Future<Output = T>) -> T {
-            tokio::time::timeout(STEP, future)
-                .await
-                .unwrap_or_else(|_| panic!("timed out after {STEP:?}: {what}"))
-        }
         let clock = ManualClock::at_millis(1_785_231_000_000);
         let store = MemoryStore::new(StoreConfig {
             clock: Arc::new(clock),
@@ -1044,19 +1059,7 @@ mod tests {
         stalled.abort();
         let _ = within("the aborted create to stop", stalled).await;
         drop(held);
-        let version = within("the dropped create's claim to be given up", async {
-            loop {
-                let retry = store
-                    .create(request(Creation::ready(json!({}))))
-                    .await
-                    .unwrap();
-                match retry.applied() {
-                    Some(applied) => break applied.version,
-                    None => tokio::task::yield_now().await,
-                }
-            }
-        })
-        .await;
+        let version = applied_once_free(&store, || request(Creation::ready(json!({})))).await;
         assert_eq!(version, 1);
     }
 
@@ -1066,7 +1069,6 @@ mod tests {
     #[tokio::test]
     async fn a_create_dropped_waiting_to_finish_gives_its_claim_up() {
         use futures_util::FutureExt;
-        const STEP: Duration = Duration::from_secs(30);
         let store = MemoryStore::new(StoreConfig {
             clock: Arc::new(ManualClock::at_millis(1_785_231_000_000)),
             ..StoreConfig::default()
@@ -1092,20 +1094,8 @@ mod tests {
         );
         drop(create);
         drop(held);
-        let retried = tokio::time::timeout(STEP, async {
-            loop {
-                let retry = store
-                    .create(request(Creation::ready(json!({}))))
-                    .await
-                    .unwrap();
-                match retry.applied() {
-                    Some(applied) => break applied.version,
-                    None => tokio::task::yield_now().await,
-                }
-            }
-        })
-        .await;
-        assert_eq!(retried, Ok(1), "the claim was left behind");
+        let version = applied_once_free(&store, || request(Creation::ready(json!({})))).await;
+        assert_eq!(version, 1);
     }
 
     /// A kept record reads back as the entry that was recorded, whatever its outcome, and an
