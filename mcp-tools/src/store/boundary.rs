@@ -438,6 +438,17 @@ pub(crate) async fn create(
         Making::Deferred(making) => making,
     };
     let token = claim_token()?;
+    // Armed before the claim is sent: a unit may commit after its caller is gone (SQLite's
+    // writer runs the jobs it was given; a database may commit what it had received), and a
+    // create dropped then would leave its claim to lapse. A claim that never committed carries
+    // no token of this create's, so giving it up removes nothing.
+    let mut abandon = Abandon {
+        store,
+        principal: &principal,
+        claim: operation_id
+            .as_deref()
+            .map(|operation_id| (operation_id, token)),
+    };
     let claimed = {
         let (who, operation) = (principal.clone(), operation.clone());
         store
@@ -451,13 +462,11 @@ pub(crate) async fn create(
             .await?
     };
     let token = match claimed {
-        Claim::Answer(answer) => return Ok(*answer),
+        Claim::Answer(answer) => {
+            abandon.claim = None;
+            return Ok(*answer);
+        }
         Claim::Claimed(token) => token,
-    };
-    let mut abandon = Abandon {
-        store,
-        principal: &principal,
-        claim: operation_id.as_deref().zip(token),
     };
     let made = match AssertUnwindSafe(making).catch_unwind().await {
         Ok(Ok(state)) => Made::State(state),
@@ -469,7 +478,8 @@ pub(crate) async fn create(
     // The claim is given up on a drop until the unit that records the outcome has finished:
     // that unit may wait (for the operation id's turn, for the database), and a create dropped
     // there would otherwise leave the claim to lapse. Given up after that unit committed, the
-    // claim is no longer this create's to give up, and nothing is removed.
+    // claim is no longer this create's to give up, and nothing is removed; given up after it
+    // failed (rolled back), the claim is freed for the retry at once.
     let finished = store
         .unit(
             &principal,
@@ -489,7 +499,9 @@ pub(crate) async fn create(
             },
         )
         .await;
-    abandon.claim = None;
+    if finished.is_ok() {
+        abandon.claim = None;
+    }
     finished
 }
 

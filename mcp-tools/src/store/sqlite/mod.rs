@@ -1018,6 +1018,7 @@ impl Store for SqliteStore {
 
 #[cfg(test)]
 mod tests {
+    use crate::store::contract::{Creation, Making};
     use rusqlite::StatementStatus;
 
     use super::*;
@@ -1235,6 +1236,111 @@ mod tests {
             .await
             .unwrap_or_else(|_| panic!("{what} timed out"))
             .unwrap_or_else(|error| panic!("{what}: {error}"))
+    }
+
+    /// A store whose clock never moves, so a claim left behind would never lapse.
+    fn still_store(path: &Path, options: SqliteOptions) -> SqliteStore {
+        let clock = crate::store::clock::ManualClock::at_millis(1_785_231_000_000);
+        let config = StoreConfig {
+            clock: Arc::new(clock),
+            ..StoreConfig::default()
+        };
+        SqliteStore::open_with(path, config, options).unwrap()
+    }
+
+    /// A create of a note with the operation id `claimed`.
+    fn claiming(making: Creation<'static>) -> CreateRequest<'static> {
+        const NOTE: crate::store::EntityKind = crate::store::EntityKind::new("note", "nte");
+        let fingerprint = crate::store::Fingerprint::of_call("create", &serde_json::json!({}));
+        CreateRequest::deferred(NOTE, crate::Principal::subject("alice"), making)
+            .operation("claimed", fingerprint)
+    }
+
+    /// Retries a ready create of `claiming` until it is applied (the claim on its id given
+    /// up), within the test's bound: the version it was applied at.
+    async fn applied_once_free(store: &SqliteStore) -> u64 {
+        within("the claim on the id to be given up", async {
+            loop {
+                let retry = store
+                    .create(claiming(Creation::ready(serde_json::json!({}))))
+                    .await?;
+                match retry.applied() {
+                    Some(applied) => break Ok(applied.version),
+                    None => tokio::task::yield_now().await,
+                }
+            }
+        })
+        .await
+    }
+
+    /// A create dropped while its claim waits in the writer's queue gives the claim up once the
+    /// writer has committed it (the writer runs what it was given, whoever still waits): a retry
+    /// with the id then runs, instead of answering `OPERATION_IN_PROGRESS` until the lease ends.
+    #[tokio::test]
+    async fn a_create_dropped_before_its_claim_committed_gives_it_up() {
+        use futures_util::FutureExt;
+        let dir = tempfile::tempdir().unwrap();
+        let store = still_store(&dir.path().join("claims.db"), SqliteOptions::default());
+        let (started, writer_busy) = tokio::sync::oneshot::channel();
+        let (release, released) = std::sync::mpsc::channel::<()>();
+        let writer = Arc::clone(&store.inner.writer);
+        let busy = tokio::spawn(async move {
+            writer
+                .run(move |_, _| {
+                    let _ = started.send(());
+                    let _ = released.recv();
+                    Ok(())
+                })
+                .await
+        });
+        within("the writer to start the blocking unit", async {
+            writer_busy.await.unwrap();
+            Ok(())
+        })
+        .await;
+        let mut create = store.create(claiming(Creation(Making::Deferred(Box::pin(async {
+            Ok(serde_json::json!({}))
+        })))));
+        assert!(
+            (&mut create).now_or_never().is_none(),
+            "the claim waits behind the busy writer"
+        );
+        drop(create);
+        release.send(()).unwrap();
+        within("the blocking unit", async { busy.await.unwrap() }).await;
+        assert_eq!(applied_once_free(&store).await, 1);
+    }
+
+    /// A create whose last unit failed (rolled back, so its claim is still there) gives the
+    /// claim up: the retry runs at once instead of waiting for the lease to end.
+    #[tokio::test]
+    async fn a_create_whose_last_unit_failed_gives_its_claim_up() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("claims.db");
+        let options = SqliteOptions {
+            busy_timeout: Duration::from_millis(100),
+            ..SqliteOptions::default()
+        };
+        let store = still_store(&path, options.clone());
+        // Another process, which takes the file's write lock while the state is made.
+        let other = Arc::new(Mutex::new(connect(&path, &options).unwrap()));
+        let making = {
+            let other = Arc::clone(&other);
+            Box::pin(async move {
+                lock(&other).execute_batch("BEGIN IMMEDIATE").unwrap();
+                Ok(serde_json::json!({}))
+            })
+        };
+        let failed = tokio::time::timeout(
+            Duration::from_secs(30),
+            store.create(claiming(Creation(Making::Deferred(making)))),
+        )
+        .await
+        .expect("the create timed out");
+        assert!(failed.is_err(), "{failed:?}");
+        // Released before this task yields, so before the claim is given up.
+        lock(&other).execute_batch("ROLLBACK").unwrap();
+        assert_eq!(applied_once_free(&store).await, 1);
     }
 
     /// A transition setting one member of a JSON state.
