@@ -1617,6 +1617,43 @@ async fn nesting_is_bounded<S: Store + CountResources>(open: Open<'_, S>) {
         .await
         .unwrap();
     assert_eq!(expect_applied(&applied).version, 2, "{applied:?}");
+
+    // An error is recorded with its details: past the bound it is refused unrecorded, so the
+    // same id applies once the tool is fixed; at the bound it is recorded and replayed.
+    let with_id = |operation_id: &str| {
+        MutationRequest::new(Document::kind(), alice(), &handle)
+            .expect_version(2)
+            .operation(operation_id, Fingerprint::of(&json!(operation_id)))
+    };
+    let failing = |details: Value| {
+        Transition::typed(move |_: &mut Document| {
+            Err::<Value, _>(ToolError::new("SEAT_TAKEN", "taken").with_details(details.clone()))
+        })
+    };
+    let deep = within(
+        "an error past the bound",
+        store.mutate(with_id("deep-error"), failing(nested(MAX_DEPTH + 1))),
+    )
+    .await
+    .unwrap();
+    expect_rejected(&deep, code::INVALID_STATE);
+    for _ in 0..2 {
+        let shallow = within(
+            "an error at the bound",
+            store.mutate(with_id("error"), failing(nested(MAX_DEPTH))),
+        )
+        .await
+        .unwrap();
+        assert_eq!(shallow.code(), Some("SEAT_TAKEN"), "{shallow:?}");
+    }
+    let fixed = Transition::typed(|document: &mut Document| {
+        document.body = json!(2);
+        Ok::<_, ToolError>(json!(null))
+    });
+    let applied = within("the fixed tool", store.mutate(with_id("deep-error"), fixed))
+        .await
+        .unwrap();
+    assert_eq!(expect_applied(&applied).version, 3, "{applied:?}");
 }
 
 /// A resource (or a store descriptor) that declares a view shows it in every outcome: applied,

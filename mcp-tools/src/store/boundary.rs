@@ -875,6 +875,13 @@ fn decide(
     // The transition only borrows the stored state: it stays intact when it fails or panics.
     let changed = match panic::catch_unwind(AssertUnwindSafe(|| transition.run(&record.state))) {
         Ok(Ok(changed)) => changed,
+        // Recorded, so its details are bounded as a state is; past the bound it is refused
+        // unrecorded, as a state would be.
+        Ok(Err(error)) if error.details().is_some_and(|d| deeper_than(d, MAX_DEPTH)) => {
+            return Ok(Decision::Unrecorded(MutationOutcome::Rejected(
+                Rejected::too_deep(kind.kind),
+            )));
+        }
         Ok(Err(error)) => return Ok(Decision::rejected(Rejected::domain(&error))),
         // A bug, not an outcome: nothing is recorded, so a fixed server applies the retry.
         Err(_) => {

@@ -78,13 +78,15 @@ impl ConflictPolicy {
     }
 }
 
-/// How many levels of arrays and objects a resource's state, or a mutation's result, may nest
-/// (`{"a": [1]}` nests two). A deeper one is refused with `INVALID_STATE` and nothing changes.
+/// How many levels of arrays and objects a resource's state, a mutation's result, or the
+/// details of a transition's error may nest (`{"a": [1]}` nests two). A deeper one is refused
+/// with `INVALID_STATE`, nothing changes and nothing is recorded.
 ///
-/// The stores keep states and results as JSON text, some inside records of their own (a ledger
-/// record wraps a result, an undo patch a part of a state), and read them back with a JSON
-/// parser that stops at 127 levels. Below this bound every store reads back what it wrote,
-/// whichever process reads it, and the walks over a state (copies, deltas) stay shallow.
+/// The stores keep these as JSON text, some inside records of their own (a ledger record wraps
+/// a result, an undo patch a part of a state), and read them back with a JSON parser that stops
+/// at 127 levels. The bound leaves room for those records' own levels, so every store reads
+/// back what it wrote, whichever process reads it, and the walks over a state (copies, deltas)
+/// stay shallow.
 pub const MAX_DEPTH: usize = 100;
 
 /// Whether `value` nests arrays and objects more than `levels` deep. Never descends past

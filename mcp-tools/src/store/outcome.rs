@@ -250,13 +250,13 @@ impl Rejected {
         }
     }
 
-    /// The tool made a state or a result nested deeper than [`MAX_DEPTH`](super::MAX_DEPTH)
-    /// levels, more than a store keeps.
+    /// The tool made a state, a result or an error's details nested deeper than
+    /// [`MAX_DEPTH`](super::MAX_DEPTH) levels, more than a store keeps.
     pub fn too_deep(kind: &str) -> Self {
         Rejected {
             code: code::INVALID_STATE.into(),
             message: format!(
-                "The tool made a {kind} state or a result that nests arrays and objects more than {} levels deep, more than the store keeps; nothing was changed. The same call will fail the same way: report it to the server's operator.",
+                "The tool made a {kind} state, a result or an error's details that nest arrays and objects more than {} levels deep, more than the store keeps; nothing was changed. The same call will fail the same way: report it to the server's operator.",
                 super::MAX_DEPTH
             ),
             recovery: Some(Recovery::Stop),

@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
 use crate::store::contract::deeper_than;
-use crate::store::{MAX_DEPTH, StoreError, format_rfc3339};
+use crate::store::{StoreError, format_rfc3339};
 
 /// Where a task stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -43,6 +43,12 @@ impl TaskStatus {
         }
     }
 }
+
+/// How deep a completed task's result may nest arrays and objects. The SQL stores keep a record
+/// as one JSON document, read back by a parser that stops at 127 levels, and the record's own
+/// object is one of them. A stateful tool's answer nests its state (at most
+/// [`MAX_DEPTH`](crate::store::MAX_DEPTH)) at most four levels down, so it always fits.
+const RESULT_DEPTH: usize = 126;
 
 /// One task, as a store keeps it. Stores treat it as an opaque document with a few keys
 /// ([`id`](Self::id), [`owner`](Self::owner), [`operation_key`](Self::operation_key),
@@ -169,12 +175,10 @@ impl TaskRecord {
             return false;
         }
         let end = match end {
-            // Kept as JSON text by the SQL stores, read back by a parser that stops at 127
-            // levels: a deeper result would make the task unreadable.
-            Ending::Completed(result) if deeper_than(&result, MAX_DEPTH) => Ending::Failed {
+            Ending::Completed(result) if deeper_than(&result, RESULT_DEPTH) => Ending::Failed {
                 code: crate::protocol::codes::INTERNAL_ERROR,
                 message: format!(
-                    "The tool's result nests arrays and objects more than {MAX_DEPTH} levels \
+                    "The tool's result nests arrays and objects more than {RESULT_DEPTH} levels \
                      deep, more than a task keeps; report it to the server's operator"
                 ),
             },
@@ -482,17 +486,21 @@ mod tests {
     #[test]
     fn a_result_past_the_nesting_bound_fails_the_task() {
         let nested = |levels: usize| (0..levels).fold(json!(1), |inner, _| json!([inner]));
-        let mut kept = record();
+        // A replay's answer, around a state at the stores' bound.
+        let replayed = json!({ "structuredContent": { "current": { "state": {
+            "body": nested(crate::store::MAX_DEPTH - 1)
+        } } } });
         // The result's own object is one level.
-        kept.end(
-            Ending::Completed(json!({ "structuredContent": nested(MAX_DEPTH - 1) })),
-            2_000,
-        );
-        assert_eq!(kept.status, TaskStatus::Completed);
-        assert_eq!(TaskRecord::decode(&kept.encode()).unwrap(), kept);
+        let at_bound = json!({ "structuredContent": nested(RESULT_DEPTH - 1) });
+        for result in [replayed, at_bound] {
+            let mut kept = record();
+            kept.end(Ending::Completed(result), 2_000);
+            assert_eq!(kept.status, TaskStatus::Completed);
+            assert_eq!(TaskRecord::decode(&kept.encode()).unwrap(), kept);
+        }
         let mut failed = record();
         failed.end(
-            Ending::Completed(json!({ "structuredContent": nested(MAX_DEPTH) })),
+            Ending::Completed(json!({ "structuredContent": nested(RESULT_DEPTH) })),
             2_000,
         );
         assert_eq!(failed.status, TaskStatus::Failed);
