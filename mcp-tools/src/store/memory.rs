@@ -1063,6 +1063,50 @@ mod tests {
         assert_eq!(version, 1);
     }
 
+    /// With the id's lock free, a dropped create gives its claim up at once, on the dropping
+    /// thread, so it needs no runtime to spawn on: here there is none, and the clock never
+    /// moves, so a claim left behind would answer every retry `OPERATION_IN_PROGRESS`.
+    #[test]
+    fn a_create_dropped_with_its_id_free_gives_its_claim_up_at_once() {
+        use futures_util::FutureExt;
+        let store = MemoryStore::new(StoreConfig {
+            clock: Arc::new(ManualClock::at_millis(1_785_231_000_000)),
+            ..StoreConfig::default()
+        });
+        let request = |making: Creation<'static>| {
+            CreateRequest::deferred(LASTING, Principal::subject("alice"), making)
+                .operation("dropped", Fingerprint::of_call("create", &json!({})))
+        };
+        let mut create = store.create(request(Creation(Making::Deferred(Box::pin(
+            std::future::pending::<Result<Value, crate::ToolError>>(),
+        )))));
+        assert!(
+            (&mut create).now_or_never().is_none(),
+            "claimed, and making its state"
+        );
+        drop(create);
+        let retry = store
+            .create(request(Creation::ready(json!({}))))
+            .now_or_never()
+            .expect("a ready create with a free id completes at once")
+            .unwrap();
+        assert_eq!(retry.applied().map(|applied| applied.version), Some(1));
+    }
+
+    /// Operation ids spread over every one of the locks, so two ids wait for each other only
+    /// as often as [`OPERATION_LOCKS`] says.
+    #[test]
+    fn operation_ids_spread_over_every_lock() {
+        let used: std::collections::HashSet<usize> = (0..=u16::MAX)
+            .map(|spread| {
+                let mut key: LedgerKey = [0; 32];
+                key[1..3].copy_from_slice(&spread.to_be_bytes());
+                operation_lock(&key)
+            })
+            .collect();
+        assert_eq!(used.len(), OPERATION_LOCKS);
+    }
+
     /// A create dropped after making its state, while its last unit waits for the operation
     /// id's lock, gives its claim up too: a retry need not wait for the claim to lapse (the
     /// clock here never moves, so it would wait for ever).
