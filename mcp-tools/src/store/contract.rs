@@ -422,6 +422,11 @@ pub struct StoreConfig {
     /// How long a create's claim on its operation id lasts while the tool's function runs
     /// (default 30 s). A retry within it is `OPERATION_IN_PROGRESS`; after it (the first attempt's
     /// process died), the retry claims the id again and runs the function again.
+    ///
+    /// A create dropped before it finished (its client went away, a timeout) gives its claim up
+    /// from a task on the tokio runtime it was dropped on (the memory store, when nobody holds
+    /// the id, at once). Dropped outside a tokio runtime, it has no task to do that, and its
+    /// claim lasts this long.
     pub creation_lease: Duration,
     /// The time source.
     pub clock: Arc<dyn Clock>,
