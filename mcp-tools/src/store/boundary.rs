@@ -4,6 +4,7 @@
 use std::future::Future;
 use std::panic::{self, AssertUnwindSafe};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use futures_util::FutureExt;
 
@@ -394,6 +395,11 @@ pub(crate) trait CreateUnits: Sync {
     /// dropped while its state was being made (its caller went away), so a retry need not wait
     /// for the claim to lapse.
     fn abandon(&self, principal: &Principal, operation_id: &str, token: u64);
+
+    /// Whether a unit may still run once the future of [`unit`](Self::unit) was dropped (a
+    /// writer thread running the jobs it was given). Where it may not, a unit whose work never
+    /// started wrote nothing, and a dropped create need not give up a claim it never made.
+    const RUNS_WHEN_DROPPED: bool = false;
 }
 
 /// A create, in the steps every store takes: a state known up front is stored in the unit that
@@ -442,12 +448,14 @@ pub(crate) async fn create(
     // writer runs the jobs it was given; a database may commit what it had received), and a
     // create dropped then would leave its claim to lapse. A claim that never committed carries
     // no token of this create's, so giving it up removes nothing.
+    let started = Arc::new(AtomicBool::new(false));
     let mut abandon = Abandon {
         store,
         principal: &principal,
         claim: operation_id
             .as_deref()
             .map(|operation_id| (operation_id, token)),
+        started: Arc::clone(&started),
     };
     let claimed = {
         let (who, operation) = (principal.clone(), operation.clone());
@@ -456,6 +464,7 @@ pub(crate) async fn create(
                 &principal,
                 operation_id.as_deref(),
                 move |txn, config, now| {
+                    started.store(true, Ordering::Relaxed);
                     claim(txn, config, &kind, &who, operation.as_ref(), token, now)
                 },
             )
@@ -510,11 +519,18 @@ struct Abandon<'a, S: CreateUnits> {
     store: &'a S,
     principal: &'a Principal,
     claim: Option<(&'a str, u64)>,
+    /// Whether the work of the claiming unit started. A create dropped while it waited for its
+    /// turn, a connection or a lock leaves nothing to give up, and giving it up anyway would
+    /// cost a store under pressure one more transaction.
+    started: Arc<AtomicBool>,
 }
 
 impl<S: CreateUnits> Drop for Abandon<'_, S> {
     fn drop(&mut self) {
-        if let Some((operation_id, token)) = self.claim {
+        let Some((operation_id, token)) = self.claim else {
+            return;
+        };
+        if S::RUNS_WHEN_DROPPED || self.started.load(Ordering::Relaxed) {
             self.store.abandon(self.principal, operation_id, token);
         }
     }

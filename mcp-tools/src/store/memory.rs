@@ -831,6 +831,12 @@ mod tests {
         .await
     }
 
+    /// A create by alice with the operation id `dropped`, which the tests drop part way.
+    fn dropped_create(making: Creation<'static>) -> CreateRequest<'static> {
+        CreateRequest::deferred(LASTING, Principal::subject("alice"), making)
+            .operation("dropped", Fingerprint::of_call("create", &json!({})))
+    }
+
     fn create(store: &MemoryStore, kind: EntityKind, operation_id: Option<&str>) {
         let mut request = CreateRequest::new(kind, Principal::subject("alice"), json!({}));
         if let Some(operation_id) = operation_id {
@@ -1037,10 +1043,7 @@ mod tests {
             ..StoreConfig::default()
         });
         let alice = Principal::subject("alice");
-        let request = |making: Creation<'static>| {
-            CreateRequest::deferred(LASTING, Principal::subject("alice"), making)
-                .operation("dropped", Fingerprint::of_call("create", &json!({})))
-        };
+        let request = dropped_create;
         let (started, running) = tokio::sync::oneshot::channel::<()>();
         let stalled = tokio::spawn({
             let (store, request) = (
@@ -1063,6 +1066,41 @@ mod tests {
         assert_eq!(version, 1);
     }
 
+    /// A create dropped while its claim waits for the id's lock wrote nothing, so it gives
+    /// nothing up: no task is left behind to take the lock after it.
+    #[tokio::test]
+    async fn a_create_dropped_before_claiming_leaves_nothing_to_give_up() {
+        use futures_util::FutureExt;
+        let store = MemoryStore::new(StoreConfig {
+            clock: Arc::new(ManualClock::at_millis(1_785_231_000_000)),
+            ..StoreConfig::default()
+        });
+        let tasks = || {
+            tokio::runtime::Handle::current()
+                .metrics()
+                .num_alive_tasks()
+        };
+        let before = tasks();
+        let held = within("the id's lock", store.inner.hold("alice", "dropped")).await;
+        let mut create = store.create(dropped_create(Creation(Making::Deferred(Box::pin(
+            async { Ok(json!({})) },
+        )))));
+        assert!(
+            (&mut create).now_or_never().is_none(),
+            "waiting for the id's lock"
+        );
+        drop(create);
+        assert_eq!(
+            tasks(),
+            before,
+            "a task was left to give up a claim never made"
+        );
+        drop(held);
+        let version =
+            applied_once_free(&store, || dropped_create(Creation::ready(json!({})))).await;
+        assert_eq!(version, 1);
+    }
+
     /// With the id's lock free, a dropped create gives its claim up at once, on the dropping
     /// thread, so it needs no runtime to spawn on: here there is none, and the clock never
     /// moves, so a claim left behind would answer every retry `OPERATION_IN_PROGRESS`.
@@ -1073,10 +1111,7 @@ mod tests {
             clock: Arc::new(ManualClock::at_millis(1_785_231_000_000)),
             ..StoreConfig::default()
         });
-        let request = |making: Creation<'static>| {
-            CreateRequest::deferred(LASTING, Principal::subject("alice"), making)
-                .operation("dropped", Fingerprint::of_call("create", &json!({})))
-        };
+        let request = dropped_create;
         let mut create = store.create(request(Creation(Making::Deferred(Box::pin(
             std::future::pending::<Result<Value, crate::ToolError>>(),
         )))));
@@ -1117,10 +1152,7 @@ mod tests {
             clock: Arc::new(ManualClock::at_millis(1_785_231_000_000)),
             ..StoreConfig::default()
         });
-        let request = |making: Creation<'static>| {
-            CreateRequest::deferred(LASTING, Principal::subject("alice"), making)
-                .operation("dropped", Fingerprint::of_call("create", &json!({})))
-        };
+        let request = dropped_create;
         let (made, made_here) = tokio::sync::oneshot::channel::<()>();
         let mut create = store.create(request(Creation(Making::Deferred(Box::pin(async move {
             let _ = made_here.await;

@@ -949,6 +949,8 @@ impl SqliteStore {
 impl boundary::CreateUnits for SqliteStore {
     type Txn<'t> = SqlTxn<'t>;
 
+    const RUNS_WHEN_DROPPED: bool = true;
+
     fn unit<T, F>(
         &self,
         _: &Principal,
@@ -1321,9 +1323,12 @@ mod tests {
             busy_timeout: Duration::from_millis(100),
             ..SqliteOptions::default()
         };
-        let store = still_store(&path, options.clone());
-        // Another process, which takes the file's write lock while the state is made.
-        let other = Arc::new(Mutex::new(connect(&path, &options).unwrap()));
+        let store = still_store(&path, options);
+        // Another process, which takes the file's write lock while the state is made (waiting
+        // as long as it takes for the store's sweep, should it run then).
+        let other = Arc::new(Mutex::new(
+            connect(&path, &SqliteOptions::default()).unwrap(),
+        ));
         let making = {
             let other = Arc::clone(&other);
             Box::pin(async move {
