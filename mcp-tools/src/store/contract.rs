@@ -423,10 +423,11 @@ pub struct StoreConfig {
     /// (default 30 s). A retry within it is `OPERATION_IN_PROGRESS`; after it (the first attempt's
     /// process died), the retry claims the id again and runs the function again.
     ///
-    /// A create dropped before it finished (its client went away, a timeout) gives its claim up
-    /// from a task on the tokio runtime it was dropped on (the memory store, when nobody holds
-    /// the id, at once). Dropped outside a tokio runtime, it has no task to do that, and its
-    /// claim lasts this long.
+    /// A create dropped before it finished (its client went away, a timeout), or whose last
+    /// step failed, gives its claim up from a task on the tokio runtime it was dropped on (the
+    /// memory store, when nobody holds the id's lock, at once). Dropped outside a tokio runtime,
+    /// it has no task to do that, and its claim lasts this long; so does a claim whose giving up
+    /// failed (the database busy or unreachable).
     pub creation_lease: Duration,
     /// The time source.
     pub clock: Arc<dyn Clock>,

@@ -45,10 +45,11 @@ impl TaskStatus {
 }
 
 /// How deep a completed task's result may nest arrays and objects. The SQL stores keep a record
-/// as one JSON document, read back by a parser that stops at 127 levels, and the record's own
-/// object is one of them. A stateful tool's answer nests its state (at most
-/// [`MAX_DEPTH`](crate::store::MAX_DEPTH)) at most four levels down, so it always fits.
-const RESULT_DEPTH: usize = 126;
+/// as one JSON document, and `tasks/get` answers with the result two levels down in its
+/// message; both are read by parsers that commonly stop at 127 levels (serde_json's does). A
+/// stateful tool's answer nests its state (at most [`MAX_DEPTH`](crate::store::MAX_DEPTH)) four
+/// levels down at most, so it fits unless a view nests deeper than its state.
+const RESULT_DEPTH: usize = 125;
 
 /// One task, as a store keeps it. Stores treat it as an opaque document with a few keys
 /// ([`id`](Self::id), [`owner`](Self::owner), [`operation_key`](Self::operation_key),
@@ -481,8 +482,9 @@ mod tests {
         assert!(!task.visible_to("bob", 2_000));
     }
 
-    /// A result within the nesting bound is kept and reads back from its encoding; a deeper
-    /// one, which would not, fails the task instead.
+    /// A result within the nesting bound is kept, and reads back from its encoding and from
+    /// the `tasks/get` message that carries it; a deeper one, which would not, fails the task
+    /// instead.
     #[test]
     fn a_result_past_the_nesting_bound_fails_the_task() {
         let nested = |levels: usize| (0..levels).fold(json!(1), |inner, _| json!([inner]));
@@ -497,6 +499,9 @@ mod tests {
             kept.end(Ending::Completed(result), 2_000);
             assert_eq!(kept.status, TaskStatus::Completed);
             assert_eq!(TaskRecord::decode(&kept.encode()).unwrap(), kept);
+            let message = json!({ "jsonrpc": "2.0", "id": 1, "result": kept.detailed() });
+            let read: Value = serde_json::from_str(&message.to_string()).unwrap();
+            assert_eq!(read, message);
         }
         let mut failed = record();
         failed.end(
