@@ -125,6 +125,15 @@ async fn rounds_then_task(cx: &Context) -> ToolReply<String> {
     ToolReply::Complete(format!("hello {name}"))
 }
 
+/// Asks for input with a form schema of nested objects `levels` deep
+#[tool(task = optional)]
+async fn ask_nested(levels: usize, cx: &Context) -> Result<String, ToolError> {
+    let schema = (0..levels).fold(json!("leaf"), |inner, _| json!({ "a": inner }));
+    cx.ask(InputRequired::new().elicit("deep", "Deep?", schema))
+        .await?;
+    Ok("answered".into())
+}
+
 /// Panics once the gate opens
 #[tool(task = optional)]
 async fn panics(cx: &Context) -> String {
@@ -168,6 +177,7 @@ fn server_on(probe: &Probe, store: impl Store, options: TaskOptions) -> McpServe
             ask_colour,
             ask_twice,
             rounds_then_task,
+            ask_nested,
             panics
         ])
         .state(probe.clone())
@@ -379,6 +389,29 @@ async fn multi_round_input_comes_before_the_task_is_made() {
     let id = second["taskId"].as_str().unwrap();
     let done = until(&server, id, "completed").await;
     assert_eq!(done["result"]["content"][0]["text"], "hello Ada");
+}
+
+/// An input request a task keeps nests at most 124 levels: the elicitation wraps its schema
+/// in two (the request, its params), and `tasks/get` carries the request four levels down, so
+/// its message stays within the 127 levels a JSON parser such as this client's reads. A deeper
+/// one fails the task with an error that says why, and the task stays readable.
+#[tokio::test]
+async fn input_requests_past_the_nesting_bound_fail_the_task() {
+    let h = harness();
+    let server = start(&h.probe).await;
+    let at_bound = created(&server, "ask_nested", json!({ "levels": 122 })).await;
+    let waiting = until(&server, &at_bound, "input_required").await;
+    assert!(only_request_key(&waiting).ends_with(".deep"), "{waiting}");
+    let past = created(&server, "ask_nested", json!({ "levels": 123 })).await;
+    let failed = until(&server, &past, "failed").await;
+    assert_eq!(failed["error"]["code"], -32603, "{failed}");
+    assert!(
+        failed["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("more than 124 levels deep"),
+        "{failed}"
+    );
 }
 
 #[tokio::test]

@@ -51,6 +51,18 @@ impl TaskStatus {
 /// levels down at most, so it fits unless a view nests deeper than its state.
 const RESULT_DEPTH: usize = 125;
 
+/// How deep one of a task's input requests may nest: `tasks/get` carries it a level further
+/// down than a result (`inputRequests`, then its key).
+pub(crate) const REQUEST_DEPTH: usize = RESULT_DEPTH - 1;
+
+/// Whether a task can keep `requests` as its input requests: each nests at most
+/// [`REQUEST_DEPTH`] levels.
+pub(crate) fn requests_fit(requests: &Map<String, Value>) -> bool {
+    !requests
+        .values()
+        .any(|request| deeper_than(request, REQUEST_DEPTH))
+}
+
 /// One task, as a store keeps it. Stores treat it as an opaque document with a few keys
 /// ([`id`](Self::id), [`owner`](Self::owner), [`operation_key`](Self::operation_key),
 /// [`expires_at_ms`](Self::expires_at_ms)); the runtime alone changes it, through a
