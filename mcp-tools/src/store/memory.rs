@@ -502,6 +502,14 @@ impl Inner {
     }
 
     /// Runs `work` on a transaction holding a create's operation id (`held`).
+    /// Gives up a create's claim `token` on the id `held`; a claim no longer this create's is
+    /// left alone.
+    fn give_up(&self, held: Held<'_>, principal: &Principal, operation_id: &str, token: u64) {
+        let _ = self.with_operation(Some(held), |txn, _| {
+            boundary::abandon(txn, principal, operation_id, token)
+        });
+    }
+
     fn with_operation<T>(
         &self,
         held: Option<Held<'_>>,
@@ -544,13 +552,8 @@ impl boundary::CreateUnits for MemoryStore {
     }
 
     fn abandon(&self, principal: &Principal, operation_id: &str, token: u64) {
-        let give_up = |inner: &Inner, held| {
-            let _ = inner.with_operation(Some(held), |txn, _| {
-                boundary::abandon(txn, principal, operation_id, token)
-            });
-        };
         if let Some(held) = self.inner.try_hold(principal.key(), operation_id) {
-            return give_up(&self.inner, held);
+            return self.inner.give_up(held, principal, operation_id, token);
         }
         // Somebody holds the id's lock (a retry of this create, or an id sharing the lock):
         // the claim is given up once it is free, off the dropping thread.
@@ -561,9 +564,7 @@ impl boundary::CreateUnits for MemoryStore {
         let (principal, operation_id) = (principal.clone(), operation_id.to_owned());
         runtime.spawn(async move {
             let held = inner.hold(principal.key(), &operation_id).await;
-            let _ = inner.with_operation(Some(held), |txn, _| {
-                boundary::abandon(txn, &principal, &operation_id, token)
-            });
+            inner.give_up(held, &principal, &operation_id, token);
         });
     }
 }
