@@ -53,15 +53,7 @@ const RESULT_DEPTH: usize = 125;
 
 /// How deep one of a task's input requests may nest: `tasks/get` carries it a level further
 /// down than a result (`inputRequests`, then its key).
-pub(crate) const REQUEST_DEPTH: usize = RESULT_DEPTH - 1;
-
-/// Whether a task can keep `requests` as its input requests: each nests at most
-/// [`REQUEST_DEPTH`] levels.
-pub(crate) fn requests_fit(requests: &Map<String, Value>) -> bool {
-    !requests
-        .values()
-        .any(|request| deeper_than(request, REQUEST_DEPTH))
-}
+const REQUEST_DEPTH: usize = RESULT_DEPTH - 1;
 
 /// One task, as a store keeps it. Stores treat it as an opaque document with a few keys
 /// ([`id`](Self::id), [`owner`](Self::owner), [`operation_key`](Self::operation_key),
@@ -258,9 +250,22 @@ impl TaskRecord {
     }
 
     /// The worker asks the client for input. Whether it changed (an ended task does not).
+    /// Requests nested past what the task's readers parse fail the task instead, as a result
+    /// would; its worker then stops at its next heartbeat.
     pub(crate) fn park(&mut self, requests: Map<String, Value>, now_ms: u64) -> bool {
         if self.status.is_terminal() {
             return false;
+        }
+        if requests
+            .values()
+            .any(|request| deeper_than(request, REQUEST_DEPTH))
+        {
+            let message = format!(
+                "The tool asked for input nested more than {REQUEST_DEPTH} levels deep, more \
+                 than a task keeps; report it to the server's operator"
+            );
+            let code = crate::protocol::codes::INTERNAL_ERROR;
+            return self.end(Ending::Failed { code, message }, now_ms);
         }
         self.status = TaskStatus::InputRequired;
         self.status_message = Some("Waiting for the client's input".to_owned());

@@ -12,7 +12,7 @@ use tokio::sync::{Notify, mpsc, oneshot, watch};
 use crate::RpcError;
 use crate::context::{Context, RoundInput, TaskSlot};
 use crate::store::StoreError;
-use crate::store::task_record::{Ending, REQUEST_DEPTH, requests_fit};
+use crate::store::task_record::Ending;
 use crate::tasks::{TaskChange, TaskInsert, TaskOptions, TaskRecord, TaskStatus, TaskStore};
 use crate::tools::BoxFuture;
 use crate::tools::content::ToolError;
@@ -520,15 +520,6 @@ impl Tasks {
             let wire = format!("r{round}.{key}");
             keys.push((wire.clone(), key));
             requests.insert(wire, request);
-        }
-        if !requests_fit(&requests) {
-            return Err(Ending::Failed {
-                code: crate::protocol::codes::INTERNAL_ERROR,
-                message: format!(
-                    "The tool asked for input nested more than {REQUEST_DEPTH} levels deep, \
-                     more than a task keeps; report it to the server's operator"
-                ),
-            });
         }
         let change = TaskChange::new(move |record| record.park(requests, now_ms()));
         match self.store.update_task(id, change).await {
