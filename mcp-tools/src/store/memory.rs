@@ -4,6 +4,7 @@ use std::collections::hash_map::RandomState;
 use std::collections::{HashMap, VecDeque};
 use std::future::Future;
 use std::hash::BuildHasher;
+use std::num::NonZeroU64;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, RwLock, Weak};
 
@@ -77,6 +78,8 @@ struct Cell {
 /// the resource's own, shared rather than copied, and an `applied` summary does not repeat it:
 /// a record owns few small allocations of its own, and since records outlive the requests around
 /// them by hours, each one the heap keeps between short-lived blocks costs every later request.
+/// For the same reason the common outcomes are kept inline and small, and the rare ones boxed:
+/// the ledger's table holds one slot of this size for every record, whatever its outcome.
 struct Kept {
     fingerprint: Fingerprint,
     handle: Option<Arc<str>>,
@@ -92,10 +95,11 @@ enum KeptOutcome {
     Applied {
         version: u64,
         result: Value,
-        rebased_from: Option<u64>,
+        /// Versions start at 1, so no rebase is from version 0.
+        rebased_from: Option<NonZeroU64>,
     },
     /// Any other outcome, as recorded.
-    Done(RecordedOutcome),
+    Done(Box<RecordedOutcome>),
 }
 
 impl Kept {
@@ -108,15 +112,16 @@ impl Kept {
         let outcome = match entry.state {
             LedgerState::Pending { token } => KeptOutcome::Pending { token },
             LedgerState::Done(RecordedOutcome::Applied(applied))
-                if handle.as_deref() == Some(applied.handle.as_str()) =>
+                if handle.as_deref() == Some(applied.handle.as_str())
+                    && applied.rebased_from != Some(0) =>
             {
                 KeptOutcome::Applied {
                     version: applied.version,
                     result: applied.result,
-                    rebased_from: applied.rebased_from,
+                    rebased_from: applied.rebased_from.and_then(NonZeroU64::new),
                 }
             }
-            LedgerState::Done(outcome) => KeptOutcome::Done(outcome),
+            LedgerState::Done(outcome) => KeptOutcome::Done(Box::new(outcome)),
         };
         Kept {
             fingerprint: entry.fingerprint,
@@ -139,9 +144,9 @@ impl Kept {
                 handle: self.handle.as_deref().unwrap_or_default().to_owned(),
                 version: *version,
                 result: result.clone(),
-                rebased_from: *rebased_from,
+                rebased_from: rebased_from.map(NonZeroU64::get),
             })),
-            KeptOutcome::Done(outcome) => LedgerState::Done(outcome.clone()),
+            KeptOutcome::Done(outcome) => LedgerState::Done(RecordedOutcome::clone(outcome)),
         };
         LedgerEntry {
             fingerprint: self.fingerprint,
@@ -1187,16 +1192,20 @@ mod tests {
             recorded_at: 1_000,
             expires_at: 2_000,
         };
-        let applied = |handle: &str| {
+        let rebased = |handle: &str, rebased_from: Option<u64>| {
             LedgerState::Done(RecordedOutcome::Applied(RecordedApplied {
                 handle: handle.to_owned(),
                 version: 7,
                 result: json!({ "memory_gib": 32 }),
-                rebased_from: Some(5),
+                rebased_from,
             }))
         };
+        let applied = |handle: &str| rebased(handle, Some(5));
         let cases = [
             entry(Some(&shared), applied(&shared)),
+            entry(Some(&shared), rebased(&shared, None)),
+            // No version 0 is ever rebased from, but one that says so is kept as it says.
+            entry(Some(&shared), rebased(&shared, Some(0))),
             // An applied summary about another handle than the record's is kept whole.
             entry(Some(&shared), applied("bsk_other")),
             entry(None, applied(&shared)),
@@ -1221,6 +1230,14 @@ mod tests {
         );
         assert_eq!(kept.handle.as_deref(), Some(&*shared));
         assert!(matches!(kept.outcome, KeptOutcome::Applied { .. }));
+    }
+
+    /// The ledger's table holds one slot of this size for every record it keeps, for hours: it
+    /// grows only by decision.
+    #[test]
+    fn a_kept_record_fills_a_small_slot() {
+        let slot = std::mem::size_of::<(LedgerKey, Kept)>();
+        assert!(slot <= 144, "a ledger slot takes {slot} bytes");
     }
 
     /// A record is swept at the instant its retention ends, not a millisecond before.
