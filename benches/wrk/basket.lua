@@ -12,9 +12,9 @@
 -- `upgrade` sends basket_upgrade_memory with the version it last saw for the basket and
 -- memory_gib = 100 + that version. Only this script changes those baskets, so the memory at
 -- version v is 100 + v - 1 and the request is always a real upgrade: the only correct answers are
--- `applied` and `stale_view`. The version is learned from every answer (`resumption.basis_version`,
--- which a stale_view sets to its `current_version`), so after the first stale answer per basket
--- (a new wrk run starts knowing none) most calls apply.
+-- `applied` and `stale_view`. The version is learned from every answer (an `applied` answer's
+-- `version`, a `stale_view`'s `resumption.basis_version`, which is its `current_version`), so
+-- after the first stale answer per basket (a new wrk run starts knowing none) most calls apply.
 --
 -- Two `applied` answers naming the same basket and version would be a lost update: they are
 -- counted as `dup`.
@@ -32,9 +32,10 @@ end
 file:close()
 assert(#handles > 0, "BENCH_BASKETS lists no basket")
 
+-- The `_meta` of the baseline's script, member for member: a difference in what the server
+-- parses there would be measured as a difference between the tools.
 local meta = '"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28",'
-  .. '"io.modelcontextprotocol/clientCapabilities":{},'
-  .. '"io.modelcontextprotocol/clientInfo":{"name":"wrk-basket","version":"1"}}'
+  .. '"io.modelcontextprotocol/clientCapabilities":{}}'
 
 local headers = {
   ["Content-Type"] = "application/json",
@@ -64,14 +65,41 @@ local function body_of(id, arguments)
     .. name .. '","arguments":' .. arguments .. "," .. meta .. "}}"
 end
 
+-- A literal for a `string.format` template.
+local function literal(text)
+  return (string.gsub(text, "%%", "%%%%"))
+end
+
+-- A change's request differs from the last one to its basket only in the version it was based
+-- on, the operation id and the JSON-RPC id. So each basket gets one template of the whole request
+-- whose numbers have a fixed width (JSON allows the spaces before a number), its Content-Length
+-- included, and a request is one `string.format` of three numbers.
+local function template(handle)
+  local op = literal(run) .. "-%020d"
+  local arguments
+  if tool == "upgrade" then
+    arguments = '{"basket_id":"' .. literal(handle) .. '","expected_version":%10d,'
+      .. '"memory_gib":%10d,"operation_id":"' .. op .. '"}'
+  else
+    local dots = string.rep(".", 40 - #("note " .. run .. "-") - 20)
+    arguments = '{"basket_id":"' .. literal(handle) .. '","text":"note.' .. op .. dots
+      .. '","operation_id":"' .. op .. '"}'
+  end
+  local body = body_of("%10d", arguments)
+  local length = #string.format(body, 0, 0, 0, 0)
+  return literal(head .. "Content-Length: " .. length .. "\r\n\r\n") .. body
+end
+
 function init(args)
   -- Without a body wrk.format ends with the blank line; the length goes before it.
   head = string.sub(wrk.format("POST", nil, headers), 1, -3)
-  built = nil
-  if tool == "get" then
-    built = {}
-    for i, handle in ipairs(handles) do
+  built, templates = nil, {}
+  for i, handle in ipairs(handles) do
+    if tool == "get" then
+      built = built or {}
       built[i] = with_body(body_of(i, '{"basket_id":"' .. handle .. '"}'))
+    else
+      templates[i] = template(handle)
     end
   end
   sent = 0
@@ -82,25 +110,17 @@ function init(args)
   codestr = ""
 end
 
-local function arguments(handle, n)
-  -- Callers are anonymous, so ids must be 22 URL-safe characters or more.
-  local op = string.format("%s-%020d", run, n)
-  if tool == "upgrade" then
-    local v = versions[handle] or 1
-    return string.format('{"basket_id":"%s","expected_version":%d,"memory_gib":%d,"operation_id":"%s"}',
-      handle, v, 100 + v, op)
-  end
-  local text = string.format("%-40s", "note " .. op):gsub(" ", ".")
-  return string.format('{"basket_id":"%s","text":"%s","operation_id":"%s"}', handle, text, op)
-end
-
 function request()
   sent = sent + 1
   local index = (sent - 1) % #handles + 1
   if built then
     return built[index]
   end
-  return with_body(body_of(sent, arguments(handles[index], sent)))
+  if tool == "upgrade" then
+    local v = versions[handles[index]] or 1
+    return string.format(templates[index], sent, v, 100 + v, sent)
+  end
+  return string.format(templates[index], sent, sent, sent)
 end
 
 -- Every answer is checked, and what an answer costs wrk is part of what a run measures, as a
@@ -122,20 +142,30 @@ function response(status, hdrs, body)
     return
   end
   local at = string.find(body, '"outcome":"', 1, true)
-  local outcome = at and string.match(body, "^[%a_]+", at + 11)
-  if outcome ~= "applied" and outcome ~= "stale_view" then
+  if not at then
     classify_other(body)
     return
   end
-  -- The first handle of either answer is its basket's (`structuredContent.handle`).
-  local handle, version
-  at = string.find(body, '"handle":"', 1, true)
-  if at then handle = string.match(body, '^[^"]+', at + 10) end
-  at = string.find(body, '"basis_version":', 1, true)
-  if at then version = tonumber(string.match(body, "^%d+", at + 16)) end
-  if not handle or not version then
-    badbody = badbody + 1
-    return
+  -- Most answers are `applied`, whose outcome, handle and version come first, in that order.
+  local outcome = "applied"
+  local handle, version = string.match(body, '^applied","handle":"([^"]+)","version":(%d+)', at + 11)
+  if handle then
+    version = tonumber(version)
+  else
+    outcome = string.match(body, "^[%a_]+", at + 11)
+    if outcome ~= "applied" and outcome ~= "stale_view" then
+      classify_other(body)
+      return
+    end
+    -- The first handle of either answer is its basket's (`structuredContent.handle`).
+    at = string.find(body, '"handle":"', 1, true)
+    if at then handle = string.match(body, '^[^"]+', at + 10) end
+    at = string.find(body, '"basis_version":', 1, true)
+    if at then version = tonumber(string.match(body, "^%d+", at + 16)) end
+    if not handle or not version then
+      badbody = badbody + 1
+      return
+    end
   end
   if version > (versions[handle] or 0) then
     versions[handle] = version
