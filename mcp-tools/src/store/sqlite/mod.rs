@@ -229,8 +229,11 @@ impl Default for SqliteOptions {
 /// is taken before the first read, so the ledger lookup, the version comparison and the write
 /// cannot interleave with another writer, in this process or in any other process that opened
 /// the same file. Inside a process, writers share one connection with group commit: the mutations
-/// queued while one commits are committed together, each in a savepoint of its own, and only then
-/// answered. A mutation awaited on a runtime's task is committed by a thread of the store's own,
+/// queued while one commits are committed together, and only then answered. (Refusals are
+/// outcomes; a mutation fails only when something went wrong under it, a failing disk or a
+/// corrupt row, and then the mutations of its group before it fail with it, retryably, and keep
+/// nothing. For a minute after such a failure each mutation of a group gets a savepoint, so a
+/// failing one fails alone.) A mutation awaited on a runtime's task is committed by a thread of the store's own,
 /// so a commit (or a wait for another process's write lock, up to the busy timeout) never blocks
 /// a runtime worker. Readers use a small pool of their own connections and never wait for
 /// writers (WAL lets them read the last committed state while a write is under way). States

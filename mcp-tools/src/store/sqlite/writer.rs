@@ -1,6 +1,6 @@
 //! The writer of a SQLite store, with group commit: a request queues its atomic unit, and whoever
-//! leads runs every queued unit in one transaction (a savepoint each, so a failed unit leaves no
-//! trace), commits once and answers them all.
+//! leads runs every queued unit in one transaction, commits once and answers them all (see
+//! `run_batch` for what a failed unit does to its batch).
 //!
 //! A request on a runtime's task hands its unit to a thread of the store's own, which leads, and
 //! awaits the answer: a commit never blocks a runtime worker, and the write work stays on one
@@ -15,7 +15,7 @@
 
 use std::any::Any;
 use std::panic::{self, AssertUnwindSafe};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use std::thread::JoinHandle;
@@ -34,6 +34,10 @@ use crate::sync::lock;
 
 /// Units committed together at most: bounds how long one commit keeps the others waiting.
 const MAX_BATCH: usize = 64;
+
+/// How long after a unit failed having written the writer gives each unit of a batch a savepoint
+/// of its own (see [`run_batch`]), in milliseconds of the store's clock.
+const CAREFUL_FOR_MILLIS: i64 = 60_000;
 
 /// One atomic unit, run by the writer thread inside the batch's transaction.
 trait Job: Send {
@@ -107,6 +111,8 @@ pub(super) struct Writer {
     clock: Arc<dyn Clock>,
     /// Where committed units leave the states they decoded and wrote.
     states: Arc<StateCache>,
+    /// Until when (the store's clock, in milliseconds) batches give each unit a savepoint.
+    careful_until: AtomicI64,
     /// Set by a task before it wakes the thread: the thread leads only when a task asked, so
     /// while no task writes, callers that run their unit in place keep the connection.
     wanted: Arc<AtomicBool>,
@@ -154,6 +160,7 @@ impl Writer {
             queue: Mutex::new(Vec::new()),
             clock,
             states,
+            careful_until: AtomicI64::new(i64::MIN),
             wanted,
             thread: Some(thread),
             #[cfg(test)]
@@ -207,18 +214,23 @@ impl Writer {
                     let take = queue.len().min(MAX_BATCH);
                     queue.drain(..take).collect()
                 };
-                if batch.is_empty() {
-                    break;
+                while !batch.is_empty() {
+                    let ran = run_batch_guarded(&connection, &mut batch, self);
+                    // The units the failed transaction did not reach make the next batch.
+                    let rest = batch.split_off(ran.units.min(batch.len()));
+                    let committed = ran.committed.as_ref().map(|_| ()).map_err(String::as_str);
+                    for job in batch {
+                        // An answer that panics as it is handed over (its value's `Drop`)
+                        // costs that request its answer, not the leader its batch or its
+                        // thread.
+                        let _ = panic::catch_unwind(AssertUnwindSafe(|| {
+                            job.finish(committed, &self.states)
+                        }));
+                    }
+                    batch = rest;
                 }
-                let committed =
-                    run_batch_guarded(&connection, &mut batch, &self.states, &*self.clock);
-                let committed = committed.as_ref().map(|_| ()).map_err(String::as_str);
-                for job in batch {
-                    // An answer that panics as it is handed over (its value's `Drop`) costs
-                    // that request its answer, not the leader its batch or its thread.
-                    let _ = panic::catch_unwind(AssertUnwindSafe(|| {
-                        job.finish(committed, &self.states)
-                    }));
+                if lock(&self.queue).is_empty() {
+                    break;
                 }
             }
             drop(connection);
@@ -317,33 +329,42 @@ fn may_block_here() -> bool {
     }
 }
 
-/// [`run_batch`], with a panic outside the units (the store's clock, say) failing the batch
-/// instead of the leader: its transaction is rolled back, so the next batch starts afresh.
-fn run_batch_guarded(
-    connection: &Connection,
-    batch: &mut [Box<dyn Job>],
-    states: &StateCache,
-    clock: &dyn Clock,
-) -> Result<(), String> {
-    panic::catch_unwind(AssertUnwindSafe(|| {
-        run_batch(connection, batch, states, clock)
-    }))
-    .unwrap_or_else(|payload| {
-        if !connection.is_autocommit() {
-            let _ = connection.execute_batch("ROLLBACK");
-        }
-        Err(panic_message(&*payload))
-    })
+/// What one batch's transaction did.
+struct Ran {
+    /// How it ended: committed, or why not.
+    committed: Result<(), String>,
+    /// How many of the batch's units, from the first, ran in it. The others did not start,
+    /// and run in a transaction of their own.
+    units: usize,
 }
 
-/// Runs a batch in one `BEGIN IMMEDIATE` transaction, a savepoint per unit when there are
-/// several, and commits it.
-fn run_batch(
-    connection: &Connection,
-    batch: &mut [Box<dyn Job>],
-    states: &StateCache,
-    clock: &dyn Clock,
-) -> Result<(), String> {
+/// [`run_batch`], with a panic outside the units (the store's clock, say) failing the batch
+/// instead of the leader: its transaction is rolled back, so the next batch starts afresh.
+fn run_batch_guarded(connection: &Connection, batch: &mut [Box<dyn Job>], writer: &Writer) -> Ran {
+    panic::catch_unwind(AssertUnwindSafe(|| run_batch(connection, batch, writer))).unwrap_or_else(
+        |payload| {
+            if !connection.is_autocommit() {
+                let _ = connection.execute_batch("ROLLBACK");
+            }
+            Ran {
+                committed: Err(panic_message(&*payload)),
+                units: batch.len(),
+            }
+        },
+    )
+}
+
+/// Runs a batch in one `BEGIN IMMEDIATE` transaction and commits it.
+///
+/// Units answer their outcomes, refusals included, as values: a unit fails only when something
+/// went wrong under it (the disk or the database failing, a corrupt row, a bug). Such a unit
+/// may have written part of its work, so it rolls its batch back: it and the units before it
+/// answer the failure, retryable, and the units after it, which had not started, run in the
+/// next transaction. For a minute after, each unit of a batch gets a savepoint of its own, so
+/// that a unit failing again (a corrupt row every retry reads) fails alone. Savepoints for
+/// every batch would confine every failure, but they cost each unit two more statements and a
+/// copy of each page it touches: about a tenth of an upgrade's throughput over HTTP.
+fn run_batch(connection: &Connection, batch: &mut [Box<dyn Job>], writer: &Writer) -> Ran {
     let step = |sql: &str| -> Result<(), String> {
         connection
             .prepare_cached(sql)
@@ -351,38 +372,63 @@ fn run_batch(
             .map(|_| ())
             .map_err(|error| format!("storage failed: {error}"))
     };
-    step("BEGIN IMMEDIATE")?;
-    let alone = batch.len() == 1;
-    let mut failed_alone = false;
-    for job in batch.iter_mut() {
-        if alone {
-            failed_alone = !job.run(connection, states, clock.now_millis());
-            break;
-        }
-        let unit = step("SAVEPOINT unit").and_then(|()| {
-            if job.run(connection, states, clock.now_millis()) {
-                Ok(())
-            } else {
-                step("ROLLBACK TO unit")
-            }
-        });
-        if let Err(failure) = unit.and_then(|()| step("RELEASE unit")) {
-            let _ = step("ROLLBACK");
-            return Err(failure);
-        }
-    }
-    if failed_alone {
-        // Nothing to keep: the unit's own error is its answer.
-        step("ROLLBACK")?;
-        return Ok(());
-    }
-    if let Err(failure) = step("COMMIT") {
+    let rolled_back = |failure: String, units: usize| {
         if !connection.is_autocommit() {
             let _ = step("ROLLBACK");
         }
-        return Err(failure);
+        Ran {
+            committed: Err(failure),
+            units,
+        }
+    };
+    let clock = &*writer.clock;
+    if let Err(failure) = step("BEGIN IMMEDIATE") {
+        return rolled_back(failure, batch.len());
     }
-    Ok(())
+    let careful =
+        batch.len() > 1 && clock.now_millis() < writer.careful_until.load(Ordering::Relaxed);
+    let mut committing = false;
+    for (index, job) in batch.iter_mut().enumerate() {
+        if careful && let Err(failure) = step("SAVEPOINT unit") {
+            // This unit did not start: unless it is the first, it goes in the next batch.
+            return rolled_back(failure, index.max(1));
+        }
+        let ran = job.run(connection, &writer.states, clock.now_millis());
+        if !ran {
+            let until = clock.now_millis().saturating_add(CAREFUL_FOR_MILLIS);
+            writer.careful_until.fetch_max(until, Ordering::Relaxed);
+        }
+        // SQLite rolls the transaction back itself on some failures (a full disk, an I/O
+        // error): nothing of the batch is left to commit, and the units after this one must
+        // not write outside a transaction.
+        if connection.is_autocommit() {
+            return rolled_back(
+                "storage failed: the batch's transaction was rolled back".into(),
+                index + 1,
+            );
+        }
+        committing |= ran;
+        let settled = match (careful, ran) {
+            (true, true) => step("RELEASE unit"),
+            (true, false) => step("ROLLBACK TO unit").and_then(|()| step("RELEASE unit")),
+            (false, true) => Ok(()),
+            (false, false) => Err("storage failed: a unit of the batch failed".into()),
+        };
+        if let Err(failure) = settled {
+            return rolled_back(failure, index + 1);
+        }
+    }
+    if !committing {
+        // Nothing to keep: each unit's own error is its answer.
+        return rolled_back("every unit of the batch failed".into(), batch.len());
+    }
+    if let Err(failure) = step("COMMIT") {
+        return rolled_back(failure, batch.len());
+    }
+    Ran {
+        committed: Ok(()),
+        units: batch.len(),
+    }
 }
 
 #[cfg(test)]
@@ -391,7 +437,7 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::store::clock::SystemClock;
+    use crate::store::clock::{ManualClock, SystemClock};
 
     /// Inserts `value`, and notes it as the state of handle `value` at version 1.
     fn insert(txn: &mut SqlTxn<'_>, value: i64) -> Result<(), StoreError> {
@@ -401,9 +447,9 @@ mod tests {
         Ok(())
     }
 
-    /// The values 0 to 9 whose states the writer published.
+    /// The values 0 to 99 whose states the writer published.
     fn published(writer: &Writer) -> Vec<i64> {
-        (0..10)
+        (0..100)
             .filter(|value| writer.states.get(&value.to_string(), 1).is_some())
             .collect()
     }
@@ -432,20 +478,20 @@ mod tests {
             .unwrap()
     }
 
-    /// Units queued behind a running one commit together, and a unit that fails in that batch
-    /// leaves nothing behind while the others keep their writes.
-    #[test]
-    fn a_failed_unit_of_a_batch_leaves_no_trace() {
-        let (dir, writer) = writer_on(TABLE, Arc::new(SystemClock));
-        let path = dir.path().join("w.db");
-
+    /// Runs `queue` while a leader holds the connection with a unit that inserts `leading`, so
+    /// that everything `queue` enqueues is committed as one batch after it.
+    fn behind_a_leader<T>(
+        writer: &Arc<Writer>,
+        leading: i64,
+        queue: impl FnOnce(&Writer) -> T,
+    ) -> T {
         let (started, running) = std_mpsc::channel::<()>();
         let (release, released) = std_mpsc::channel::<()>();
         let leader = std::thread::spawn({
-            let writer = Arc::clone(&writer);
+            let writer = Arc::clone(writer);
             move || {
                 writer.run_blocking(move |txn, _| {
-                    insert(txn, 1)?;
+                    insert(txn, leading)?;
                     let _ = started.send(());
                     let _ = released.recv_timeout(Duration::from_secs(30));
                     Ok(())
@@ -453,31 +499,234 @@ mod tests {
             }
         });
         running.recv_timeout(Duration::from_secs(30)).unwrap();
-        // Queued while the leader runs its unit: it takes them as one batch afterwards.
-        let failing = writer.enqueue(|txn, _| {
-            insert(txn, 2)?;
-            Err::<(), _>(StoreError::Backend("refused".into()))
-        });
-        let panicking = writer.enqueue(|txn, _| -> Result<(), StoreError> {
-            insert(txn, 3)?;
-            panic!("a bug in a unit")
-        });
-        let last = writer.enqueue(|txn, _| insert(txn, 4));
-        // The connection is taken: this caller does not lead and leaves its units queued.
+        let queued = queue(writer);
+        // The connection is taken: this caller does not lead and leaves the units queued.
         writer.lead();
         release.send(()).unwrap();
-
         assert!(leader.join().unwrap().is_ok());
-        assert!(matches!(
-            failing.blocking_recv().unwrap(),
-            Err(StoreError::Backend(_))
-        ));
-        assert!(matches!(
-            panicking.blocking_recv().unwrap(),
-            Err(StoreError::Task(_))
-        ));
-        assert!(last.blocking_recv().unwrap().is_ok());
-        assert_eq!(kept(&path), [1, 4]);
+        queued
+    }
+
+    /// How a unit of the tests below fails.
+    #[derive(Clone, Copy, Debug)]
+    enum Failing {
+        /// With an error, before it wrote.
+        Early,
+        /// With an error, after it wrote.
+        Late,
+        /// By a panic, after it wrote.
+        Panicking,
+    }
+
+    /// A unit for `value`: it inserts `value`, or fails as `failing` says.
+    fn unit(
+        value: i64,
+        failing: Option<Failing>,
+    ) -> impl FnOnce(&mut SqlTxn<'_>, i64) -> Result<(), StoreError> + Send + 'static {
+        move |txn, _| {
+            if !matches!(failing, Some(Failing::Early)) {
+                insert(txn, value)?;
+            }
+            match failing {
+                None => Ok(()),
+                Some(Failing::Panicking) => panic!("a bug in a unit"),
+                Some(_) => Err(StoreError::Backend("refused".into())),
+            }
+        }
+    }
+
+    /// Queues `units` (value, how it fails) as one batch behind a leader inserting `leading`,
+    /// and returns their answers in order.
+    fn batch(
+        writer: &Arc<Writer>,
+        leading: i64,
+        units: &[(i64, Option<Failing>)],
+    ) -> Vec<Result<(), StoreError>> {
+        let answers = behind_a_leader(writer, leading, |writer| {
+            units
+                .iter()
+                .map(|&(value, failing)| writer.enqueue(unit(value, failing)))
+                .collect::<Vec<_>>()
+        });
+        answers
+            .into_iter()
+            .map(|answer| answer.blocking_recv().unwrap())
+            .collect()
+    }
+
+    /// Whether `answer` is the failing unit's own.
+    fn own_failure(answer: &Result<(), StoreError>, failing: Failing) -> bool {
+        match (answer, failing) {
+            (Err(StoreError::Task(_)), Failing::Panicking) => true,
+            (Err(StoreError::Backend(message)), Failing::Early | Failing::Late) => {
+                message == "refused"
+            }
+            _ => false,
+        }
+    }
+
+    /// Whether `answer` is that of a unit rolled back with its batch.
+    fn rolled_back_with_the_batch(answer: &Result<(), StoreError>) -> bool {
+        matches!(answer, Err(StoreError::Backend(message)) if message.starts_with("storage failed"))
+    }
+
+    /// A unit that fails, however it fails, rolls its batch back: it and the units before it
+    /// keep nothing and answer (it its own failure, they a retryable one), and the units after
+    /// it, which had not started, run in a transaction of their own and commit.
+    #[test]
+    fn a_failed_unit_rolls_its_batch_back_and_the_rest_run_next() {
+        for failing in [Failing::Early, Failing::Late, Failing::Panicking] {
+            let (dir, writer) = writer_on(TABLE, Arc::new(SystemClock));
+            let answers = batch(
+                &writer,
+                1,
+                &[(2, None), (3, Some(failing)), (4, None), (5, None)],
+            );
+            assert!(
+                rolled_back_with_the_batch(&answers[0]),
+                "{failing:?}: {answers:?}"
+            );
+            assert!(
+                own_failure(&answers[1], failing),
+                "{failing:?}: {answers:?}"
+            );
+            assert!(
+                answers[2].is_ok() && answers[3].is_ok(),
+                "{failing:?}: {answers:?}"
+            );
+            assert_eq!(kept(&dir.path().join("w.db")), [1, 4, 5], "{failing:?}");
+            assert_eq!(published(&writer), [1, 4, 5], "{failing:?}");
+        }
+    }
+
+    /// A failed unit first in its batch costs no other unit anything.
+    #[test]
+    fn a_failed_first_unit_fails_alone() {
+        let (dir, writer) = writer_on(TABLE, Arc::new(SystemClock));
+        let answers = batch(
+            &writer,
+            1,
+            &[(2, Some(Failing::Late)), (3, None), (4, None)],
+        );
+        assert!(own_failure(&answers[0], Failing::Late), "{answers:?}");
+        assert!(answers[1].is_ok() && answers[2].is_ok(), "{answers:?}");
+        assert_eq!(kept(&dir.path().join("w.db")), [1, 3, 4]);
+    }
+
+    /// For a minute after a unit failed, every unit gets a savepoint, so a failing unit fails
+    /// alone, the units after the first failure of a batch included; a batch whose units all
+    /// fail keeps nothing; then batches go without savepoints again.
+    #[test]
+    fn after_a_failure_units_fail_alone_for_a_minute() {
+        let clock = ManualClock::at_millis(1_785_231_000_000);
+        let (dir, writer) = writer_on(TABLE, Arc::new(clock.clone()));
+        let kept_now = || kept(&dir.path().join("w.db"));
+
+        // The first failure rolls back the unit before it; the rest of the batch, a second
+        // failing unit among them, runs with savepoints.
+        let late = Some(Failing::Late);
+        let answers = batch(
+            &writer,
+            10,
+            &[(11, None), (12, late), (13, None), (14, late), (15, None)],
+        );
+        assert!(rolled_back_with_the_batch(&answers[0]), "{answers:?}");
+        assert!(own_failure(&answers[1], Failing::Late), "{answers:?}");
+        assert!(answers[2].is_ok() && answers[4].is_ok(), "{answers:?}");
+        assert!(own_failure(&answers[3], Failing::Late), "{answers:?}");
+        assert_eq!(kept_now(), [10, 13, 15]);
+
+        // Within the minute.
+        clock.advance(Duration::from_millis((CAREFUL_FOR_MILLIS - 1) as u64));
+        let answers = batch(&writer, 20, &[(21, None), (22, late), (23, None)]);
+        assert!(answers[0].is_ok() && answers[2].is_ok(), "{answers:?}");
+        assert!(own_failure(&answers[1], Failing::Late), "{answers:?}");
+        let answers = batch(&writer, 30, &[(31, late), (32, Some(Failing::Panicking))]);
+        assert!(own_failure(&answers[0], Failing::Late), "{answers:?}");
+        assert!(own_failure(&answers[1], Failing::Panicking), "{answers:?}");
+        assert_eq!(kept_now(), [10, 13, 15, 20, 21, 23, 30]);
+
+        // Each failure started another minute; past the last one, the batch goes without.
+        clock.advance(Duration::from_millis(CAREFUL_FOR_MILLIS as u64));
+        let answers = batch(&writer, 40, &[(41, None), (42, late), (43, None)]);
+        assert!(rolled_back_with_the_batch(&answers[0]), "{answers:?}");
+        assert!(answers[2].is_ok(), "{answers:?}");
+        assert_eq!(kept_now(), [10, 13, 15, 20, 21, 23, 30, 40, 43]);
+        assert_eq!(published(&writer), [10, 13, 15, 20, 21, 23, 30, 40, 43]);
+    }
+
+    /// A unit whose transaction ended under it (here it ends it itself), failed or not, leaves
+    /// nothing of the units before it, and the units after it do not write outside a
+    /// transaction: they run in one of their own.
+    #[test]
+    fn a_batch_whose_transaction_ended_keeps_nothing_before_the_end() {
+        for fails in [false, true] {
+            let (dir, writer) = writer_on(TABLE, Arc::new(SystemClock));
+            let (before, ending, after) = behind_a_leader(&writer, 1, |writer| {
+                (
+                    writer.enqueue(|txn, _| insert(txn, 2)),
+                    writer.enqueue(move |txn, _| {
+                        txn.connection.execute_batch("ROLLBACK")?;
+                        if fails {
+                            return Err(StoreError::Backend("refused".into()));
+                        }
+                        Ok(())
+                    }),
+                    writer.enqueue(|txn, _| insert(txn, 4)),
+                )
+            });
+            let ended = ending.blocking_recv().unwrap();
+            assert!(ended.is_err(), "{ended:?}");
+            let before = before.blocking_recv().unwrap();
+            assert!(
+                matches!(&before, Err(StoreError::Backend(m)) if m.contains("rolled back")),
+                "{before:?}"
+            );
+            assert!(after.blocking_recv().unwrap().is_ok());
+            assert_eq!(kept(&dir.path().join("w.db")), [1, 4]);
+            assert_eq!(published(&writer), [1, 4]);
+        }
+    }
+
+    /// A full disk, as SQLite meets it (the file may not grow past its page limit): the unit
+    /// that filled it and the units before it keep nothing, and the writer goes on.
+    #[test]
+    fn a_full_disk_fails_the_batch_up_to_the_unit_that_filled_it() {
+        let (dir, writer) = writer_on(
+            "CREATE TABLE t (v INTEGER); CREATE TABLE big (b BLOB);",
+            Arc::new(SystemClock),
+        );
+        {
+            let connection = writer.try_connection().unwrap();
+            let pages: i64 = connection
+                .query_row("PRAGMA page_count", [], |row| row.get(0))
+                .unwrap();
+            connection
+                .query_row(
+                    &format!("PRAGMA max_page_count = {}", pages + 8),
+                    [],
+                    |_| Ok(()),
+                )
+                .unwrap();
+        }
+        let (before, filling, after) = behind_a_leader(&writer, 1, |writer| {
+            (
+                writer.enqueue(|txn, _| insert(txn, 2)),
+                writer.enqueue(|txn, _| {
+                    insert(txn, 3)?;
+                    txn.connection
+                        .execute("INSERT INTO big (b) VALUES (zeroblob(1048576))", [])?;
+                    Ok(())
+                }),
+                writer.enqueue(|txn, _| insert(txn, 4)),
+            )
+        });
+        let filled = filling.blocking_recv().unwrap();
+        assert!(filled.is_err(), "{filled:?}");
+        let before = before.blocking_recv().unwrap();
+        assert!(rolled_back_with_the_batch(&before), "{before:?}");
+        assert!(after.blocking_recv().unwrap().is_ok());
+        assert_eq!(kept(&dir.path().join("w.db")), [1, 4]);
         assert_eq!(published(&writer), [1, 4]);
     }
 
