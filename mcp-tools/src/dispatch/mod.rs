@@ -12,9 +12,11 @@ mod tasks;
 mod tools;
 pub(crate) mod trace;
 
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
 use axum::body::Bytes;
+use futures_util::FutureExt;
 use http::HeaderMap;
 use serde_json::{Map, Value, json};
 use tokio::sync::mpsc;
@@ -138,15 +140,54 @@ struct Prepared {
     listen_slot: Option<crate::server::ListenSlot>,
 }
 
-/// Serves one parsed message, in its request span (see [`trace`]).
+/// Serves one parsed message, in its request span (see [`trace`]). A request whose handling
+/// panics (a tool's bug, most likely) is answered [`panicked`], on every transport: its caller
+/// gets an answer, and on HTTP the connection stays open for the next request.
 pub(crate) async fn handle(
     server: &McpServer,
     envelope: Envelope,
     transport: Transport<'_>,
     caller: Caller,
 ) -> Outcome {
-    let Some(id) = &envelope.id else {
+    let Some(id) = envelope.id.clone() else {
         // Notifications carry nothing this server acts on in 2026-07-28; accept and drop.
+        return Outcome::Accepted;
+    };
+    let handled = AssertUnwindSafe(handle_traced(server, envelope, transport, caller))
+        .catch_unwind()
+        .await;
+    match handled {
+        Ok(Outcome::Stream {
+            id,
+            notifications,
+            finish,
+        }) => Outcome::Stream {
+            id,
+            notifications,
+            finish: Box::pin(async move {
+                AssertUnwindSafe(finish)
+                    .catch_unwind()
+                    .await
+                    .unwrap_or_else(|_| Err(panicked()))
+            }),
+        },
+        Ok(outcome) => outcome,
+        Err(_) => Outcome::Error(panicked().with_id(Some(id))),
+    }
+}
+
+/// The answer to a request whose handling panicked.
+pub(crate) fn panicked() -> RpcError {
+    RpcError::internal("The request failed unexpectedly")
+}
+
+async fn handle_traced(
+    server: &McpServer,
+    envelope: Envelope,
+    transport: Transport<'_>,
+    caller: Caller,
+) -> Outcome {
+    let Some(id) = &envelope.id else {
         return Outcome::Accepted;
     };
     let span = trace::request_span(&envelope.method, id, envelope.params.as_ref());

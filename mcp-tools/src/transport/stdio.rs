@@ -422,8 +422,7 @@ async fn serve_request(
         Ok(answer) => answer,
         // A panicking tool must not leave its caller waiting for an answer forever.
         Err(_) => {
-            let error =
-                RpcError::internal("The request failed unexpectedly").with_id(Some(id.clone()));
+            let error = crate::dispatch::panicked().with_id(Some(id.clone()));
             vec![serde_json::to_vec(&error.to_response()).expect("errors serialize")]
         }
     };
