@@ -153,7 +153,7 @@ pub(crate) async fn handle(
         // Notifications carry nothing this server acts on in 2026-07-28; accept and drop.
         return Outcome::Accepted;
     };
-    let handled = AssertUnwindSafe(handle_traced(server, envelope, transport, caller))
+    let handled = AssertUnwindSafe(handle_traced(server, &id, envelope, transport, caller))
         .catch_unwind()
         .await;
     match handled {
@@ -183,13 +183,11 @@ pub(crate) fn panicked() -> RpcError {
 
 async fn handle_traced(
     server: &McpServer,
+    id: &RequestId,
     envelope: Envelope,
     transport: Transport<'_>,
     caller: Caller,
 ) -> Outcome {
-    let Some(id) = &envelope.id else {
-        return Outcome::Accepted;
-    };
     let span = trace::request_span(&envelope.method, id, envelope.params.as_ref());
     if span.is_disabled() {
         return serve(server, envelope, transport, caller).await;

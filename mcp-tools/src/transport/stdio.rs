@@ -6,12 +6,10 @@
 
 use std::collections::HashMap;
 use std::io;
-use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use futures_util::FutureExt;
 use http::HeaderMap;
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader, BufWriter};
@@ -418,14 +416,8 @@ async fn serve_request(
             }
         }
     };
-    let answer = match AssertUnwindSafe(run).catch_unwind().await {
-        Ok(answer) => answer,
-        // A panicking tool must not leave its caller waiting for an answer forever.
-        Err(_) => {
-            let error = crate::dispatch::panicked().with_id(Some(id.clone()));
-            vec![serde_json::to_vec(&error.to_response()).expect("errors serialize")]
-        }
-    };
+    // `dispatch::handle` answers a request whose handling panicked, a stream's too.
+    let answer = run.await;
     if !inflight.finish(&id, &dropped) {
         return;
     }
