@@ -391,6 +391,14 @@ async fn multi_round_input_comes_before_the_task_is_made() {
     assert_eq!(done["result"]["content"][0]["text"], "hello Ada");
 }
 
+/// Asserts that `answer` (a failed task, or a JSON-RPC answer) carries the error `code` with a
+/// message that mentions `mentioning`.
+fn assert_error(answer: &Value, code: i64, mentioning: &str) {
+    assert_eq!(answer["error"]["code"], code, "{answer}");
+    let message = answer["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains(mentioning), "{answer}");
+}
+
 /// An input request a task keeps nests at most 124 levels: the elicitation wraps its schema
 /// in two (the request, its params), and `tasks/get` carries the request four levels down, so
 /// its message stays within the 127 levels a JSON parser such as this client's reads. A deeper
@@ -404,14 +412,7 @@ async fn input_requests_past_the_nesting_bound_fail_the_task() {
     assert!(only_request_key(&waiting).ends_with(".deep"), "{waiting}");
     let past = created(&server, "ask_nested", json!({ "levels": 123 })).await;
     let failed = until(&server, &past, "failed").await;
-    assert_eq!(failed["error"]["code"], -32603, "{failed}");
-    assert!(
-        failed["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("more than 124 levels deep"),
-        "{failed}"
-    );
+    assert_error(&failed, -32603, "more than 124 levels deep");
 }
 
 #[tokio::test]
@@ -522,14 +523,7 @@ async fn following_tasks_on_a_listen_stream_needs_the_extension() {
     ));
     let mut events = common::events::Events::open(&server.url(), &malformed).await;
     let refused = events.next().await;
-    assert_eq!(refused["error"]["code"], -32602, "{refused}");
-    assert!(
-        refused["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("taskIds"),
-        "{refused}"
-    );
+    assert_error(&refused, -32602, "taskIds");
     events.end().await;
 
     let mut events = common::events::Events::open(&server.url(), &takes_tasks(listen)).await;
