@@ -15,7 +15,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use mcp_tools::store::{Entity, MemoryStore, SqliteStore, Store, StoreConfig};
+use mcp_tools::store::{Entity, Lifecycle, MemoryStore, SqliteStore, Store, StoreConfig};
 use mcp_tools::{McpServer, State, ToolError, tool, tools};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -149,6 +149,26 @@ fn meter_record(
     meter.readings.len()
 }
 
+/// A fuse. A bug in its lifecycle makes it panic on a 13 A fuse.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema, Entity)]
+#[entity(prefix = "fuse", lifecycle = lifecycle)]
+struct Fuse {
+    amps: u32,
+}
+
+impl Fuse {
+    fn lifecycle(&self) -> Lifecycle {
+        assert!(self.amps != 13, "unlucky");
+        Lifecycle::Active
+    }
+}
+
+/// Fits a fuse.
+#[tool(creates = Fuse)]
+fn fuse_fit(amps: u32) -> Fuse {
+    Fuse { amps }
+}
+
 /// A ticket that cannot be written as JSON: its serialization always fails.
 #[derive(JsonSchema)]
 struct Unwritable;
@@ -178,6 +198,7 @@ fn server(store: impl Store, theatre: Arc<Theatre>) -> McpServer {
                 order_add_items,
                 meter_open,
                 meter_record,
+                fuse_fit,
             ]
             .merge(basket::tool_set()),
         )
@@ -579,4 +600,30 @@ on_both_stores!(
     unwritable_view,
     a_view_that_cannot_be_serialized_is_answered_output_not_serializable_in_memory,
     a_view_that_cannot_be_serialized_is_answered_output_not_serializable_in_sqlite
+);
+
+// A create whose entity's own code panics (here its lifecycle, read from the state the tool made)
+// answers TRANSITION_PANICKED, as a panicking transition does: not a retryable store failure,
+// not a dropped request. It gives its claim up, so the same call fails the same way rather than
+// waiting as in progress, and the server goes on serving.
+async fn entity_code_panics(store: impl Store) {
+    let edges = Edges::start(store).await;
+    let unlucky = json!({"amps": 13, "operation_id": "0b9e4f7a-3c2d-4e1f-8a6b-5c4d3e2f1a0b"});
+    for _ in 0..2 {
+        let failed = edges.call("fuse_fit", unlucky.clone()).await;
+        assert_rejected(&failed, "TRANSITION_PANICKED", "stop");
+    }
+    let fitted = edges
+        .call(
+            "fuse_fit",
+            json!({"amps": 10, "operation_id": "7d1e0c4b-9a8f-4e2d-b6c5-1f0e9d8c7b6a"}),
+        )
+        .await;
+    handle_of(&fitted);
+}
+
+on_both_stores!(
+    entity_code_panics,
+    a_panicking_lifecycle_answers_transition_panicked_in_memory,
+    a_panicking_lifecycle_answers_transition_panicked_in_sqlite
 );

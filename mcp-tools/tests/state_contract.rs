@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+use futures_util::FutureExt;
 use mcp_tools::store::{
     Applied, ConflictPolicy, CreateRequest, Creation, Entity, Fingerprint, Lifecycle, MAX_DEPTH,
     ManualClock, MemoryStore, MutationOutcome, MutationRequest, PruneReport, ReadOutcome,
@@ -1544,6 +1545,80 @@ async fn a_create_that_did_not_finish_leaves_the_id_free<S: Store + Clone + Coun
     assert_eq!(store.resources(), before + 2);
 }
 
+/// A panic in the entity's own code (its lifecycle or its view) inside a create, a mutation or
+/// a replay answers `TRANSITION_PANICKED`, as a panicking transition does: nothing is changed or
+/// recorded, a create gives its claim up, and the same ids apply once the code is fixed. A read
+/// whose view panics unwinds to its caller, as the read tool's own code would. The store stays
+/// healthy throughout. (A kind whose functions panic stands for a server deployed with the bug.)
+async fn entity_code_panics_are_contained<S: Store + CountResources>(open: Open<'_, S>) {
+    let clock = ManualClock::at_millis(T0);
+    let store = open(config(&clock));
+    let fixed = Basket::kind();
+    let broken_lifecycle = fixed.with_lifecycle(|_| panic!("a bug in the lifecycle"));
+    let broken_view = fixed.with_view(|_| panic!("a bug in the view"));
+    let id = |id: &str| Fingerprint::of(&json!(id));
+    let assert_panicked = |outcome: &MutationOutcome| {
+        let rejected = expect_rejected(outcome, code::TRANSITION_PANICKED);
+        assert_eq!(rejected.recovery, Some(Recovery::Stop));
+    };
+    let before = store.resources();
+
+    let ready = |kind| CreateRequest::new(kind, alice(), serde_json::to_value(laptop()).unwrap());
+    let made = |kind| {
+        let making = Creation::typed(async { Ok::<_, ToolError>(laptop()) });
+        CreateRequest::deferred(kind, alice(), making)
+    };
+    for broken in [broken_lifecycle, broken_view] {
+        assert_panicked(
+            &create_outcome(&store, ready(broken).operation("ready", id("ready"))).await,
+        );
+        assert_panicked(&create_outcome(&store, made(broken).operation("made", id("made"))).await);
+    }
+    assert_eq!(store.resources(), before);
+    let created = create_outcome(&store, ready(fixed).operation("ready", id("ready"))).await;
+    let handle = expect_applied(&created).handle.clone();
+    expect_applied(&create_outcome(&store, made(fixed).operation("made", id("made"))).await);
+    assert_eq!(store.resources(), before + 2);
+
+    // An untyped transition leaves the new state's lifecycle and view to the kind.
+    let bump = || {
+        Transition::new(|state: &mut Value| {
+            state["count"] = json!(state["count"].as_u64().unwrap() + 1);
+            Ok(Value::Null)
+        })
+    };
+    let send = |kind, expected: u64, operation_id: &str| {
+        MutationRequest::new(kind, alice(), &handle)
+            .expect_version(expected)
+            .operation(operation_id, id(operation_id))
+    };
+    for broken in [broken_lifecycle, broken_view] {
+        assert_panicked(&mutate(&store, send(broken, 1, "bump"), bump()).await);
+    }
+    assert_eq!(state(&store, &handle).await, (1, laptop()));
+    expect_applied(&mutate(&store, send(fixed, 1, "bump"), bump()).await);
+
+    // The replay's current view and the stale view's current state and delta.
+    assert_panicked(&mutate(&store, send(broken_view, 1, "bump"), bump()).await);
+    let replayed = mutate(&store, send(fixed, 1, "bump"), bump()).await;
+    assert!(
+        matches!(replayed, MutationOutcome::Replayed(_)),
+        "{replayed:?}"
+    );
+    assert_panicked(&mutate(&store, send(broken_view, 1, "late"), bump()).await);
+    expect_stale(&mutate(&store, send(fixed, 1, "late"), bump()).await);
+
+    let read = ReadRequest::new(broken_view, alice(), &handle).since(1);
+    let unwound = within(
+        "a read whose view panics",
+        std::panic::AssertUnwindSafe(store.read(read)).catch_unwind(),
+    )
+    .await;
+    assert!(unwound.is_err(), "the view's panic was swallowed");
+    let (version, basket) = state(&store, &handle).await;
+    assert_eq!((version, basket.count), (2, 1));
+}
+
 /// `levels` arrays, one inside the other, around a number.
 fn nested(levels: usize) -> Value {
     (0..levels).fold(json!(1), |inner, _| json!([inner]))
@@ -1889,6 +1964,7 @@ macro_rules! contract {
             case!(a_create_that_did_not_finish_leaves_the_id_free);
             case!(views_shape_outcomes);
             case!(nesting_is_bounded);
+            case!(entity_code_panics_are_contained);
             case!(tasks_are_kept_changed_under_lock_and_purged_after_their_ttl);
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -248,27 +248,38 @@ pub(crate) fn read(
     }))
 }
 
-/// The resource a replayed outcome names, as the caller may see it now.
+/// The resource a replayed outcome names, as the caller may see it now (`Err` when its view
+/// panicked).
 fn current_view(
     txn: &mut impl Txn,
     kind: &EntityKind,
     principal: &str,
     handle: &str,
     now: i64,
-) -> Result<Option<Snapshot>, StoreError> {
+) -> Result<Result<Option<Snapshot>, Rejected>, StoreError> {
     let Ok(record) = resolve(txn, kind, principal, handle)? else {
-        return Ok(None);
+        return Ok(Ok(None));
     };
     if expired(&record, now).is_some() {
-        return Ok(None);
+        return Ok(Ok(None));
     }
-    Ok(Some(Snapshot {
+    let Some(state) = entity_code(|| kind.view_shared(&record.state)) else {
+        return Ok(Err(Rejected::panicked(kind.kind)));
+    };
+    Ok(Ok(Some(Snapshot {
         handle: handle.to_owned(),
         version: record.version,
         resumption: resumption(handle, &record),
-        state: kind.view_shared(&record.state),
+        state,
         changes: None,
-    }))
+    })))
+}
+
+/// Runs the entity's own code, its lifecycle or its view, outside a transition: `None` when it
+/// panicked, which the boundary answers as a panicking transition, unrecorded. (A read's view is
+/// left to unwind to its caller, as the read tool's own code would.)
+fn entity_code<T>(code: impl FnOnce() -> T) -> Option<T> {
+    panic::catch_unwind(AssertUnwindSafe(code)).ok()
 }
 
 /// What the ledger lookup that starts the boundary found.
@@ -335,7 +346,10 @@ fn answer(
         LedgerState::Done(original) => original,
     };
     let current = match &entry.handle {
-        Some(handle) => current_view(txn, kind, principal, handle, now)?,
+        Some(handle) => match current_view(txn, kind, principal, handle, now)? {
+            Ok(current) => current,
+            Err(panicked) => return Ok(MutationOutcome::Rejected(panicked)),
+        },
         None => None,
     };
     Ok(MutationOutcome::Replayed(Replayed {
@@ -639,18 +653,25 @@ pub(crate) fn finish_create(
             return Ok(MutationOutcome::Rejected(Rejected::panicked(kind.kind)));
         }
     };
+    let state = Arc::new(state);
+    let Some((lifecycle, view)) =
+        entity_code(|| ((kind.lifecycle)(&state), kind.view_shared(&state)))
+    else {
+        release(txn, principal, operation, stale.as_ref())?;
+        return Ok(MutationOutcome::Rejected(Rejected::panicked(kind.kind)));
+    };
     let record = Record {
         kind: kind.kind.into(),
         owner: principal.into(),
         version: 1,
-        lifecycle: (kind.lifecycle)(&state),
-        state: Arc::new(state),
+        lifecycle,
+        state,
         expires_at: expiry(kind, now),
     };
     let applied = Applied {
         handle: handle.to_owned(),
         version: 1,
-        state: kind.view_shared(&record.state),
+        state: view,
         result: Value::Null,
         rebased_from: None,
         resumption: resumption(handle, &record),
@@ -867,9 +888,16 @@ fn decide(
                 ConflictPolicy::Reconfirm => Recovery::Reconfirm,
                 _ => Recovery::RefreshAndReplan,
             };
-            let current_state = kind.view_shared(&record.state);
             // Between the views, so the delta never shows what the view hides.
-            let delta = before.map(|before| diff(&kind.view_of(&before), &current_state));
+            let Some((current_state, delta)) = entity_code(|| {
+                let current_state = kind.view_shared(&record.state);
+                let delta = before.map(|before| diff(&kind.view_of(&before), &current_state));
+                (current_state, delta)
+            }) else {
+                return Ok(Decision::Unrecorded(MutationOutcome::Rejected(
+                    Rejected::panicked(kind.kind),
+                )));
+            };
             let stale = StaleView {
                 code: code::STALE_VIEW.to_owned(),
                 handle: handle.to_owned(),
@@ -917,9 +945,22 @@ fn decide(
             Rejected::too_deep(kind.kind),
         )));
     }
-    let (lifecycle, view) = match known {
-        Some(known) if known.kind == kind.kind => (known.lifecycle, known.view),
-        _ => ((kind.lifecycle)(&state), None),
+    let state = Arc::new(state);
+    // What a typed transition worked out with the entity's type; the kind's functions otherwise.
+    let shown = entity_code(|| match known {
+        Some(known) if known.kind == kind.kind => {
+            let view = match (kind.view, known.view) {
+                (Some(_), Some(view)) => Arc::new(view),
+                _ => kind.view_shared(&state),
+            };
+            (known.lifecycle, view)
+        }
+        _ => ((kind.lifecycle)(&state), kind.view_shared(&state)),
+    });
+    let Some((lifecycle, view)) = shown else {
+        return Ok(Decision::Unrecorded(MutationOutcome::Rejected(
+            Rejected::panicked(kind.kind),
+        )));
     };
     let undo = undo_patch(&record.state, &state);
     record.version += 1;
@@ -927,15 +968,11 @@ fn decide(
     let expires_at = expiry(kind, now);
     let expiry_moved = record.expires_at != expires_at;
     record.expires_at = expires_at;
-    record.state = Arc::new(state);
-    let state = match (kind.view, view) {
-        (Some(_), Some(view)) => Arc::new(view),
-        _ => kind.view_shared(&record.state),
-    };
+    record.state = state;
     let applied = Applied {
         handle: handle.to_owned(),
         version: record.version,
-        state,
+        state: view,
         result,
         rebased_from,
         resumption: resumption(handle, &record),

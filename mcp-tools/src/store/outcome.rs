@@ -238,12 +238,13 @@ impl Rejected {
         }
     }
 
-    /// The tool's own code panicked while the store ran it.
+    /// The tool's own code (its transition, or the entity's lifecycle or view) panicked while the
+    /// store ran it.
     pub fn panicked(kind: &str) -> Self {
         Rejected {
             code: code::TRANSITION_PANICKED.into(),
             message: format!(
-                "The tool failed with an internal error while changing the {kind}; nothing was changed. Retrying will fail the same way: report it to the server's operator."
+                "The tool failed with an internal error on the {kind}; nothing was changed. Retrying will fail the same way: report it to the server's operator."
             ),
             recovery: Some(Recovery::Stop),
             details: None,
