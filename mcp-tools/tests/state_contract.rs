@@ -1795,6 +1795,54 @@ async fn views_shape_outcomes<S: Store>(open: Open<'_, S>) {
     );
 }
 
+/// An account's fields under another kind, whose view shows the secret and whose lifecycle ends.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+struct AccountExport {
+    secret: String,
+    balance: i64,
+    entries: Vec<i64>,
+}
+
+impl Entity for AccountExport {
+    const KIND: &'static str = "account_export";
+    const PREFIX: &'static str = "exp";
+    const VIEW: Option<fn(&Self) -> Value> = Some(|export| json!({ "secret": export.secret }));
+    fn lifecycle(&self) -> Lifecycle {
+        Lifecycle::Terminal
+    }
+}
+
+/// A transition typed over another entity than the request's kind changes the state, but the
+/// lifecycle and the view stay the request's kind's own: the secret stays hidden and the
+/// account open.
+async fn a_transition_of_another_type_keeps_the_kinds_view<S: Store>(open: Open<'_, S>) {
+    let store = open(StoreConfig::default());
+    let made = Account {
+        secret: "s-0".into(),
+        balance: 0,
+        entries: vec![],
+    };
+    let handle = expect_applied(&create_account(&store, &made).await)
+        .handle
+        .clone();
+    let deposit = || {
+        Transition::typed(|export: &mut AccountExport| {
+            export.balance += 10;
+            export.entries.push(10);
+            Ok::<_, ToolError>(())
+        })
+    };
+    for (expected, operation_id) in [(1, "export-1"), (2, "export-2")] {
+        let send = account_request(&handle, Some(expected), operation_id);
+        let applied = mutate(&store, send, deposit()).await;
+        let count = expected as usize;
+        assert_eq!(
+            *expect_applied(&applied).state,
+            json!({ "balance": 10 * count as i64, "entry_count": count })
+        );
+    }
+}
+
 async fn create_account<S: Store>(store: &S, account: &Account) -> MutationOutcome {
     let request = CreateRequest::typed(alice(), account)
         .unwrap()
@@ -1963,6 +2011,7 @@ macro_rules! contract {
             case!(a_create_whose_claim_lapsed_gives_way);
             case!(a_create_that_did_not_finish_leaves_the_id_free);
             case!(views_shape_outcomes);
+            case!(a_transition_of_another_type_keeps_the_kinds_view);
             case!(nesting_is_bounded);
             case!(entity_code_panics_are_contained);
             case!(tasks_are_kept_changed_under_lock_and_purged_after_their_ttl);
