@@ -1795,18 +1795,15 @@ async fn views_shape_outcomes<S: Store>(open: Open<'_, S>) {
     );
 }
 
-/// An account's fields under another kind, whose view shows the secret and whose lifecycle ends.
+/// An account under another kind, whose view shows the secret and whose lifecycle ends.
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
-struct AccountExport {
-    secret: String,
-    balance: i64,
-    entries: Vec<i64>,
-}
+#[serde(transparent)]
+struct AccountExport(Account);
 
 impl Entity for AccountExport {
     const KIND: &'static str = "account_export";
     const PREFIX: &'static str = "exp";
-    const VIEW: Option<fn(&Self) -> Value> = Some(|export| json!({ "secret": export.secret }));
+    const VIEW: Option<fn(&Self) -> Value> = Some(|export| json!({ "secret": export.0.secret }));
     fn lifecycle(&self) -> Lifecycle {
         Lifecycle::Terminal
     }
@@ -1826,9 +1823,9 @@ async fn a_transition_of_another_type_keeps_the_kinds_view<S: Store>(open: Open<
         .handle
         .clone();
     let deposit = || {
-        Transition::typed(|export: &mut AccountExport| {
-            export.balance += 10;
-            export.entries.push(10);
+        Transition::typed(|AccountExport(account): &mut AccountExport| {
+            account.balance += 10;
+            account.entries.push(10);
             Ok::<_, ToolError>(())
         })
     };
