@@ -1545,11 +1545,13 @@ async fn a_create_that_did_not_finish_leaves_the_id_free<S: Store + Clone + Coun
     assert_eq!(store.resources(), before + 2);
 }
 
-/// A panic in the entity's own code (its lifecycle or its view) inside a create, a mutation or
-/// a replay answers `TRANSITION_PANICKED`, as a panicking transition does: nothing is changed or
-/// recorded, a create gives its claim up, and the same ids apply once the code is fixed. A read
-/// whose view panics unwinds to its caller, as the read tool's own code would. The store stays
-/// healthy throughout. (A kind whose functions panic stands for a server deployed with the bug.)
+/// A panic in the entity's own code (its lifecycle or its view) inside a create or a mutation
+/// answers `TRANSITION_PANICKED`, as a panicking transition does: nothing is changed or
+/// recorded, a create gives its claim up, and the same ids apply once the code is fixed. A
+/// replay whose view panics still answers `replayed`, only without the current view: the
+/// operation was applied, and a caller told otherwise might apply it again. A read whose view
+/// panics unwinds to its caller, as the read tool's own code would. The store stays healthy
+/// throughout. (A kind whose functions panic stands for a server deployed with the bug.)
 async fn entity_code_panics_are_contained<S: Store + CountResources>(open: Open<'_, S>) {
     let clock = ManualClock::at_millis(T0);
     let store = open(config(&clock));
@@ -1598,13 +1600,26 @@ async fn entity_code_panics_are_contained<S: Store + CountResources>(open: Open<
     assert_eq!(state(&store, &handle).await, (1, laptop()));
     expect_applied(&mutate(&store, send(fixed, 1, "bump"), bump()).await);
 
-    // The replay's current view and the stale view's current state and delta.
-    assert_panicked(&mutate(&store, send(broken_view, 1, "bump"), bump()).await);
-    let replayed = mutate(&store, send(fixed, 1, "bump"), bump()).await;
-    assert!(
-        matches!(replayed, MutationOutcome::Replayed(_)),
-        "{replayed:?}"
+    // Replays, of the change and of the create, with and without the view.
+    let replayed = |outcome: MutationOutcome| match outcome {
+        MutationOutcome::Replayed(replayed) => replayed.current.map(|current| current.version),
+        other => panic!("expected replayed, got {other:?}"),
+    };
+    let again = |kind| ready(kind).operation("ready", id("ready"));
+    for broken in [broken_lifecycle, broken_view] {
+        let shown = (broken.view.is_none()).then_some(2);
+        assert_eq!(
+            replayed(mutate(&store, send(broken, 1, "bump"), bump()).await),
+            shown
+        );
+        assert_eq!(replayed(create_outcome(&store, again(broken)).await), shown);
+    }
+    assert_eq!(
+        replayed(mutate(&store, send(fixed, 1, "bump"), bump()).await),
+        Some(2)
     );
+
+    // The stale view's current state and delta.
     assert_panicked(&mutate(&store, send(broken_view, 1, "late"), bump()).await);
     expect_stale(&mutate(&store, send(fixed, 1, "late"), bump()).await);
 

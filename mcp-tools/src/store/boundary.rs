@@ -248,36 +248,43 @@ pub(crate) fn read(
     }))
 }
 
-/// The resource a replayed outcome names, as the caller may see it now (`Err` when its view
-/// panicked).
+/// The resource a replayed outcome names, as the caller may see it now.
 fn current_view(
     txn: &mut impl Txn,
     kind: &EntityKind,
     principal: &str,
     handle: &str,
     now: i64,
-) -> Result<Result<Option<Snapshot>, Rejected>, StoreError> {
+) -> Result<Option<Snapshot>, StoreError> {
     let Ok(record) = resolve(txn, kind, principal, handle)? else {
-        return Ok(Ok(None));
+        return Ok(None);
     };
     if expired(&record, now).is_some() {
-        return Ok(Ok(None));
+        return Ok(None);
     }
+    // The operation was applied, and the replay must say so whatever the view does: a caller
+    // told otherwise might apply it again under a new operation id.
     let Some(state) = entity_code(|| kind.view_shared(&record.state)) else {
-        return Ok(Err(Rejected::panicked(kind.kind)));
+        tracing::error!(
+            kind = kind.kind,
+            handle,
+            "the entity's view panicked: a replay is answered without the resource's current view"
+        );
+        return Ok(None);
     };
-    Ok(Ok(Some(Snapshot {
+    Ok(Some(Snapshot {
         handle: handle.to_owned(),
         version: record.version,
         resumption: resumption(handle, &record),
         state,
         changes: None,
-    })))
+    }))
 }
 
 /// Runs the entity's own code, its lifecycle or its view, outside a transition: `None` when it
-/// panicked, which the boundary answers as a panicking transition, unrecorded. (A read's view is
-/// left to unwind to its caller, as the read tool's own code would.)
+/// panicked. A create or a change then answers as a panicking transition, unrecorded; a replay
+/// still answers `replayed`, without the current view. (A read's view is left to unwind to its
+/// caller, as the read tool's own code would.)
 fn entity_code<T>(code: impl FnOnce() -> T) -> Option<T> {
     panic::catch_unwind(AssertUnwindSafe(code)).ok()
 }
@@ -346,10 +353,7 @@ fn answer(
         LedgerState::Done(original) => original,
     };
     let current = match &entry.handle {
-        Some(handle) => match current_view(txn, kind, principal, handle, now)? {
-            Ok(current) => current,
-            Err(panicked) => return Ok(MutationOutcome::Rejected(panicked)),
-        },
+        Some(handle) => current_view(txn, kind, principal, handle, now)?,
         None => None,
     };
     Ok(MutationOutcome::Replayed(Replayed {

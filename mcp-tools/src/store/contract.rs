@@ -516,9 +516,10 @@ impl fmt::Debug for StoreConfig {
 /// ownership and kind (`NOT_FOUND`), lifecycle (`TERMINAL`) and expiry (`EXPIRED`), and the
 /// resource's ledger share (`LEDGER_FULL`); compare the version under the conflict policy
 /// (`stale_view`, or a rebase); run the transition (a panic is `TRANSITION_PANICKED`, not
-/// recorded, as is a panic of the entity's lifecycle or view anywhere in the boundary); write
-/// the new state, its undo patch and the ledger record. A panic of the view in
-/// [`Store::read`] unwinds to its caller.
+/// recorded, as is a panic of the entity's lifecycle or view in the boundary, except in a
+/// replay, which still answers `replayed`, without its current view); write the new state, its
+/// undo patch and the ledger record. A panic of the view in [`Store::read`] unwinds to its
+/// caller.
 ///
 /// A SQL engine implements it with one transaction that takes the write lock before reading
 /// (`BEGIN IMMEDIATE` in SQLite, `SELECT ... FOR UPDATE` on the resource row and the ledger's
