@@ -100,6 +100,11 @@ fn alice() -> Principal {
 /// How long any single store call or join may take before the test fails instead of hanging.
 const STEP: Duration = Duration::from_secs(30);
 
+/// How long a whole concurrent workload may take. Its agents' calls queue behind one another on
+/// one resource (on PostgreSQL, 32 agents took 10 s alone and over 30 s beside the rest of the
+/// suite on a 2-core machine), so its bound is many steps; a hang still fails.
+const WORKLOAD: Duration = Duration::from_secs(180);
+
 /// Awaits `future`, failing the test with `what` if it takes longer than [`STEP`].
 async fn within<T>(what: &str, future: impl Future<Output = T>) -> T {
     within_for(STEP, what, future).await
@@ -1230,7 +1235,7 @@ async fn read_modify_write<S: Store + Clone>(stores: &[S], agents: usize, ops: u
     }
     let (mut applied, mut stale) = (0, 0);
     for (agent, task) in tasks.into_iter().enumerate() {
-        let (a, s) = within(&format!("read-modify-write agent {agent}"), task)
+        let (a, s) = within_for(WORKLOAD, &format!("read-modify-write agent {agent}"), task)
             .await
             .unwrap();
         applied += a;
