@@ -891,6 +891,90 @@ async fn history_is_pruned_by_count<S: Store>(open: Open<'_, S>) {
     assert_eq!(read.snapshot().unwrap().version, 6, "nothing was applied");
 }
 
+/// A read since a version answers what changed in the view since then: nothing at the current
+/// version, the delta within the history limit, "no longer kept" past it, and `FUTURE_VERSION`
+/// for a version the resource never reached. The delta never shows what the view hides.
+async fn reads_since_a_version<S: Store>(open: Open<'_, S>) {
+    let clock = ManualClock::at_millis(T0);
+    let store = open(StoreConfig {
+        history_limit: 3,
+        ..config(&clock)
+    });
+    let calls = Arc::new(AtomicUsize::new(0));
+    let handle = create(&store, alice(), &laptop()).await;
+    for gib in 1..=5u32 {
+        let send = request(alice(), &handle, "m", None, None, json!(gib));
+        expect_applied(&mutate(&store, send, set_memory(gib, &calls)).await);
+    }
+    // Versions 4, 5 and 6 are kept.
+    let since = |version: u64| {
+        let read = ReadRequest::new(Basket::kind(), alice(), &handle).since(version);
+        let store = &store;
+        async move {
+            within(&format!("a read since {version}"), store.read(read))
+                .await
+                .unwrap()
+        }
+    };
+    let changes = |outcome: ReadOutcome| match outcome {
+        ReadOutcome::Current(snapshot) => {
+            assert_eq!(snapshot.version, 6);
+            assert_eq!(snapshot.state["memory_gib"], 5);
+            let changes = snapshot.changes.expect("the changes asked for");
+            let delta = serde_json::to_value(&changes.delta).unwrap();
+            (changes.since_version, changes.delta_available, delta)
+        }
+        other => panic!("expected the basket, got {other:?}"),
+    };
+    assert_eq!(changes(since(6).await), (6, true, json!([])));
+    assert_eq!(
+        changes(since(4).await),
+        (
+            4,
+            true,
+            json!([{"path": "/memory_gib", "before": 3, "after": 5}])
+        )
+    );
+    assert_eq!(changes(since(3).await), (3, false, json!([])));
+    let ahead = since(7).await;
+    let ReadOutcome::Rejected(rejected) = &ahead else {
+        panic!("expected FUTURE_VERSION, got {ahead:?}");
+    };
+    assert_eq!(rejected.code, code::FUTURE_VERSION);
+    assert_eq!(rejected.details, Some(json!({ "current_version": 6 })));
+
+    let account = Account {
+        secret: "s-0".into(),
+        balance: 0,
+        entries: vec![],
+    };
+    let opened = expect_applied(&create_account(&store, &account).await)
+        .handle
+        .clone();
+    let deposit = Transition::typed(|account: &mut Account| {
+        account.balance += 10;
+        account.entries.push(10);
+        account.secret = "s-1".into();
+        Ok::<_, ToolError>(())
+    });
+    expect_applied(&mutate(&store, account_request(&opened, Some(1), "d-1"), deposit).await);
+    let read = ReadRequest::new(Account::kind(), alice(), &opened).since(1);
+    let ReadOutcome::Current(snapshot) = within("a read of the account", store.read(read))
+        .await
+        .unwrap()
+    else {
+        panic!("expected the account");
+    };
+    let delta = serde_json::to_value(&snapshot.changes.unwrap().delta).unwrap();
+    assert_eq!(
+        delta,
+        json!([
+            {"path": "/balance", "before": 0, "after": 10},
+            {"path": "/entry_count", "before": 0, "after": 1},
+        ])
+    );
+}
+
 async fn ledger_retention<S: Store>(open: Open<'_, S>) {
     let clock = ManualClock::at_millis(T0);
     let store = open(StoreConfig {
@@ -2017,6 +2101,7 @@ macro_rules! contract {
             case!(domain_error_is_recorded);
             case!(commutative_without_expected_version);
             case!(history_is_pruned_by_count);
+            case!(reads_since_a_version);
             case!(a_confirmed_retry_replaces_its_stale_view);
             case!(ledger_retention);
             case!(same_operation_id_storm);
