@@ -14,7 +14,7 @@ use mcp_tools::store::{
     Applied, ConflictPolicy, CreateRequest, Creation, Entity, Fingerprint, Lifecycle, MAX_DEPTH,
     ManualClock, MemoryStore, MutationOutcome, MutationRequest, PruneReport, ReadOutcome,
     ReadRequest, RecordedApplied, RecordedOutcome, RecordedStaleView, Recovery, Rejected,
-    SqliteStore, StaleView, Store, StoreConfig, Transition, code, format_rfc3339,
+    SqliteStore, StaleView, Store, StoreConfig, StoreError, Transition, code, format_rfc3339,
 };
 use mcp_tools::{Principal, ToolError};
 use schemars::JsonSchema;
@@ -1570,6 +1570,72 @@ async fn a_create_whose_claim_lapsed_gives_way<S: Store + Clone + CountResources
 /// A create whose state could not be made records nothing and gives its claim up: a failing
 /// function and a panicking one are both run again by a retry with the same id, and a retry
 /// after a create was dropped mid-way (its caller went away) need not wait for the lease.
+/// Starts a create of `operation_id` whose function waits for the returned sender, and returns
+/// once the function runs (the operation id is claimed).
+async fn stalled_create<S: Store + Clone>(
+    store: &S,
+    operation_id: &'static str,
+) -> (
+    tokio::task::JoinHandle<Result<MutationOutcome, StoreError>>,
+    tokio::sync::oneshot::Sender<()>,
+) {
+    let (started, running) = tokio::sync::oneshot::channel::<()>();
+    let (release, released) = tokio::sync::oneshot::channel::<()>();
+    let create = tokio::spawn({
+        let store = store.clone();
+        async move {
+            let making = Creation::typed(async move {
+                let _ = started.send(());
+                let _ = released.await;
+                Ok::<_, ToolError>(laptop())
+            });
+            let request = CreateRequest::deferred(Basket::kind(), alice(), making)
+                .operation(operation_id, Fingerprint::of(&json!(operation_id)));
+            store.create(request).await
+        }
+    });
+    within(&format!("{operation_id} to claim its id"), running)
+        .await
+        .unwrap();
+    (create, release)
+}
+
+/// Creates whose claims lapse one after another: a create that finishes while a later attempt
+/// holds the id is told it is in progress, and one that finishes at the very instant the later
+/// claim lapses (a claim lasts until its end, exclusive, as in every lookup) stores its resource;
+/// the later attempt then replays it.
+async fn claims_lapse_in_turn<S: Store + Clone + CountResources>(open: Open<'_, S>) {
+    let clock = ManualClock::at_millis(T0);
+    let lease = Duration::from_secs(10);
+    let store = open(StoreConfig {
+        creation_lease: lease,
+        ..config(&clock)
+    });
+    let before = store.resources();
+    type Stalled = tokio::task::JoinHandle<Result<MutationOutcome, StoreError>>;
+    let finished = |create: Stalled| async move {
+        within("a stalled create to finish", create)
+            .await
+            .unwrap()
+            .unwrap()
+    };
+    let (first, release_first) = stalled_create(&store, "c").await;
+    clock.advance(lease + Duration::from_secs(1));
+    let (second, release_second) = stalled_create(&store, "c").await;
+    release_first.send(()).unwrap();
+    expect_rejected(&finished(first).await, code::OPERATION_IN_PROGRESS);
+    clock.advance(lease);
+    let (third, release_third) = stalled_create(&store, "c").await;
+    clock.advance(lease);
+    release_second.send(()).unwrap();
+    let handle = expect_applied(&finished(second).await).handle.clone();
+    release_third.send(()).unwrap();
+    let late = finished(third).await;
+    assert!(matches!(late, MutationOutcome::Replayed(_)), "{late:?}");
+    assert_eq!(late.committed_handle(), Some(handle.as_str()), "{late:?}");
+    assert_eq!(store.resources(), before + 1);
+}
+
 async fn a_create_that_did_not_finish_leaves_the_id_free<S: Store + Clone + CountResources>(
     open: Open<'_, S>,
 ) {
@@ -2111,6 +2177,7 @@ macro_rules! contract {
             case!(ledger_is_bounded_per_resource);
             case!(a_reused_expired_id_counts_once);
             case!(a_create_whose_claim_lapsed_gives_way);
+            case!(claims_lapse_in_turn);
             case!(a_create_that_did_not_finish_leaves_the_id_free);
             case!(views_shape_outcomes);
             case!(a_transition_of_another_type_keeps_the_kinds_view);
