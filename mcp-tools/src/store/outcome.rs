@@ -419,8 +419,9 @@ pub struct Replayed {
     /// The original outcome, as recorded.
     pub original: RecordedOutcome,
     /// The resource now (its current version and the entity's view), when the original outcome
-    /// names a resource that is still available to the caller and its view can be shown (an
-    /// entity whose view panics is logged and shown as unavailable).
+    /// names a resource that is still available to the caller.
+    // Also absent when the entity's view panicked: that is logged, and the model is told only
+    // what it needs, that the operation was applied.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub current: Option<Snapshot>,
 }
