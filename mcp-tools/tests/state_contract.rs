@@ -943,14 +943,7 @@ async fn reads_since_a_version<S: Store>(open: Open<'_, S>) {
     assert_eq!(rejected.code, code::FUTURE_VERSION);
     assert_eq!(rejected.details, Some(json!({ "current_version": 6 })));
 
-    let account = Account {
-        secret: "s-0".into(),
-        balance: 0,
-        entries: vec![],
-    };
-    let opened = expect_applied(&create_account(&store, &account).await)
-        .handle
-        .clone();
+    let opened = open_account(&store).await;
     let deposit = Transition::typed(|account: &mut Account| {
         account.balance += 10;
         account.entries.push(10);
@@ -1527,24 +1520,7 @@ async fn a_create_whose_claim_lapsed_gives_way<S: Store + Clone + CountResources
         ..config(&clock)
     });
     let before = store.resources();
-    let (started, running) = tokio::sync::oneshot::channel::<()>();
-    let (release, released) = tokio::sync::oneshot::channel::<()>();
-    let stalled = tokio::spawn({
-        let store = store.clone();
-        async move {
-            let making = Creation::typed(async move {
-                let _ = started.send(());
-                let _ = released.await;
-                Ok::<_, ToolError>(laptop())
-            });
-            let request = CreateRequest::deferred(Basket::kind(), alice(), making)
-                .operation("c-1", Fingerprint::of(&json!("c-1")));
-            store.create(request).await
-        }
-    });
-    within("the stalled create to start making its state", running)
-        .await
-        .unwrap();
+    let (stalled, release) = stalled_create(&store, "c-1").await;
     // While the claim holds, a retry is told to come back.
     let retry = || {
         CreateRequest::typed(alice(), &laptop())
@@ -1984,14 +1960,7 @@ impl Entity for AccountExport {
 /// account open.
 async fn a_transition_of_another_type_keeps_the_kinds_view<S: Store>(open: Open<'_, S>) {
     let store = open(StoreConfig::default());
-    let made = Account {
-        secret: "s-0".into(),
-        balance: 0,
-        entries: vec![],
-    };
-    let handle = expect_applied(&create_account(&store, &made).await)
-        .handle
-        .clone();
+    let handle = open_account(&store).await;
     let deposit = || {
         Transition::typed(|AccountExport(account): &mut AccountExport| {
             account.balance += 10;
@@ -2008,6 +1977,17 @@ async fn a_transition_of_another_type_keeps_the_kinds_view<S: Store>(open: Open<
             json!({ "balance": 10 * count as i64, "entry_count": count })
         );
     }
+}
+
+/// Opens an empty account with secret `s-0`; its handle.
+async fn open_account<S: Store>(store: &S) -> String {
+    let account = Account {
+        secret: "s-0".into(),
+        balance: 0,
+        entries: vec![],
+    };
+    let opened = create_account(store, &account).await;
+    expect_applied(&opened).handle.clone()
 }
 
 async fn create_account<S: Store>(store: &S, account: &Account) -> MutationOutcome {
