@@ -341,17 +341,20 @@ struct Ran {
 /// [`run_batch`], with a panic outside the units (the store's clock, say) failing the batch
 /// instead of the leader: its transaction is rolled back, so the next batch starts afresh.
 fn run_batch_guarded(connection: &Connection, batch: &mut [Box<dyn Job>], writer: &Writer) -> Ran {
-    panic::catch_unwind(AssertUnwindSafe(|| run_batch(connection, batch, writer))).unwrap_or_else(
-        |payload| {
-            if !connection.is_autocommit() {
-                let _ = connection.execute_batch("ROLLBACK");
-            }
-            Ran {
-                committed: Err(panic_message(&*payload)),
-                units: batch.len(),
-            }
-        },
-    )
+    panic::catch_unwind(AssertUnwindSafe(|| run_batch(connection, batch, writer)))
+        .unwrap_or_else(|payload| rolled_back(connection, panic_message(&*payload), batch.len()))
+}
+
+/// A batch whose first `units` failed with `failure`: its transaction is rolled back, unless
+/// SQLite already ended it.
+fn rolled_back(connection: &Connection, failure: String, units: usize) -> Ran {
+    if !connection.is_autocommit() {
+        let _ = connection.execute_batch("ROLLBACK");
+    }
+    Ran {
+        committed: Err(failure),
+        units,
+    }
 }
 
 /// Runs a batch in one `BEGIN IMMEDIATE` transaction and commits it.
@@ -373,25 +376,16 @@ fn run_batch(connection: &Connection, batch: &mut [Box<dyn Job>], writer: &Write
             .map(|_| ())
             .map_err(|error| format!("storage failed: {error}"))
     };
-    let rolled_back = |failure: String, units: usize| {
-        if !connection.is_autocommit() {
-            let _ = step("ROLLBACK");
-        }
-        Ran {
-            committed: Err(failure),
-            units,
-        }
-    };
     let clock = &*writer.clock;
     if let Err(failure) = step("BEGIN IMMEDIATE") {
-        return rolled_back(failure, batch.len());
+        return rolled_back(connection, failure, batch.len());
     }
     let careful =
         batch.len() > 1 && clock.now_millis() < writer.careful_until.load(Ordering::Relaxed);
     for (index, job) in batch.iter_mut().enumerate() {
         if careful && let Err(failure) = step("SAVEPOINT unit") {
             // This unit did not start: unless it is the first, it goes in the next batch.
-            return rolled_back(failure, index.max(1));
+            return rolled_back(connection, failure, index.max(1));
         }
         let ran = job.run(connection, &writer.states, clock.now_millis());
         if !ran {
@@ -403,6 +397,7 @@ fn run_batch(connection: &Connection, batch: &mut [Box<dyn Job>], writer: &Write
         // not write outside a transaction.
         if connection.is_autocommit() {
             return rolled_back(
+                connection,
                 "storage failed: the batch's transaction was rolled back".into(),
                 index + 1,
             );
@@ -414,13 +409,13 @@ fn run_batch(connection: &Connection, batch: &mut [Box<dyn Job>], writer: &Write
             (false, false) => Err("storage failed: a unit of the batch failed".into()),
         };
         if let Err(failure) = settled {
-            return rolled_back(failure, index + 1);
+            return rolled_back(connection, failure, index + 1);
         }
     }
     // A unit that failed here had a savepoint and was rolled back to it, so its own error is
     // its answer and whatever the others wrote commits, even if that is nothing.
     if let Err(failure) = step("COMMIT") {
-        return rolled_back(failure, batch.len());
+        return rolled_back(connection, failure, batch.len());
     }
     Ran {
         committed: Ok(()),
