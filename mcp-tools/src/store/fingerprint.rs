@@ -243,6 +243,21 @@ mod members_tests {
         );
         assert_ne!(kept, Fingerprint::of_call("t", &json!({"z": 1})));
     }
+
+    /// The fallback for maps that keep insertion order (`serde_json`'s `preserve_order`, which
+    /// any crate in a build can turn on) gives every member, in byte order.
+    #[test]
+    fn sorted_members_gives_every_member_in_byte_order() {
+        let object = json!({"b": 2, "a": 1, "é": 3, "Z": 0});
+        let Value::Object(map) = &object else {
+            unreachable!()
+        };
+        let keys: Vec<&str> = sorted_members(map)
+            .into_iter()
+            .map(|(key, _)| key.as_str())
+            .collect();
+        assert_eq!(keys, ["Z", "a", "b", "é"]);
+    }
 }
 
 fn write_members<'a, W: Write>(
@@ -322,6 +337,22 @@ mod tests {
         assert_eq!(
             Fingerprint::of_call("t", &sent_by_one),
             Fingerprint::of_call("t", &sent_by_another)
+        );
+    }
+
+    /// Integers are written exactly, never through a float: past 2^53 neighbours share a float.
+    #[test]
+    fn large_integers_keep_every_digit() {
+        for (value, text) in [
+            (json!(9_007_199_254_740_993u64), "9007199254740993"),
+            (json!(-9_007_199_254_740_993i64), "-9007199254740993"),
+            (json!(u64::MAX), "18446744073709551615"),
+        ] {
+            assert_eq!(canonical_json(&value), text);
+        }
+        assert_ne!(
+            Fingerprint::of(&json!(9_007_199_254_740_993u64)),
+            Fingerprint::of(&json!(9_007_199_254_740_992u64))
         );
     }
 

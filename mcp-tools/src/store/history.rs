@@ -154,6 +154,20 @@ mod tests {
     }
 
     #[test]
+    fn an_item_changed_in_place_is_undone_by_that_item_alone() {
+        let before = json!({"notes": ["a", "b", "c"]});
+        let after = json!({"notes": ["a", "B", "c"]});
+        let patch = round_trip(before, after);
+        assert_eq!(
+            patch,
+            [Undo::Set {
+                path: "/notes/1".into(),
+                value: json!("b")
+            }]
+        );
+    }
+
+    #[test]
     fn members_items_and_whole_states_round_trip() {
         round_trip(
             json!({"a": {"x": 1, "gone": [1, 2]}, "list": [1, {"k": "v"}, 3], "a/b~c": 0}),
