@@ -137,6 +137,18 @@ async fn the_elicitation_binds_the_confirmed_version(store: impl Store) {
         "boolean"
     );
 
+    // The same call again, unanswered, replays the conflict its operation id recorded: asked
+    // again, against the version the basket is at.
+    let (requests, _) = asks(client.send(client.checkout(&arguments)).await);
+    let message = requests[RECONFIRM_INPUT_KEY]["params"]["message"]
+        .as_str()
+        .unwrap();
+    assert!(
+        message.contains("after version 1 that this change was based on"),
+        "{message}"
+    );
+    assert!(message.contains("now at version 2"), "{message}");
+
     // Someone changes the basket between the prompt and the answer: asked again, at version 3.
     upgrade(&agent, &handle, 2, 64).await;
     let (requests, state) = asks(

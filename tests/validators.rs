@@ -71,12 +71,8 @@ async fn validators_stand_for_their_version(store: impl Store) {
     assert_eq!(version, 1);
 
     // A validator from a read is accepted by the next mutation.
-    let applied = agent
-        .call(
-            "basket_upgrade_memory",
-            upgrade(&handle, json!(validator), 32),
-        )
-        .await;
+    let first = upgrade(&handle, json!(validator), 32);
+    let applied = agent.call("basket_upgrade_memory", first.clone()).await;
     assert_eq!(outcome(&applied), "applied", "{applied}");
     let next = applied["structuredContent"]["resumption"]["validator"]
         .as_str()
@@ -84,6 +80,16 @@ async fn validators_stand_for_their_version(store: impl Store) {
         .to_owned();
     assert_ne!(next, validator);
     assert_eq!(read(&agent, &handle).await, (2, next.clone()));
+
+    // Its replay shows the current version with that version's validator, ready for the next
+    // change.
+    let replayed = agent.call("basket_upgrade_memory", first).await;
+    assert_eq!(outcome(&replayed), "replayed", "{replayed}");
+    assert_eq!(
+        replayed["structuredContent"]["current"]["resumption"]["validator"],
+        next.as_str(),
+        "{replayed}"
+    );
 
     // The old validator is now stale: the same answer as the old number, delta included.
     let stale = agent

@@ -967,6 +967,23 @@ mod tests {
     }
 
     #[test]
+    fn a_version_is_a_whole_number_from_one() {
+        let decode = |value: Value| serde_json::from_value::<ExpectedVersion>(value).ok();
+        assert_eq!(decode(json!(3)), Some(ExpectedVersion::Number(3)));
+        assert_eq!(decode(json!(3.0)), Some(ExpectedVersion::Number(3)));
+        for not_a_version in [
+            json!(0),
+            json!(-3),
+            json!(0.0),
+            json!(-3.0),
+            json!(1.5),
+            json!(1e16),
+        ] {
+            assert_eq!(decode(not_a_version.clone()), None, "{not_a_version}");
+        }
+    }
+
+    #[test]
     fn what_means_the_same_as_absence_is_left_out() {
         let bare = of(json!({"basket_id": "b", "operation_id": "1"}));
         assert_eq!(of(json!({"basket_id": "b"})), bare);
