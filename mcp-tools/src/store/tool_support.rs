@@ -342,16 +342,11 @@ fn unguessable(cx: &Context, operation_id: &str) -> Result<(), CallToolResult> {
     )
 }
 
-/// A UUID in its canonical form, or at least 22 characters of the URL-safe base64 alphabet.
+/// At least 22 characters of the URL-safe base64 alphabet (128 bits as base64). A UUID in its
+/// canonical form (36 hexadecimal digits and hyphens) is one of these.
 pub(crate) fn is_unguessable(operation_id: &str) -> bool {
-    let url_safe = |b: u8| b.is_ascii_alphanumeric() || b == b'-' || b == b'_';
-    let bytes = operation_id.as_bytes();
-    let uuid = bytes.len() == 36
-        && bytes.iter().enumerate().all(|(i, b)| match i {
-            8 | 13 | 18 | 23 => *b == b'-',
-            _ => b.is_ascii_hexdigit(),
-        });
-    uuid || (bytes.len() >= 22 && bytes.iter().copied().all(url_safe))
+    let url_safe = |b: &u8| b.is_ascii_alphanumeric() || *b == b'-' || *b == b'_';
+    operation_id.len() >= 22 && operation_id.as_bytes().iter().all(url_safe)
 }
 
 /// The key of the reconfirmation elicitation in `inputRequests` and `inputResponses`.
