@@ -23,6 +23,7 @@ use tokio::sync::{broadcast, watch};
 use crate::auth::hook::Authenticate;
 use crate::context::{Principal, SharedState};
 use crate::server::host::HostPolicy;
+use crate::sync::lock;
 
 /// A built MCP server. Cheap to clone: clones share everything.
 ///
@@ -46,7 +47,8 @@ pub(crate) struct Shared {
     pub(crate) max_listens: usize,
     /// Rate limits on tool calls.
     pub(crate) limits: limits::RateLimits,
-    /// The open `subscriptions/listen` streams of each principal.
+    /// The open `subscriptions/listen` streams of each principal. Every critical section is one
+    /// count change, so a poisoned lock still holds consistent counts.
     pub(crate) listens: Mutex<std::collections::HashMap<Principal, usize>>,
     /// Whether a store was registered, so stateful tools added later can be refused without one.
     pub(crate) has_store: bool,
@@ -103,11 +105,7 @@ pub(crate) struct ListenSlot {
 impl McpServer {
     /// A listen slot for `principal`, or the error that refuses the stream.
     pub(crate) fn listen_slot(&self, principal: &Principal) -> Result<ListenSlot, crate::RpcError> {
-        let mut listens = self
-            .shared
-            .listens
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut listens = lock(&self.shared.listens);
         let open = listens.entry(principal.clone()).or_insert(0);
         if *open >= self.shared.max_listens {
             return Err(crate::RpcError::too_many_subscriptions(
@@ -124,11 +122,7 @@ impl McpServer {
 
 impl Drop for ListenSlot {
     fn drop(&mut self) {
-        let mut listens = self
-            .shared
-            .listens
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut listens = lock(&self.shared.listens);
         if let Some(open) = listens.get_mut(&self.principal) {
             *open -= 1;
             if *open == 0 {

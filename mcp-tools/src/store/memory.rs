@@ -26,7 +26,7 @@ use super::task_record::TaskRecord;
 use super::task_store::{TaskChange, TaskInsert, TaskStore};
 use crate::context::Principal;
 // A panicking transition only ever changed a copy, so the data behind a poisoned lock is intact.
-use crate::sync::lock;
+use crate::sync::{lock, read, write};
 
 const SHARDS: usize = 64;
 /// Locks for operation ids, each shared by the ids whose keys fall on it. A fixed table instead
@@ -312,9 +312,7 @@ impl Inner {
     }
 
     fn cell(&self, handle: &str) -> Option<Arc<Cell>> {
-        let shard = self.resources[self.shard_of(&handle)]
-            .read()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let shard = read(&self.resources[self.shard_of(&handle)]);
         shard.get(handle).cloned()
     }
 
@@ -424,10 +422,7 @@ impl Inner {
         let retention = duration_millis(self.config.ledger_retention);
         let cutoff = now.saturating_sub(retention);
         let mut removed = 0;
-        self.resources[shard]
-            .write()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .retain(|_, cell| {
+        write(&self.resources[shard]).retain(|_, cell| {
                 // Clones of a cell are only taken under the shard lock, so a count of one means
                 // no request holds it. An expired resource is never written
                 // again, so its expiry cannot move once it is past.
@@ -453,9 +448,7 @@ impl Inner {
         self.resources
             .iter()
             .map(|shard| {
-                shard
-                    .read()
-                    .unwrap_or_else(|poisoned| poisoned.into_inner())
+                read(&shard)
                     .len()
             })
             .sum()
@@ -704,9 +697,7 @@ impl Txn for MemoryTxn<'_> {
     fn insert(&mut self, handle: &str, record: Record) -> Result<(), StoreError> {
         let inner = self.inner;
         inner.resource_falls_due(&record);
-        let mut shard = inner.resources[inner.shard_of(&handle)]
-            .write()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut shard = write(&inner.resources[inner.shard_of(&handle)]);
         if shard.contains_key(handle) {
             return Err(StoreError::Backend(
                 "minted a handle that already exists".into(),

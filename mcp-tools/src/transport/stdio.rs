@@ -284,9 +284,7 @@ struct Inflight(Mutex<HashMap<RequestId, Entry>>);
 
 impl Inflight {
     fn lock(&self) -> MutexGuard<'_, HashMap<RequestId, Entry>> {
-        self.0
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        crate::sync::lock(&self.0)
     }
 
     /// Takes a finished request out; `false` if it was cancelled meanwhile and must not be
