@@ -57,7 +57,7 @@ mod transport;
 
 /// Content blocks of tool results.
 pub mod content {
-    pub use crate::tools::content::*;
+    pub use crate::protocol::content::*;
 }
 
 #[doc(hidden)]
@@ -95,8 +95,12 @@ pub use context::{Context, Principal};
 pub use mcp_tools_derive::{ToolError, tool, toolbox};
 pub use prompts::{GetPromptResult, IntoPromptReply, Prompt, PromptMessage, PromptSet, Role};
 pub use protocol::LogLevel;
+pub use protocol::content::{CallToolResult, Content};
 pub use protocol::error::RpcError;
+pub use protocol::input::InputRequired;
+pub use protocol::recovery::{DomainCode, Recovery};
 pub use protocol::result::CacheScope;
+pub use protocol::tool_error::{IntoToolError, ToolError};
 pub use resources::{Resource, ResourceContents, ResourceSet, ResourceTemplate};
 pub use server::{
     BuildError, DEFAULT_BODY_LIMIT, DEFAULT_MAX_LISTENS_PER_PRINCIPAL, McpServer, McpServerBuilder,
@@ -104,11 +108,8 @@ pub use server::{
 #[cfg(feature = "sqlite")]
 pub use store::SqliteStore;
 pub use store::{MemoryStore, MutationOutcome, Store};
-pub use tools::content::{CallToolResult, Content, IntoToolError, ToolError};
 pub use tools::extract::{FromContext, MISSING_STATE, State};
-pub use tools::input::{InputRequired, ToolReply};
-pub use tools::output::{IntoCallToolResult, Structured};
-pub use tools::recovery::{DomainCode, Recovery};
+pub use tools::reply::{IntoCallToolResult, Structured, ToolReply};
 pub use tools::set::ToolSet;
 pub use tools::{NoArgs, Tool, ToolAnnotations, ToolInfo};
 pub use transport::http::serve::{

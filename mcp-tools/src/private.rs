@@ -68,11 +68,11 @@ pub fn input_schema<T: JsonSchema>(generator: &mut SchemaGenerator) -> Value {
 
 /// What a generated tool returns: the user's value already converted, so a request for client
 /// input survives the conversion.
-pub struct Outcome(pub crate::tools::output::Reply);
+pub struct Outcome(pub crate::protocol::input::Reply);
 
 impl From<crate::CallToolResult> for Outcome {
     fn from(result: crate::CallToolResult) -> Self {
-        Outcome(crate::tools::output::Reply::Complete(result))
+        Outcome(crate::protocol::input::Reply::Complete(result))
     }
 }
 
@@ -84,7 +84,7 @@ impl crate::IntoCallToolResult for Outcome {
         }
     }
 
-    fn into_reply(self) -> crate::tools::output::Reply {
+    fn into_reply(self) -> crate::protocol::input::Reply {
         self.0
     }
 }

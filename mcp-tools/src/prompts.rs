@@ -8,9 +8,10 @@ use serde_json::{Map, Value, json};
 
 use crate::RpcError;
 use crate::context::Context;
+use crate::protocol::content::Content;
+use crate::protocol::input::InputRequired;
 use crate::tools::BoxFuture;
-use crate::tools::content::Content;
-use crate::tools::input::{InputRequired, ToolReply};
+use crate::tools::reply::ToolReply;
 
 /// Who speaks a prompt message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

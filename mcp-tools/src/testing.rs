@@ -92,7 +92,7 @@ impl TestClient {
         params.insert(
             "_meta".into(),
             json!({
-                meta_keys::PROTOCOL_VERSION: PROTOCOL_VERSION,
+                meta_keys::PROTOCOL_VERSION_KEY: PROTOCOL_VERSION,
                 meta_keys::CLIENT_CAPABILITIES: self.capabilities,
             }),
         );

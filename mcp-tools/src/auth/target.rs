@@ -28,8 +28,12 @@ impl<'a> Target<'a> {
     /// Base64 form), so scopes can be checked before the body is read. The body is checked
     /// against the headers later, and judged again then; unreadable headers are left to that.
     pub(crate) fn named_by(headers: &HeaderMap) -> Option<(&str, Cow<'_, str>)> {
-        let method = headers.get(&headers::METHOD_HEADER)?.to_str().ok()?.trim();
-        let name = headers::header_text(headers, &headers::NAME_HEADER).ok()??;
+        let method = headers
+            .get(&headers::METHOD_HEADER_NAME)?
+            .to_str()
+            .ok()?
+            .trim();
+        let name = headers::header_text(headers, &headers::NAME_HEADER_NAME).ok()??;
         Some((method, name))
     }
 

@@ -293,7 +293,7 @@ fn prepare(
     if let (false, Transport::Http(headers)) = (legacy, transport) {
         require_equal(
             headers,
-            &headers::PROTOCOL_VERSION_HEADER,
+            &headers::PROTOCOL_VERSION_HEADER_NAME,
             "MCP-Protocol-Version",
             meta.protocol_version(),
             Presence::Required,
@@ -313,7 +313,7 @@ fn prepare(
         };
         require_equal(
             headers,
-            &headers::METHOD_HEADER,
+            &headers::METHOD_HEADER_NAME,
             "Mcp-Method",
             &method,
             presence,
@@ -321,7 +321,13 @@ fn prepare(
         if let Some(field) = headers::named_target(&method) {
             match params.get(field) {
                 Some(Value::String(target)) => {
-                    require_equal(headers, &headers::NAME_HEADER, "Mcp-Name", target, presence)?;
+                    require_equal(
+                        headers,
+                        &headers::NAME_HEADER_NAME,
+                        "Mcp-Name",
+                        target,
+                        presence,
+                    )?;
                 }
                 // A legacy request is judged on its body alone past this point.
                 _ if legacy => {}

@@ -6,9 +6,9 @@ use serde_json::{Map, Value};
 
 use crate::RpcError;
 use crate::context::{Context, Principal, RoundInput};
+use crate::protocol::input::InputRequired;
 use crate::protocol::seal::Binding;
 use crate::server::McpServer;
-use crate::tools::input::InputRequired;
 
 use super::Route;
 

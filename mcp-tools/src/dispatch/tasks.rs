@@ -9,12 +9,12 @@ use serde_json::{Map, Value, json};
 
 use crate::RpcError;
 use crate::context::Context;
+use crate::protocol::input::Reply;
 use crate::protocol::result::ResultType;
 use crate::server::{McpServer, Snapshot};
 use crate::store::Fingerprint;
 use crate::tasks::runtime::{Restart, TaskLink, Tasks, Worker, catching};
 use crate::tasks::{TASKS_EXTENSION, TaskSupport};
-use crate::tools::input::Reply;
 
 use super::Route;
 use super::rounds::input_required;

@@ -5,9 +5,9 @@ use serde_json::{Map, Value};
 
 use crate::RpcError;
 use crate::context::Context;
+use crate::protocol::content::{CallToolResult, Content, Rendered};
+use crate::protocol::input::Reply;
 use crate::server::McpServer;
-use crate::tools::content::{CallToolResult, Content, Rendered};
-use crate::tools::input::Reply;
 use crate::tools::set::CompiledTool;
 
 use super::Route;

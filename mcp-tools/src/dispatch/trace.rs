@@ -46,7 +46,8 @@ pub(crate) fn request_span(
     let Some(Value::Object(meta)) = params.and_then(|params| params.get("_meta")) else {
         return span;
     };
-    if let Some(Value::String(version)) = meta.get(crate::protocol::meta_keys::PROTOCOL_VERSION) {
+    if let Some(Value::String(version)) = meta.get(crate::protocol::meta_keys::PROTOCOL_VERSION_KEY)
+    {
         span.record("mcp.protocol.version", version.as_str());
     }
     #[cfg(feature = "opentelemetry")]

@@ -14,7 +14,7 @@ pub(crate) const LEGACY_VERSIONS: &[&str] = &["2025-11-25", "2025-06-18", "2025-
 /// The `MCP-Protocol-Version` header as the era decision reads it: leniently, since deciding the
 /// era classifies a request and refuses nothing (the modern path checks the header strictly).
 pub(crate) fn version_header(headers: &HeaderMap) -> Option<Cow<'_, str>> {
-    headers::classifying_text(headers, &headers::PROTOCOL_VERSION_HEADER).map(Cow::Borrowed)
+    headers::classifying_text(headers, &headers::PROTOCOL_VERSION_HEADER_NAME).map(Cow::Borrowed)
 }
 /// Whether a request belongs to the legacy era.
 ///
@@ -29,7 +29,7 @@ pub(crate) fn is_legacy(
 ) -> bool {
     let claim = params
         .and_then(|p| p.get("_meta"))
-        .and_then(|m| m.get(meta_keys::PROTOCOL_VERSION));
+        .and_then(|m| m.get(meta_keys::PROTOCOL_VERSION_KEY));
     let header = headers.map(version_header);
     let header = header.as_ref().map(Option::as_deref);
     let header_is_legacy =
@@ -55,7 +55,7 @@ pub(crate) fn requested_version(
         p.get("protocolVersion")
             .or_else(|| {
                 p.get("_meta")
-                    .and_then(|m| m.get(meta_keys::PROTOCOL_VERSION))
+                    .and_then(|m| m.get(meta_keys::PROTOCOL_VERSION_KEY))
             })
             .and_then(Value::as_str)
     });

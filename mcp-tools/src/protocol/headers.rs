@@ -3,11 +3,11 @@
 //! body, so a load balancer routing on headers and the server executing the body agree.
 
 /// Must equal the body's protocol version.
-pub const PROTOCOL_VERSION: &str = "mcp-protocol-version";
+pub const PROTOCOL_VERSION_HEADER: &str = "mcp-protocol-version";
 /// Must equal the JSON-RPC method.
-pub const METHOD: &str = "mcp-method";
+pub const METHOD_HEADER: &str = "mcp-method";
 /// Must equal `params.name` (or `params.uri`) where the method names a target.
-pub const NAME: &str = "mcp-name";
+pub const NAME_HEADER: &str = "mcp-name";
 
 use std::borrow::Cow;
 use std::fmt::Display;
@@ -21,9 +21,10 @@ use crate::RpcError;
 
 /// The routing headers as parsed names: a lookup by a `&str` parses and lowercases the name on
 /// every request, one by a [`HeaderName`] only hashes it.
-pub(crate) static PROTOCOL_VERSION_HEADER: HeaderName = HeaderName::from_static(PROTOCOL_VERSION);
-pub(crate) static METHOD_HEADER: HeaderName = HeaderName::from_static(METHOD);
-pub(crate) static NAME_HEADER: HeaderName = HeaderName::from_static(NAME);
+pub(crate) static PROTOCOL_VERSION_HEADER_NAME: HeaderName =
+    HeaderName::from_static(PROTOCOL_VERSION_HEADER);
+pub(crate) static METHOD_HEADER_NAME: HeaderName = HeaderName::from_static(METHOD_HEADER);
+pub(crate) static NAME_HEADER_NAME: HeaderName = HeaderName::from_static(NAME_HEADER);
 
 const SENTINEL_PREFIX: &str = "=?base64?";
 const SENTINEL_SUFFIX: &str = "?=";

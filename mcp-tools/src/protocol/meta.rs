@@ -35,23 +35,23 @@ impl RequestMeta {
             None => {
                 return Err(RpcError::invalid_meta(format!(
                     "`params._meta` is missing: it must carry `{}` and `{}`",
-                    meta_keys::PROTOCOL_VERSION,
+                    meta_keys::PROTOCOL_VERSION_KEY,
                     meta_keys::CLIENT_CAPABILITIES
                 )));
             }
         };
-        match raw.get(meta_keys::PROTOCOL_VERSION) {
+        match raw.get(meta_keys::PROTOCOL_VERSION_KEY) {
             Some(Value::String(_)) => {}
             Some(_) => {
                 return Err(RpcError::invalid_meta(format!(
                     "`_meta[\"{}\"]` must be a string",
-                    meta_keys::PROTOCOL_VERSION
+                    meta_keys::PROTOCOL_VERSION_KEY
                 )));
             }
             None => {
                 return Err(RpcError::invalid_meta(format!(
                     "`_meta[\"{}\"]` is required",
-                    meta_keys::PROTOCOL_VERSION
+                    meta_keys::PROTOCOL_VERSION_KEY
                 )));
             }
         }
@@ -131,7 +131,7 @@ impl RequestMeta {
             Some(version) => version,
             None => self
                 .raw
-                .get(meta_keys::PROTOCOL_VERSION)
+                .get(meta_keys::PROTOCOL_VERSION_KEY)
                 .and_then(Value::as_str)
                 .unwrap_or_default(),
         }
@@ -240,7 +240,7 @@ mod tests {
 
     fn meta_with_client_info(info: Value) -> Map<String, Value> {
         let meta = json!({
-            meta_keys::PROTOCOL_VERSION: "2026-07-28",
+            meta_keys::PROTOCOL_VERSION_KEY: "2026-07-28",
             meta_keys::CLIENT_CAPABILITIES: {},
             meta_keys::CLIENT_INFO: info,
         });
@@ -296,7 +296,7 @@ mod tests {
     #[test]
     fn a_current_request_reads_its_meta() {
         let mut params = json!({ "_meta": {
-            meta_keys::PROTOCOL_VERSION: "2026-07-28",
+            meta_keys::PROTOCOL_VERSION_KEY: "2026-07-28",
             meta_keys::CLIENT_CAPABILITIES: { "elicitation": {} },
             meta_keys::LOG_LEVEL: "warning",
         } })
@@ -317,7 +317,7 @@ mod tests {
     fn a_progress_token_is_a_string_or_any_integer() {
         let with_token = |token: Value| {
             let mut params = json!({ "_meta": {
-                meta_keys::PROTOCOL_VERSION: "2026-07-28",
+                meta_keys::PROTOCOL_VERSION_KEY: "2026-07-28",
                 meta_keys::CLIENT_CAPABILITIES: {},
                 meta_keys::PROGRESS_TOKEN: token,
             } })

@@ -1,14 +1,20 @@
-//! Wire-level vocabulary of MCP 2026-07-28: versions, `_meta` keys, header names and the
-//! JSON-RPC envelope.
+//! Wire-level vocabulary of MCP 2026-07-28: versions, `_meta` keys, header names, the JSON-RPC
+//! envelope, and what a tool call answers (content, tool errors, recovery hints, requests for
+//! client input), with every code and key this framework adds.
 
+pub(crate) mod content;
 mod envelope;
 pub(crate) mod era;
 pub(crate) mod error;
+pub mod framework;
 pub mod headers;
+pub(crate) mod input;
 mod meta;
 pub(crate) mod param_headers;
+pub(crate) mod recovery;
 pub(crate) mod result;
 pub(crate) mod seal;
+pub(crate) mod tool_error;
 
 pub use envelope::{Envelope, RequestId};
 pub use meta::{LogLevel, RequestMeta};
@@ -21,6 +27,12 @@ pub(crate) fn json_text(value: &serde_json::Value) -> String {
     serde_json::to_string(value).expect("a JSON value always serializes")
 }
 
+/// The generator every published schema comes from: JSON Schema 2020-12, pinned explicitly so a
+/// change of the library's default cannot change the published contract.
+pub(crate) fn schema_generator() -> schemars::SchemaGenerator {
+    schemars::generate::SchemaSettings::draft2020_12().into_generator()
+}
+
 /// The protocol revision this runtime speaks.
 pub const PROTOCOL_VERSION: &str = "2026-07-28";
 
@@ -30,7 +42,7 @@ pub const SUPPORTED_VERSIONS: &[&str] = &[PROTOCOL_VERSION];
 /// `_meta` keys reserved by the protocol.
 pub mod meta_keys {
     /// Protocol version claimed by the request (required).
-    pub const PROTOCOL_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
+    pub const PROTOCOL_VERSION_KEY: &str = "io.modelcontextprotocol/protocolVersion";
     /// Capabilities the client declares for this request (required).
     pub const CLIENT_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabilities";
     /// Self-reported client implementation (optional).

@@ -26,7 +26,7 @@ use super::outcome::{
     RecordedStaleView, Recovery, Rejected, Replayed, Resumption, Snapshot, StaleView, code,
 };
 use crate::context::Principal;
-use crate::tools::content::ToolError;
+use crate::protocol::tool_error::ToolError;
 
 /// One stored resource at its current version. Cloning it is cheap: the strings and the state are
 /// shared.

@@ -14,7 +14,7 @@ use super::entity::{Entity, EntityKind, Lifecycle};
 use super::fingerprint::Fingerprint;
 use super::outcome::{MutationOutcome, ReadOutcome};
 use crate::context::Principal;
-use crate::tools::content::{IntoToolError, ToolError};
+use crate::protocol::tool_error::{IntoToolError, ToolError};
 
 /// The future every store method returns; boxed so stores can sit behind `Arc<dyn Store>`.
 pub type StoreFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, StoreError>> + Send + 'a>>;
@@ -164,7 +164,7 @@ impl Transition {
         Transition(Box::new(move |state: &Value| {
             let mut resource = R::deserialize(state).map_err(|error| {
                 ToolError::new(
-                    super::outcome::code::INVALID_STATE,
+                    crate::protocol::framework::code::INVALID_STATE,
                     format!("stored {} is unreadable: {error}", R::KIND),
                 )
             })?;
@@ -197,7 +197,7 @@ impl fmt::Debug for Transition {
 fn encode<T: Serialize>(value: &T) -> Result<Value, ToolError> {
     serde_json::to_value(value).map_err(|error| {
         ToolError::new(
-            super::outcome::code::INVALID_STATE,
+            crate::protocol::framework::code::INVALID_STATE,
             format!("cannot encode the state: {error}"),
         )
     })

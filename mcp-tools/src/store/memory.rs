@@ -423,35 +423,29 @@ impl Inner {
         let cutoff = now.saturating_sub(retention);
         let mut removed = 0;
         write(&self.resources[shard]).retain(|_, cell| {
-                // Clones of a cell are only taken under the shard lock, so a count of one means
-                // no request holds it. An expired resource is never written
-                // again, so its expiry cannot move once it is past.
-                if Arc::strong_count(cell) > 1 {
-                    *due = (*due).min(now);
-                    return true;
-                }
-                let expires_at = cell.current.load().expires_at;
-                let reclaim = expires_at.is_some_and(|at| at <= cutoff);
-                if reclaim {
-                    removed += 1;
-                } else if let Some(at) = expires_at {
-                    *due = (*due).min(at.saturating_add(retention));
-                }
-                !reclaim
-            });
+            // Clones of a cell are only taken under the shard lock, so a count of one means
+            // no request holds it. An expired resource is never written
+            // again, so its expiry cannot move once it is past.
+            if Arc::strong_count(cell) > 1 {
+                *due = (*due).min(now);
+                return true;
+            }
+            let expires_at = cell.current.load().expires_at;
+            let reclaim = expires_at.is_some_and(|at| at <= cutoff);
+            if reclaim {
+                removed += 1;
+            } else if let Some(at) = expires_at {
+                *due = (*due).min(at.saturating_add(retention));
+            }
+            !reclaim
+        });
         removed
     }
 
     /// How many resources the store holds, expired ones included.
     #[cfg(any(test, feature = "test-hooks"))]
     fn resource_count(&self) -> usize {
-        self.resources
-            .iter()
-            .map(|shard| {
-                read(&shard)
-                    .len()
-            })
-            .sum()
+        self.resources.iter().map(|shard| read(shard).len()).sum()
     }
 
     /// Reads `cell`, the resource `request` names (if it exists), once it is the read's turn

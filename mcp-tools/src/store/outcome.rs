@@ -8,67 +8,12 @@ use serde_json::Value;
 
 use super::delta::FieldChange;
 use super::entity::Lifecycle;
-use crate::tools::content::{CallToolResult, Content, Rendered, ToolError};
-use crate::tools::input::Reply;
-pub use crate::tools::recovery::Recovery;
+use crate::protocol::content::{CallToolResult, Content, Rendered};
+use crate::protocol::input::Reply;
+pub use crate::protocol::recovery::Recovery;
+use crate::protocol::tool_error::ToolError;
 
-/// Stable codes of the rejections the boundary itself produces.
-pub mod code {
-    /// The caller's view is older than the resource.
-    pub const STALE_VIEW: &str = "STALE_VIEW";
-    /// An operation id was sent again with a different payload.
-    pub const OPERATION_ID_REUSED: &str = "OPERATION_ID_REUSED";
-    /// The resource reached a terminal lifecycle state.
-    pub const TERMINAL: &str = "TERMINAL";
-    /// The resource outlived its time to live.
-    pub const EXPIRED: &str = "EXPIRED";
-    /// No such handle for this caller (unknown, or owned by another principal).
-    pub const NOT_FOUND: &str = "NOT_FOUND";
-    /// An earlier request with the same operation id is still running.
-    pub const OPERATION_IN_PROGRESS: &str = "OPERATION_IN_PROGRESS";
-    /// Callers are not authenticated and share one ledger: an operation id must be a UUID (or as
-    /// unguessable).
-    pub const GUESSABLE_OPERATION_ID: &str = "GUESSABLE_OPERATION_ID";
-    /// The resource's share of the operation-id ledger is full until its oldest records expire.
-    pub const LEDGER_FULL: &str = "LEDGER_FULL";
-    /// The tool's own code panicked; the same request would panic again.
-    pub const TRANSITION_PANICKED: &str = "TRANSITION_PANICKED";
-    /// The validator sent as the precondition was not issued for this resource by this server.
-    pub const INVALID_VALIDATOR: &str = "INVALID_VALIDATOR";
-    /// Whoever was asked to confirm a change against the current state declined.
-    pub const NOT_CONFIRMED: &str = "NOT_CONFIRMED";
-    /// The confirmation sent is not one this server issued for this request, or it expired.
-    pub const INVALID_CONFIRMATION: &str = "INVALID_CONFIRMATION";
-    /// The caller's `expected_version` is one the resource never reached: it was not read.
-    pub const FUTURE_VERSION: &str = "FUTURE_VERSION";
-    /// The stored state cannot be read or written as the entity's type.
-    pub const INVALID_STATE: &str = "INVALID_STATE";
-    /// What the tool returned cannot be serialized.
-    pub const OUTPUT_NOT_SERIALIZABLE: &str = "OUTPUT_NOT_SERIALIZABLE";
-
-    const FRAMEWORK: &[&str] = &[
-        STALE_VIEW,
-        OPERATION_ID_REUSED,
-        TERMINAL,
-        EXPIRED,
-        NOT_FOUND,
-        OPERATION_IN_PROGRESS,
-        GUESSABLE_OPERATION_ID,
-        LEDGER_FULL,
-        TRANSITION_PANICKED,
-        INVALID_VALIDATOR,
-        NOT_CONFIRMED,
-        INVALID_CONFIRMATION,
-        FUTURE_VERSION,
-        INVALID_STATE,
-        OUTPUT_NOT_SERIALIZABLE,
-    ];
-
-    /// Whether the framework itself answers with `code` (rather than a tool's own error).
-    pub fn is_framework(code: &str) -> bool {
-        FRAMEWORK.contains(&code)
-    }
-}
+pub use crate::protocol::framework::code;
 
 /// Where to resume from: enough to continue after a context compaction.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -602,9 +547,7 @@ impl MutationOutcome {
 
     /// The JSON Schema (2020-12) of this union, for a tool's `outputSchema`.
     pub fn json_schema() -> Value {
-        schema_value(
-            crate::tools::set::schema_generator().into_root_schema_for::<MutationOutcome>(),
-        )
+        schema_value(crate::protocol::schema_generator().into_root_schema_for::<MutationOutcome>())
     }
 
     /// The tool result: `structuredContent` is this outcome, the text is [`MutationOutcome::text`].
@@ -752,7 +695,7 @@ impl ReadOutcome {
 
     /// The JSON Schema (2020-12) of this union.
     pub fn json_schema() -> Value {
-        schema_value(crate::tools::set::schema_generator().into_root_schema_for::<ReadOutcome>())
+        schema_value(crate::protocol::schema_generator().into_root_schema_for::<ReadOutcome>())
     }
 
     /// The tool result.

@@ -7,7 +7,7 @@ use serde_json::{Map, Value, json};
 
 use super::outcome::{MutationOutcome, ReadOutcome, Recovery, code};
 use super::tool_support::IsEntity;
-use crate::tools::recovery::DomainCode;
+use crate::protocol::recovery::DomainCode;
 
 /// The `_meta` key of a stateful tool's concurrency contract in `tools/list`.
 pub const STATE_CONTRACT_META_KEY: &str = "io.github.mcp-tools/state";
@@ -431,7 +431,7 @@ mod tests {
     /// member would leave the published schema untyped.
     #[test]
     fn every_typed_member_exists_in_the_unions() {
-        let mut generator = crate::tools::set::schema_generator();
+        let mut generator = crate::protocol::schema_generator();
         let schema = MUTATES.mutation_schema::<Counter, u32>(&mut generator);
         let defs = &schema["$defs"];
         assert_eq!(
@@ -456,7 +456,7 @@ mod tests {
         assert!(codes.contains(&"TOO_LARGE") && codes.contains(&"NOT_FOUND"));
         assert!(schema["oneOf"].is_array(), "the union is the root");
 
-        let mut generator = crate::tools::set::schema_generator();
+        let mut generator = crate::protocol::schema_generator();
         let read = StatefulContract {
             kind: ToolKind::Reads,
             domain_codes: open,

@@ -23,10 +23,11 @@ use super::outcome::{
 use super::registry::SharedStore;
 use crate::__private::Outcome;
 use crate::context::{Context, Principal};
+use crate::protocol::content::CallToolResult;
+use crate::protocol::framework::code::MISSING_STATE;
+use crate::protocol::input::{InputRequired, Reply};
 use crate::protocol::seal::{Binding, tool_call_target};
-use crate::tools::content::{CallToolResult, IntoToolError, ToolError};
-use crate::tools::extract::MISSING_STATE;
-use crate::tools::input::{InputRequired, Reply};
+use crate::protocol::tool_error::{IntoToolError, ToolError};
 
 /// Decoded tool arguments together with the JSON they were decoded from: the operation-id
 /// ledger fingerprints the payload as sent.
@@ -757,7 +758,7 @@ pub async fn read<R: IsEntity>(
                 Ok((snapshot, resource))
             }
             Err(error) => Err(ToolError::new(
-                super::outcome::code::INVALID_STATE,
+                crate::protocol::framework::code::INVALID_STATE,
                 format!("stored {} is unreadable: {error}", R::KIND),
             )
             .into_result()),

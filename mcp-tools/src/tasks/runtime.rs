@@ -11,12 +11,12 @@ use tokio::sync::{Notify, mpsc, oneshot, watch};
 
 use crate::RpcError;
 use crate::context::{Context, RoundInput, TaskSlot};
+use crate::protocol::input::{InputRequired, Reply};
+use crate::protocol::tool_error::ToolError;
 use crate::store::StoreError;
 use crate::store::task_record::Ending;
 use crate::tasks::{TaskChange, TaskInsert, TaskOptions, TaskRecord, TaskStatus, TaskStore};
 use crate::tools::BoxFuture;
-use crate::tools::content::ToolError;
-use crate::tools::input::{InputRequired, Reply};
 // The running counts change by counting up and down, which does not panic halfway.
 use crate::sync::lock;
 

@@ -1,7 +1,7 @@
 //! Values a tool function receives from the request rather than from its arguments.
 
 use crate::context::Context;
-use crate::tools::content::ToolError;
+use crate::protocol::tool_error::ToolError;
 
 /// Shared application state, registered with
 /// [`McpServerBuilder::state`](crate::McpServerBuilder::state) and received by a `#[tool]`
@@ -36,7 +36,7 @@ impl<T> std::ops::Deref for State<T> {
 }
 
 /// The error code of a call whose tool needs state the server was not given.
-pub const MISSING_STATE: &str = "MISSING_STATE";
+pub use crate::protocol::framework::code::MISSING_STATE;
 
 /// A value built from the request context. Implemented for [`Context`] and [`State<T>`]; the
 /// `#[tool]` attribute uses it for parameters of those types.

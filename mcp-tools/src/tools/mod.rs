@@ -1,12 +1,9 @@
 //! The tool trait, its metadata, and the type-erased form the registry stores.
 
-pub(crate) mod content;
 pub(crate) mod docs;
 pub(crate) mod extract;
 pub(crate) mod formats;
-pub(crate) mod input;
-pub(crate) mod output;
-pub(crate) mod recovery;
+pub(crate) mod reply;
 pub(crate) mod set;
 
 use std::borrow::Cow;
@@ -19,9 +16,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use crate::context::Context;
-use crate::tools::content::ToolError;
-use crate::tools::input::Reply;
-use crate::tools::output::IntoCallToolResult;
+use crate::protocol::input::Reply;
+use crate::protocol::tool_error::ToolError;
+use crate::tools::reply::IntoCallToolResult;
 
 /// A tool: a name, a description, typed arguments and an async call.
 ///

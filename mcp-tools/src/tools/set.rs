@@ -3,15 +3,14 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use schemars::SchemaGenerator;
-use schemars::generate::SchemaSettings;
 use serde_json::{Value, json};
 
 use crate::BuildError;
 use crate::context::Context;
+use crate::protocol::content::CallToolResult;
+use crate::protocol::input::Reply;
 use crate::protocol::param_headers::{ParamHeader, publish};
-use crate::tools::content::{CallToolResult, ToolError};
-use crate::tools::input::Reply;
+use crate::protocol::tool_error::ToolError;
 use crate::tools::{Erased, ErasedTool, Tool, ToolDefinition};
 
 /// An ordered collection of tools, in the order `tools/list` returns them.
@@ -41,12 +40,6 @@ struct Entry {
     tool: Arc<dyn ErasedTool>,
 }
 
-/// The generator every schema in a tool set comes from: JSON Schema 2020-12, pinned explicitly so
-/// a change of the library's default cannot change the published contract.
-pub(crate) fn schema_generator() -> SchemaGenerator {
-    SchemaSettings::draft2020_12().into_generator()
-}
-
 impl ToolSet {
     /// An empty set.
     pub fn new() -> Self {
@@ -62,10 +55,10 @@ impl ToolSet {
     /// Adds a tool.
     pub fn add<T: Tool>(&mut self, tool: T) -> &mut Self {
         let info = tool.info();
-        let mut input_schema = tool.input_schema(&mut schema_generator());
+        let mut input_schema = tool.input_schema(&mut crate::protocol::schema_generator());
         crate::tools::formats::standardize(&mut input_schema);
         let output_schema = tool
-            .output_schema(&mut schema_generator())
+            .output_schema(&mut crate::protocol::schema_generator())
             .map(with_error_branch)
             .map(|mut schema| {
                 crate::tools::formats::standardize(&mut schema);

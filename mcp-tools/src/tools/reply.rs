@@ -1,12 +1,14 @@
-//! Conversion of a tool's return value into a [`CallToolResult`], with its output schema.
+//! What a tool function may return, converted into a [`CallToolResult`] (or a request for
+//! client input) with its output schema.
 
 use schemars::{JsonSchema, SchemaGenerator};
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::tools::content::{CallToolResult, Content, IntoToolError};
-#[doc(hidden)]
-pub use crate::tools::input::Reply;
+use crate::protocol::content::{CallToolResult, Content};
+use crate::protocol::framework::code;
+use crate::protocol::input::{InputRequired, Reply};
+use crate::protocol::tool_error::{IntoToolError, ToolError};
 
 /// A value a tool may return.
 ///
@@ -102,7 +104,97 @@ impl<T: Serialize + JsonSchema> IntoCallToolResult for Structured<T> {
     fn into_call_tool_result(self) -> CallToolResult {
         match serde_json::to_value(&self.0) {
             Ok(value) => CallToolResult::structured(value),
-            Err(error) => crate::ToolError::output_not_serializable(error).into_result(),
+            Err(error) => ToolError::output_not_serializable(error).into_result(),
+        }
+    }
+}
+
+/// What a tool produced: a result, or a request for input.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ToolReply<T> {
+    /// The call is complete.
+    Complete(T),
+    /// The call needs input from the client first.
+    InputRequired(InputRequired),
+}
+
+impl<T> From<T> for ToolReply<T> {
+    fn from(complete: T) -> Self {
+        ToolReply::Complete(complete)
+    }
+}
+
+impl<T: IntoCallToolResult> IntoCallToolResult for ToolReply<T> {
+    fn output_schema(generator: &mut schemars::SchemaGenerator) -> Option<Value> {
+        T::output_schema(generator)
+    }
+
+    fn into_call_tool_result(self) -> CallToolResult {
+        match self.into_reply().into_result() {
+            Ok(result) => result,
+            Err(_) => ToolError::new(
+                code::INPUT_REQUIRED,
+                "The tool needs input from the client, which this path cannot ask for",
+            )
+            .into_result(),
+        }
+    }
+
+    fn into_reply(self) -> Reply {
+        match self {
+            ToolReply::Complete(value) => value.into_reply(),
+            ToolReply::InputRequired(input) => Reply::InputRequired(input),
+        }
+    }
+}
+
+impl IntoCallToolResult for InputRequired {
+    fn into_call_tool_result(self) -> CallToolResult {
+        ToolReply::<CallToolResult>::InputRequired(self).into_call_tool_result()
+    }
+
+    fn into_reply(self) -> Reply {
+        Reply::InputRequired(self)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(serde::Serialize, schemars::JsonSchema)]
+    struct Point {
+        x: i64,
+    }
+
+    #[test]
+    fn a_reply_that_may_ask_for_input_publishes_the_schema_of_its_result() {
+        let schema = <ToolReply<Structured<Point>> as IntoCallToolResult>::output_schema(
+            &mut schemars::SchemaGenerator::default(),
+        );
+        assert!(schema.is_some());
+        assert_eq!(
+            schema,
+            Structured::<Point>::output_schema(&mut schemars::SchemaGenerator::default())
+        );
+    }
+
+    #[test]
+    fn a_request_for_input_where_none_can_be_asked_is_an_error_result() {
+        assert_eq!(
+            ToolReply::Complete("done").into_call_tool_result(),
+            CallToolResult::text("done")
+        );
+        let asked = InputRequired::new().list_roots("where");
+        for result in [
+            ToolReply::<&'static str>::InputRequired(asked.clone()).into_call_tool_result(),
+            asked.into_call_tool_result(),
+        ] {
+            assert!(result.is_error);
+            assert_eq!(
+                result.structured_content.as_ref().unwrap()["code"],
+                "INPUT_REQUIRED"
+            );
         }
     }
 }

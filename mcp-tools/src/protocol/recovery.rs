@@ -150,7 +150,7 @@ mod tests {
     /// The published schema admits every hint a value can serialize to, and nothing else.
     #[test]
     fn the_schema_admits_known_and_custom_hints_only() {
-        let schema = crate::tools::set::schema_generator().into_root_schema_for::<Recovery>();
+        let schema = crate::protocol::schema_generator().into_root_schema_for::<Recovery>();
         let validator = jsonschema::validator_for(&schema.to_value()).unwrap();
         for hint in Recovery::known_names().chain(["ask_the_owner"]) {
             assert!(validator.is_valid(&serde_json::json!(hint)), "{hint}");

@@ -4,8 +4,7 @@
 
 use serde_json::{Map, Value, json};
 
-use crate::tools::content::CallToolResult;
-use crate::tools::output::IntoCallToolResult;
+use super::content::{CallToolResult, Rendered};
 
 /// A request for client input, returned by a tool instead of a result.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -108,28 +107,13 @@ impl InputRequired {
     }
 }
 
-/// What a tool produced: a result, or a request for input.
-#[derive(Debug, Clone, PartialEq)]
-pub enum ToolReply<T> {
-    /// The call is complete.
-    Complete(T),
-    /// The call needs input from the client first.
-    InputRequired(InputRequired),
-}
-
-impl<T> From<T> for ToolReply<T> {
-    fn from(complete: T) -> Self {
-        ToolReply::Complete(complete)
-    }
-}
-
 /// The type-erased form the request path handles.
 #[doc(hidden)]
 pub enum Reply {
     /// A result.
     Complete(CallToolResult),
     /// A successful result already written as JSON.
-    Rendered(crate::tools::content::Rendered),
+    Rendered(Rendered),
     /// A request for input.
     InputRequired(InputRequired),
 }
@@ -142,40 +126,6 @@ impl Reply {
             Reply::Rendered(rendered) => Ok(rendered.into_call_tool_result()),
             Reply::InputRequired(input) => Err(input),
         }
-    }
-}
-
-impl<T: IntoCallToolResult> IntoCallToolResult for ToolReply<T> {
-    fn output_schema(generator: &mut schemars::SchemaGenerator) -> Option<Value> {
-        T::output_schema(generator)
-    }
-
-    fn into_call_tool_result(self) -> CallToolResult {
-        match self.into_reply().into_result() {
-            Ok(result) => result,
-            Err(_) => crate::ToolError::new(
-                "INPUT_REQUIRED",
-                "The tool needs input from the client, which this path cannot ask for",
-            )
-            .into_result(),
-        }
-    }
-
-    fn into_reply(self) -> Reply {
-        match self {
-            ToolReply::Complete(value) => value.into_reply(),
-            ToolReply::InputRequired(input) => Reply::InputRequired(input),
-        }
-    }
-}
-
-impl IntoCallToolResult for InputRequired {
-    fn into_call_tool_result(self) -> CallToolResult {
-        ToolReply::<CallToolResult>::InputRequired(self).into_call_tool_result()
-    }
-
-    fn into_reply(self) -> Reply {
-        Reply::InputRequired(self)
     }
 }
 
@@ -305,41 +255,5 @@ mod tests {
                 .missing_capabilities(&declared(json!({ "sampling": { "tools": {} } })))
                 .is_empty()
         );
-    }
-
-    #[derive(serde::Serialize, schemars::JsonSchema)]
-    struct Point {
-        x: i64,
-    }
-
-    #[test]
-    fn a_reply_that_may_ask_for_input_publishes_the_schema_of_its_result() {
-        let schema = <ToolReply<crate::Structured<Point>> as IntoCallToolResult>::output_schema(
-            &mut schemars::SchemaGenerator::default(),
-        );
-        assert!(schema.is_some());
-        assert_eq!(
-            schema,
-            crate::Structured::<Point>::output_schema(&mut schemars::SchemaGenerator::default())
-        );
-    }
-
-    #[test]
-    fn a_request_for_input_where_none_can_be_asked_is_an_error_result() {
-        assert_eq!(
-            ToolReply::Complete("done").into_call_tool_result(),
-            CallToolResult::text("done")
-        );
-        let asked = InputRequired::new().list_roots("where");
-        for result in [
-            ToolReply::<&'static str>::InputRequired(asked.clone()).into_call_tool_result(),
-            asked.into_call_tool_result(),
-        ] {
-            assert!(result.is_error);
-            assert_eq!(
-                result.structured_content.as_ref().unwrap()["code"],
-                "INPUT_REQUIRED"
-            );
-        }
     }
 }
