@@ -39,5 +39,4 @@ pub use scope::Granted;
 pub(crate) use target::{Access, Target};
 pub use verifier::{TokenRejection, TokenVerifier, VerifiedToken, VerifyFuture};
 
-/// The `_meta` key under which `tools/list` publishes the scopes a tool requires.
-pub const SCOPES_META_KEY: &str = "io.github.mcp-tools/scopes";
+pub use crate::protocol::framework::SCOPES_META_KEY;

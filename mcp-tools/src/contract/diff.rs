@@ -8,9 +8,7 @@ use serde_json::{Map, Value};
 
 use super::schema::{self, Direction};
 use super::{Change, Contract, Severity};
-use crate::auth::SCOPES_META_KEY;
-use crate::store::STATE_CONTRACT_META_KEY;
-use crate::tools::TASK_SUPPORT_META_KEY;
+use crate::protocol::framework::{SCOPES_META_KEY, STATE_META_KEY, TASK_SUPPORT_META_KEY};
 
 /// Values longer than this (as compact JSON) are left out of messages.
 const SHORT: usize = 60;
@@ -330,12 +328,10 @@ fn meta(sink: &mut Sink, entity: &str, old: &Map<String, Value>, new: &Map<Strin
         match key {
             SCOPES_META_KEY => scopes(sink, &at(entity, &path), o, n),
             TASK_SUPPORT_META_KEY => task_support(sink, &at(entity, &path), o, n),
-            STATE_CONTRACT_META_KEY => {
-                match (o.and_then(Value::as_object), n.and_then(Value::as_object)) {
-                    (Some(o), Some(n)) => state(sink, entity, &path, o, n),
-                    _ => sink.unclassified(at(entity, &path), "the state contract", o, n),
-                }
-            }
+            STATE_META_KEY => match (o.and_then(Value::as_object), n.and_then(Value::as_object)) {
+                (Some(o), Some(n)) => state(sink, entity, &path, o, n),
+                _ => sink.unclassified(at(entity, &path), "the state contract", o, n),
+            },
             _ => sink.unclassified(at(entity, &path), &format!("_meta {key:?}"), o, n),
         }
     }

@@ -144,7 +144,7 @@ pub(super) async fn call(
 
 fn operation_id_reused() -> crate::CallToolResult {
     crate::ToolError::new(
-        "OPERATION_ID_REUSED",
+        crate::protocol::framework::code::OPERATION_ID_REUSED,
         "This operation_id already made a task with other arguments; use a new operation_id for a new call",
     )
     .into_result()

@@ -35,7 +35,7 @@ pub(super) async fn call_tool(
             return input_required(server, Route::CallTool, params, &cx, input);
         }
         Reply::InputRequired(_) => crate::ToolError::new(
-            "INPUT_REQUIRED",
+            crate::protocol::framework::code::INPUT_REQUIRED,
             "This tool needs input from the client, which protocol 2025-11-25 can only ask for within a session; connect with protocol 2026-07-28",
         )
         .into_result(),

@@ -39,7 +39,7 @@ impl IntoToolError for StoreError {
         // The model sees only that it may retry; the operator needs the cause.
         tracing::warn!(error = %self, "the state store failed; the call answers STORE_UNAVAILABLE");
         ToolError::new(
-            "STORE_UNAVAILABLE",
+            crate::protocol::framework::code::STORE_UNAVAILABLE,
             "The state store is temporarily unavailable; retry the same request with the same operation_id.",
         )
     }

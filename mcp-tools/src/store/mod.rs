@@ -74,6 +74,10 @@ pub(crate) mod task_record;
 pub(crate) mod task_store;
 pub(crate) mod tool_support;
 
+pub use crate::protocol::framework::STATE_META_KEY as STATE_CONTRACT_META_KEY;
+pub use crate::protocol::framework::{
+    CONFIRMATION_META_KEY, RECONFIRM_INPUT_KEY, VALIDATOR_META_KEY,
+};
 pub use clock::{Clock, ManualClock, SystemClock, format_rfc3339};
 pub use contract::{
     ConflictPolicy, CreateRequest, Creation, MAX_DEPTH, MutationRequest, PruneReport, ReadRequest,
@@ -91,9 +95,7 @@ pub use outcome::{
 };
 #[cfg(feature = "postgres")]
 pub use postgres::{PostgresOptions, PostgresStore, TimeSource};
-pub use published::STATE_CONTRACT_META_KEY;
 #[doc(hidden)]
 pub use registry::SharedStore;
 #[cfg(feature = "sqlite")]
 pub use sqlite::{SqliteOptions, SqliteStore, Synchronous};
-pub use tool_support::{CONFIRMATION_META_KEY, RECONFIRM_INPUT_KEY, VALIDATOR_META_KEY};

@@ -9,9 +9,6 @@ use super::outcome::{MutationOutcome, ReadOutcome, Recovery, code};
 use super::tool_support::IsEntity;
 use crate::protocol::recovery::DomainCode;
 
-/// The `_meta` key of a stateful tool's concurrency contract in `tools/list`.
-pub const STATE_CONTRACT_META_KEY: &str = "io.github.mcp-tools/state";
-
 /// The kind of a stateful tool.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ToolKind {

@@ -25,6 +25,7 @@ use crate::__private::Outcome;
 use crate::context::{Context, Principal};
 use crate::protocol::content::CallToolResult;
 use crate::protocol::framework::code::MISSING_STATE;
+use crate::protocol::framework::{CONFIRMATION_META_KEY, RECONFIRM_INPUT_KEY, VALIDATOR_META_KEY};
 use crate::protocol::input::{InputRequired, Reply};
 use crate::protocol::seal::{Binding, tool_call_target};
 use crate::protocol::tool_error::{IntoToolError, ToolError};
@@ -205,10 +206,6 @@ pub fn input_schema<T: JsonSchema, R: IsEntity>(
 
 pub use super::published::{PublishedPolicy, StatefulContract, ToolKind, no_domain_codes};
 
-/// The `_meta` key under which a trusted harness passes a validator in place of the
-/// `expected_version` argument, so the model never types it.
-pub const VALIDATOR_META_KEY: &str = "io.github.mcp-tools/validator";
-
 /// The `expected_version` argument: a version number, or the validator a result issued for it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ExpectedVersion {
@@ -349,13 +346,6 @@ pub(crate) fn is_unguessable(operation_id: &str) -> bool {
     let url_safe = |b: &u8| b.is_ascii_alphanumeric() || *b == b'-' || *b == b'_';
     operation_id.len() >= 22 && operation_id.as_bytes().iter().all(url_safe)
 }
-
-/// The key of the reconfirmation elicitation in `inputRequests` and `inputResponses`.
-pub const RECONFIRM_INPUT_KEY: &str = "reconfirm";
-
-/// The `_meta` key under which a client sends back the `confirmation` of a `stale_view`, once
-/// whoever decided the change confirmed it.
-pub const CONFIRMATION_META_KEY: &str = "io.github.mcp-tools/confirmation";
 
 fn binding<'a>(cx: &'a Context, target: &'a str, raw: &'a Value) -> Binding<'a> {
     Binding {

@@ -11,6 +11,7 @@ use tokio::sync::{Notify, mpsc, oneshot, watch};
 
 use crate::RpcError;
 use crate::context::{Context, RoundInput, TaskSlot};
+use crate::protocol::framework::code;
 use crate::protocol::input::{InputRequired, Reply};
 use crate::protocol::tool_error::ToolError;
 use crate::store::StoreError;
@@ -99,7 +100,7 @@ impl TaskLink {
     /// Asks the client for input and waits for every answer.
     pub(crate) async fn ask(&self, input: InputRequired) -> Result<Map<String, Value>, ToolError> {
         let (reply, answer) = oneshot::channel();
-        let gone = || ToolError::new("TASK_ENDED", "The task ended before its input arrived");
+        let gone = || ToolError::new(code::TASK_ENDED, "The task ended before its input arrived");
         self.asks.send(Ask { input, reply }).map_err(|_| gone())?;
         answer.await.map_err(|_| gone())?
     }
@@ -120,7 +121,7 @@ impl Context {
         match link {
             Some(link) => link.ask(input).await,
             None => Err(ToolError::new(
-                "INPUT_UNAVAILABLE",
+                code::INPUT_UNAVAILABLE,
                 "This call is not running as a task, so it cannot wait for input; return the \
                  InputRequired instead and read the answers from the retry",
             )),
@@ -383,7 +384,7 @@ impl Tasks {
                     match self.park(id, ask.input, &mut round, &context).await {
                         Ok(keys) => waiting = Some(Waiting { keys, gathered: Map::new(), resume: Resume::Answer(ask.reply) }),
                         Err(Ending::Failed { code, message }) if code != crate::protocol::codes::INTERNAL_ERROR => {
-                            let _ = ask.reply.send(Err(ToolError::new("MISSING_CLIENT_CAPABILITY", message)));
+                            let _ = ask.reply.send(Err(ToolError::new(code::MISSING_CLIENT_CAPABILITY, message)));
                         }
                         Err(ending) => break ending,
                     }

@@ -59,7 +59,7 @@ fn render_tool(out: &mut String, tool: &Value) {
     }
     match tool
         .get("_meta")
-        .and_then(|meta| meta.get(crate::tools::TASK_SUPPORT_META_KEY))
+        .and_then(|meta| meta.get(crate::protocol::framework::TASK_SUPPORT_META_KEY))
         .and_then(Value::as_str)
     {
         Some("required") => {
@@ -78,7 +78,7 @@ fn render_tool(out: &mut String, tool: &Value) {
     }
     if let Some(Value::Array(scopes)) = tool
         .get("_meta")
-        .and_then(|meta| meta.get(crate::auth::SCOPES_META_KEY))
+        .and_then(|meta| meta.get(crate::protocol::framework::SCOPES_META_KEY))
     {
         let scopes: Vec<String> = scopes
             .iter()
@@ -90,7 +90,7 @@ fn render_tool(out: &mut String, tool: &Value) {
     render_parameters(out, &tool["inputSchema"]);
     if let Some(contract) = tool
         .get("_meta")
-        .and_then(|meta| meta.get(crate::store::STATE_CONTRACT_META_KEY))
+        .and_then(|meta| meta.get(crate::protocol::framework::STATE_META_KEY))
     {
         render_state_contract(out, contract);
     }

@@ -89,10 +89,7 @@ pub trait Tool: Send + Sync + 'static {
     fn call(&self, args: Self::Args, cx: Context) -> impl Future<Output = Self::Output> + Send;
 }
 
-/// The `_meta` key under which `tools/list` publishes whether a tool runs as a task
-/// (`"optional"` or `"required"`; absent for a tool that never does), so a client knows before
-/// calling, and the contract file records it.
-pub const TASK_SUPPORT_META_KEY: &str = "io.github.mcp-tools/task";
+pub use crate::protocol::framework::TASK_SUPPORT_META_KEY;
 
 /// Whether a tool may run as a task of the Tasks extension (see [`tasks`](crate::tasks)).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

@@ -68,13 +68,15 @@ impl ToolSet {
         let mut meta = info.meta;
         if !scopes.is_empty() {
             meta.get_or_insert_with(Default::default).insert(
-                crate::auth::SCOPES_META_KEY.into(),
+                crate::protocol::framework::SCOPES_META_KEY.into(),
                 scopes.iter().collect::<Vec<_>>().into(),
             );
         }
         if let Some(mode) = info.task_support.published() {
-            meta.get_or_insert_with(Default::default)
-                .insert(crate::tools::TASK_SUPPORT_META_KEY.into(), mode.into());
+            meta.get_or_insert_with(Default::default).insert(
+                crate::protocol::framework::TASK_SUPPORT_META_KEY.into(),
+                mode.into(),
+            );
         }
         self.entries.push(Entry {
             definition: ToolDefinition {
