@@ -15,7 +15,7 @@ use common::oauth::{
 };
 use common::tools;
 use common::{Call, Reply, TestServer, assert_conforms, client, within};
-use mcp_tools::auth::{Algorithm, JwtVerifier, OAuth};
+use mcp_tools::auth::{Algorithm, ConfigError, JwtVerifier, OAuth};
 use mcp_tools::{BuildError, Context, McpServer, NoArgs, Tool, ToolInfo, ToolSet};
 use serde_json::{Value, json};
 use tokio::task::JoinSet;
@@ -668,12 +668,12 @@ fn incomplete_or_unsafe_oauth_settings_do_not_build() {
     );
     let plain_jwks = JwtVerifier::with_jwks(issuer, "http://auth.example.com/jwks");
     assert!(
-        matches!(&plain_jwks, Err(BuildError::InvalidOAuth(reason)) if reason.contains("https")),
+        matches!(&plain_jwks, Err(ConfigError::Invalid(reason)) if reason.contains("https")),
         "plain-HTTP JWKS accepted"
     );
     let symmetric = verifier().algorithms([Algorithm::HS256]);
     assert!(
-        matches!(&symmetric, Err(BuildError::InvalidOAuth(reason)) if reason.contains("HS256")),
+        matches!(&symmetric, Err(ConfigError::Invalid(reason)) if reason.contains("HS256")),
         "HS256 accepted"
     );
     // What is allowed next to them still builds.

@@ -89,9 +89,10 @@ macro_rules! tools {
     };
 }
 
+pub use auth::Principal;
 pub use auth::hook::Unauthorized;
 pub use completion::{CompletionTarget, Completions};
-pub use context::{Context, Principal};
+pub use context::Context;
 pub use mcp_tools_derive::{ToolError, tool, toolbox};
 pub use prompts::{GetPromptResult, IntoPromptReply, Prompt, PromptMessage, PromptSet, Role};
 pub use protocol::LogLevel;

@@ -27,7 +27,7 @@ use std::sync::atomic::{AtomicI64, Ordering};
 
 use serde_json::{Map, Value, json};
 
-use crate::context::Principal;
+use crate::auth::Principal;
 use crate::dispatch::{Outcome, Transport};
 use crate::protocol::{Envelope, PROTOCOL_VERSION, RequestId, meta_keys};
 use crate::{McpServer, RpcError};
@@ -109,10 +109,9 @@ impl TestClient {
             Transport::InProcess,
             crate::context::Caller {
                 principal: self.principal.clone(),
-                scopes: self
-                    .scopes
-                    .clone()
-                    .map(|scopes| crate::auth::oauth::granted(&self.server, scopes)),
+                scopes: self.scopes.clone().map(|scopes| {
+                    crate::auth::oauth::granted(self.server.shared.oauth.as_deref(), scopes)
+                }),
             },
         )
         .await

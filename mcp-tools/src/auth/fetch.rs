@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use crate::server::BuildError;
+use super::error::ConfigError;
 
 /// How long one fetch may take by default.
 pub const DEFAULT_FETCH_TIMEOUT: Duration = Duration::from_secs(5);
@@ -22,8 +22,8 @@ impl Fetcher {
         what: &str,
         max_bytes: usize,
         timeout: Duration,
-    ) -> Result<Self, BuildError> {
-        let invalid = |reason: String| BuildError::InvalidOAuth(reason);
+    ) -> Result<Self, ConfigError> {
+        let invalid = |reason: String| ConfigError::Invalid(reason);
         let url = reqwest::Url::parse(url)
             .map_err(|e| invalid(format!("the {what} URL {url:?} is not a URL: {e}")))?;
         let loopback = url.host_str().is_some_and(|host| {

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use http::HeaderMap;
 
-use crate::context::Principal;
+use crate::auth::Principal;
 
 /// Why a request was refused before it was served: HTTP 401 with a `WWW-Authenticate`
 /// challenge (or 403 for insufficient scope).

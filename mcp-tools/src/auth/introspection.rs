@@ -12,10 +12,10 @@ use serde::{Deserialize, Deserializer};
 use sha2::{Digest, Sha256};
 
 use super::claims::{OneOrMany, scope_list};
+use super::error::ConfigError;
 use super::fetch::{DEFAULT_FETCH_TIMEOUT, Fetcher};
 use super::jwt::DEFAULT_LEEWAY;
 use super::verifier::{TokenRejection, TokenVerifier, VerifiedToken, VerifyFuture};
-use crate::server::BuildError;
 // The cache and the flights change by whole map operations: a poisoned lock guards whole maps.
 use crate::sync::lock;
 use crate::sync::shared::Shared;
@@ -98,8 +98,8 @@ impl IntrospectionVerifier {
         introspection_url: &str,
         client_id: &str,
         client_secret: &str,
-    ) -> Result<Self, BuildError> {
-        let invalid = |reason: &str| BuildError::InvalidOAuth(reason.to_owned());
+    ) -> Result<Self, ConfigError> {
+        let invalid = |reason: &str| ConfigError::Invalid(reason.to_owned());
         let issuer = issuer.into();
         if issuer.is_empty() || issuer.contains('#') {
             return Err(invalid(
@@ -158,7 +158,7 @@ impl IntrospectionVerifier {
     /// How long one introspection may take (default
     /// [`DEFAULT_FETCH_TIMEOUT`](crate::auth::DEFAULT_FETCH_TIMEOUT)); a slower endpoint makes
     /// the request fail with 503.
-    pub fn fetch_timeout(mut self, timeout: Duration) -> Result<Self, BuildError> {
+    pub fn fetch_timeout(mut self, timeout: Duration) -> Result<Self, ConfigError> {
         self.fetcher = Fetcher::new(
             self.fetcher.url.as_str(),
             "introspection endpoint",
@@ -645,7 +645,7 @@ mod tests {
             ),
         ] {
             assert!(
-                matches!(build(issuer, url, id), Err(BuildError::InvalidOAuth(_))),
+                matches!(build(issuer, url, id), Err(ConfigError::Invalid(_))),
                 "{issuer} {url} {id:?}"
             );
         }

@@ -10,9 +10,9 @@ use jsonwebtoken::{DecodingKey, Validation};
 use serde::Deserialize;
 
 use super::claims::{OneOrMany, scope_list};
+use super::error::ConfigError;
 use super::fetch::{DEFAULT_FETCH_TIMEOUT, Fetcher};
 use super::verifier::{TokenRejection, TokenVerifier, VerifiedToken, VerifyFuture};
-use crate::server::BuildError;
 
 pub use jsonwebtoken::Algorithm;
 
@@ -65,7 +65,7 @@ impl JwtVerifier {
     /// loopback only). The keys are fetched on first use, refreshed after
     /// [`DEFAULT_JWKS_MAX_AGE`], and fetched again when a token names an unknown key (at most
     /// once per [`DEFAULT_JWKS_COOLDOWN`]).
-    pub fn with_jwks(issuer: impl Into<String>, jwks_url: &str) -> Result<Self, BuildError> {
+    pub fn with_jwks(issuer: impl Into<String>, jwks_url: &str) -> Result<Self, ConfigError> {
         Ok(JwtVerifier {
             issuer: issuer.into(),
             algorithms: DEFAULT_ALGORITHMS.to_vec(),
@@ -82,11 +82,11 @@ impl JwtVerifier {
 
     /// Tokens of `issuer`, signed with a key of `jwks`, a JWKS document (`{"keys": [...]}`)
     /// given up front.
-    pub fn with_key_set(issuer: impl Into<String>, jwks: &str) -> Result<Self, BuildError> {
+    pub fn with_key_set(issuer: impl Into<String>, jwks: &str) -> Result<Self, ConfigError> {
         let keys = KeySet::parse(jwks.as_bytes())
-            .map_err(|e| BuildError::InvalidOAuth(format!("the key set is not a JWKS: {e}")))?;
+            .map_err(|e| ConfigError::Invalid(format!("the key set is not a JWKS: {e}")))?;
         if keys.is_empty() {
-            return Err(BuildError::InvalidOAuth(
+            return Err(ConfigError::Invalid(
                 "the key set holds no usable signing key".into(),
             ));
         }
@@ -103,10 +103,10 @@ impl JwtVerifier {
     pub fn algorithms(
         mut self,
         algorithms: impl IntoIterator<Item = Algorithm>,
-    ) -> Result<Self, BuildError> {
+    ) -> Result<Self, ConfigError> {
         let algorithms: Vec<Algorithm> = algorithms.into_iter().collect();
         if algorithms.is_empty() {
-            return Err(BuildError::InvalidOAuth(
+            return Err(ConfigError::Invalid(
                 "accept at least one signing algorithm".into(),
             ));
         }
@@ -114,7 +114,7 @@ impl JwtVerifier {
             .iter()
             .find(|alg| matches!(alg, Algorithm::HS256 | Algorithm::HS384 | Algorithm::HS512))
         {
-            return Err(BuildError::InvalidOAuth(format!(
+            return Err(ConfigError::Invalid(format!(
                 "{symmetric:?} is symmetric: accept only asymmetric algorithms, whose public keys the JWKS holds"
             )));
         }
@@ -147,7 +147,7 @@ impl JwtVerifier {
     }
 
     /// How long one JWKS fetch may take (default 5 s). No effect with fixed keys.
-    pub fn fetch_timeout(mut self, timeout: Duration) -> Result<Self, BuildError> {
+    pub fn fetch_timeout(mut self, timeout: Duration) -> Result<Self, ConfigError> {
         if let Keys::Remote(remote) = &mut self.keys {
             remote.fetcher =
                 Fetcher::new(remote.fetcher.url.as_str(), "JWKS", MAX_JWKS_BYTES, timeout)?;

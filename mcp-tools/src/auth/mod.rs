@@ -10,6 +10,7 @@
 
 #[cfg(feature = "oauth")]
 mod claims;
+mod error;
 #[cfg(feature = "oauth")]
 mod fetch;
 pub(crate) mod hook;
@@ -18,10 +19,11 @@ mod introspection;
 #[cfg(feature = "oauth")]
 mod jwt;
 pub(crate) mod oauth;
+mod principal;
 pub(crate) mod scope;
-mod target;
 mod verifier;
 
+pub use error::ConfigError;
 #[cfg(feature = "oauth")]
 pub use fetch::DEFAULT_FETCH_TIMEOUT;
 #[cfg(feature = "oauth")]
@@ -35,8 +37,8 @@ pub use jwt::{
     MAX_JWKS_BYTES,
 };
 pub use oauth::{DEFAULT_MAX_TOKEN_BYTES, OAuth};
+pub use principal::Principal;
 pub use scope::Granted;
-pub(crate) use target::{Access, Target};
 pub use verifier::{TokenRejection, TokenVerifier, VerifiedToken, VerifyFuture};
 
 pub use crate::protocol::framework::SCOPES_META_KEY;

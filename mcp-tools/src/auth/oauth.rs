@@ -8,11 +8,11 @@ use axum::body::Bytes;
 use http::{HeaderMap, StatusCode};
 use serde_json::json;
 
+use super::error::ConfigError;
 use super::scope::{Granted, Hierarchy, Required, is_scope_token};
 use super::verifier::{TokenRejection, TokenVerifier};
 use crate::RpcError;
-use crate::context::Principal;
-use crate::server::BuildError;
+use crate::auth::Principal;
 
 /// Tokens longer than this many bytes are refused unread by default (8 KiB): a JWT with a
 /// generous set of claims is well under 4 KiB, and a verifier should not parse megabytes.
@@ -133,8 +133,8 @@ impl OAuth {
 
     /// Checks the settings and serializes the metadata; `declared` are the scopes the offer's
     /// tools, resources and prompts require.
-    pub(crate) fn compile(mut self, declared: Vec<String>) -> Result<ResourceServer, BuildError> {
-        let invalid = |reason: String| BuildError::InvalidOAuth(reason);
+    pub(crate) fn compile(mut self, declared: Vec<String>) -> Result<ResourceServer, ConfigError> {
+        let invalid = |reason: String| ConfigError::Invalid(reason);
         let origin = canonical_origin(&self.resource).map_err(invalid)?;
         if self.authorization_servers.is_empty() {
             return Err(invalid(
@@ -146,13 +146,13 @@ impl OAuth {
         }
         let default_scopes = Required::new(self.default_scopes);
         if let Some(scope) = default_scopes.first_invalid() {
-            return Err(BuildError::InvalidScope {
+            return Err(ConfigError::InvalidScope {
                 owner: "the server's default scopes".into(),
                 scope: scope.to_owned(),
             });
         }
         if let Some(scope) = self.hierarchy.scopes().find(|s| !is_scope_token(s)) {
-            return Err(BuildError::InvalidScope {
+            return Err(ConfigError::InvalidScope {
                 owner: "a scope implication".into(),
                 scope: scope.to_owned(),
             });
@@ -246,9 +246,9 @@ fn quoted(value: &str) -> String {
     out
 }
 
-/// `scopes` with what `server`'s OAuth settings say they imply.
-pub(crate) fn granted(server: &crate::McpServer, scopes: Vec<String>) -> Granted {
-    match &server.shared.oauth {
+/// `scopes` with what the resource server's settings say they imply.
+pub(crate) fn granted(oauth: Option<&ResourceServer>, scopes: Vec<String>) -> Granted {
+    match oauth {
         Some(oauth) => oauth.hierarchy.expand(scopes),
         None => Hierarchy::default().expand(scopes),
     }

@@ -7,34 +7,10 @@ use std::sync::Arc;
 
 use serde_json::{Map, Value};
 
+use crate::auth::Principal;
 use crate::context::notify::Notifier;
 use crate::protocol::LogLevel;
 use crate::protocol::{RequestId, RequestMeta};
-
-/// Who is calling. Handles and operation ids are bound to it.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
-pub enum Principal {
-    /// No authentication is configured: handles act as bearer capabilities.
-    #[default]
-    Anonymous,
-    /// An authenticated subject.
-    Subject(Arc<str>),
-}
-
-impl Principal {
-    /// An authenticated subject.
-    pub fn subject(id: impl Into<Arc<str>>) -> Self {
-        Principal::Subject(id.into())
-    }
-
-    /// A stable key for storage: empty for the anonymous principal.
-    pub fn key(&self) -> &str {
-        match self {
-            Principal::Anonymous => "",
-            Principal::Subject(id) => id,
-        }
-    }
-}
 
 /// Who is calling, and what its token grants.
 #[derive(Debug, Clone, Default)]

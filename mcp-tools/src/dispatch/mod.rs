@@ -493,23 +493,23 @@ fn visible<'a>(
 /// and a challenge naming them: the same answer the HTTP layer gives from the routing headers,
 /// here judged on the body, for every era and transport.
 fn authorize(
-    access: crate::auth::Access<'_>,
+    access: crate::server::access::Access<'_>,
     route: Route,
     snapshot: &Snapshot,
     tool: Option<usize>,
     params: &Map<String, Value>,
 ) -> Result<(), RpcError> {
     let target = match (route, tool) {
-        (Route::CallTool, Some(tool)) => Some(crate::auth::Target::Tool(tool)),
+        (Route::CallTool, Some(tool)) => Some(crate::server::access::Target::Tool(tool)),
         (Route::GetPrompt, _) => params
             .get("name")
             .and_then(Value::as_str)
-            .map(crate::auth::Target::Prompt),
+            .map(crate::server::access::Target::Prompt),
         (Route::ReadResource, _) => params
             .get("uri")
             .and_then(Value::as_str)
-            .map(crate::auth::Target::Resource),
-        (Route::Complete, _) => crate::auth::Target::of_completion(params),
+            .map(crate::server::access::Target::Resource),
+        (Route::Complete, _) => crate::server::access::Target::of_completion(params),
         _ => None,
     };
     match target {

@@ -5,7 +5,8 @@ use axum::body::Bytes;
 use serde_json::{Map, Value};
 
 use crate::RpcError;
-use crate::context::{Context, Principal, RoundInput};
+use crate::auth::Principal;
+use crate::context::{Context, RoundInput};
 use crate::protocol::input::InputRequired;
 use crate::protocol::seal::Binding;
 use crate::server::McpServer;

@@ -215,7 +215,7 @@ pub(super) async fn listen(
     let may_read = |uri: &str| {
         access.is_none_or(|access| {
             access.allows(
-                crate::auth::Target::Resource(uri),
+                crate::server::access::Target::Resource(uri),
                 &server.shared.snapshot.load(),
             )
         })

@@ -87,6 +87,17 @@ pub enum BuildError {
     InvalidOAuth(String),
 }
 
+impl From<crate::auth::ConfigError> for BuildError {
+    fn from(error: crate::auth::ConfigError) -> Self {
+        match error {
+            crate::auth::ConfigError::Invalid(reason) => BuildError::InvalidOAuth(reason),
+            crate::auth::ConfigError::InvalidScope { owner, scope } => {
+                BuildError::InvalidScope { owner, scope }
+            }
+        }
+    }
+}
+
 /// Builds an [`McpServer`].
 #[must_use]
 pub struct McpServerBuilder {

@@ -9,13 +9,13 @@ use std::sync::{Arc, Mutex};
 
 use super::BuildError;
 use super::builder::ListSettings;
-use crate::auth::Access;
 use crate::auth::scope::Required;
 use crate::completion::Completions;
 use crate::prompts::PromptSet;
 use crate::protocol::result::Results;
 use crate::protocol::seal::Seal;
 use crate::resources::ResourceSet;
+use crate::server::access::Access;
 use crate::tools::set::{Catalog, ToolSet};
 
 /// Everything the server offers: tools, resources, prompts, completions. Replaced whole when it

@@ -13,7 +13,7 @@ use governor::state::keyed::DefaultKeyedStateStore;
 use governor::{Quota, RateLimiter};
 
 use crate::RpcError;
-use crate::context::Principal;
+use crate::auth::Principal;
 
 /// How many calls fit in a period: `calls` at once, then one more every `period / calls`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

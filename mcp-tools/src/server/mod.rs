@@ -1,6 +1,7 @@
 //! The server: a built, immutable configuration plus the current catalog snapshot, shared by
 //! every request. Built by [`McpServerBuilder`], changed at run time through [`edits`].
 
+pub(crate) mod access;
 mod builder;
 mod catalog;
 mod contract;
@@ -20,8 +21,9 @@ use std::time::Duration;
 use arc_swap::ArcSwap;
 use tokio::sync::{broadcast, watch};
 
+use crate::auth::Principal;
 use crate::auth::hook::Authenticate;
-use crate::context::{Principal, SharedState};
+use crate::context::SharedState;
 use crate::server::host::HostPolicy;
 use crate::sync::lock;
 
@@ -78,20 +80,6 @@ impl McpServer {
     /// Starts building a server that reports `name` and `version` as its implementation.
     pub fn builder(name: impl Into<String>, version: impl Into<String>) -> McpServerBuilder {
         McpServerBuilder::new(name.into(), version.into())
-    }
-}
-
-impl McpServer {
-    /// What the caller may see and use, when the server checks scopes (it is an OAuth resource
-    /// server) and the caller carries a grant; `None` means everything.
-    pub(crate) fn access<'a>(
-        &'a self,
-        granted: Option<&'a crate::auth::Granted>,
-    ) -> Option<crate::auth::Access<'a>> {
-        Some(crate::auth::Access {
-            oauth: self.shared.oauth.as_deref()?,
-            granted: granted?,
-        })
     }
 }
 

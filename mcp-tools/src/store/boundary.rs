@@ -25,7 +25,7 @@ use super::outcome::{
     Applied, Changes, MutationOutcome, ReadOutcome, RecordedApplied, RecordedOutcome,
     RecordedStaleView, Recovery, Rejected, Replayed, Resumption, Snapshot, StaleView, code,
 };
-use crate::context::Principal;
+use crate::auth::Principal;
 use crate::protocol::tool_error::ToolError;
 
 /// One stored resource at its current version. Cloning it is cheap: the strings and the state are

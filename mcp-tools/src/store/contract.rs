@@ -13,7 +13,7 @@ use super::clock::{Clock, SystemClock};
 use super::entity::{Entity, EntityKind, Lifecycle};
 use super::fingerprint::Fingerprint;
 use super::outcome::{MutationOutcome, ReadOutcome};
-use crate::context::Principal;
+use crate::auth::Principal;
 use crate::protocol::tool_error::{IntoToolError, ToolError};
 
 /// The future every store method returns; boxed so stores can sit behind `Arc<dyn Store>`.
@@ -583,7 +583,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::context::Principal;
+    use crate::auth::Principal;
     use crate::store::{MemoryStore, MutationOutcome, Store};
 
     #[derive(Clone, Serialize, Deserialize, JsonSchema)]

@@ -24,7 +24,7 @@ use super::outcome::{MutationOutcome, ReadOutcome, RecordedApplied, RecordedOutc
 use super::sweeper::Sweeper;
 use super::task_record::TaskRecord;
 use super::task_store::{TaskChange, TaskInsert, TaskStore};
-use crate::context::Principal;
+use crate::auth::Principal;
 // A panicking transition only ever changed a copy, so the data behind a poisoned lock is intact.
 use crate::sync::{lock, read, write};
 
@@ -785,7 +785,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::context::Principal;
+    use crate::auth::Principal;
     use crate::store::clock::ManualClock;
     use crate::store::contract::{Creation, Making};
     use crate::store::entity::EntityKind;

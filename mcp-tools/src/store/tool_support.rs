@@ -22,7 +22,8 @@ use super::outcome::{
 };
 use super::registry::SharedStore;
 use crate::__private::Outcome;
-use crate::context::{Context, Principal};
+use crate::auth::Principal;
+use crate::context::Context;
 use crate::protocol::content::CallToolResult;
 use crate::protocol::framework::code::MISSING_STATE;
 use crate::protocol::framework::{CONFIRMATION_META_KEY, RECONFIRM_INPUT_KEY, VALIDATOR_META_KEY};

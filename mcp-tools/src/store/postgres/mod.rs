@@ -22,7 +22,7 @@ use schema::{Sql, backend, describe};
 use turns::Turns;
 use txn::{Need, PgTxn, history_from, know_opened, record_from, statements};
 
-use crate::context::Principal;
+use crate::auth::Principal;
 use crate::store::boundary;
 use crate::store::clock::duration_millis;
 use crate::store::contract::{

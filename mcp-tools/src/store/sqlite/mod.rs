@@ -17,7 +17,7 @@ mod writer;
 use states::{Decoded, StateCache};
 use writer::Writer;
 
-use crate::context::Principal;
+use crate::auth::Principal;
 use crate::store::boundary::{self, Change, LedgerEntry, LedgerState, Record, Txn};
 use crate::store::clock::duration_millis;
 use crate::store::columns::{
@@ -1257,7 +1257,7 @@ mod tests {
     fn claiming(making: Creation<'static>) -> CreateRequest<'static> {
         const NOTE: crate::store::EntityKind = crate::store::EntityKind::new("note", "nte");
         let fingerprint = crate::store::Fingerprint::of_call("create", &serde_json::json!({}));
-        CreateRequest::deferred(NOTE, crate::Principal::subject("alice"), making)
+        CreateRequest::deferred(NOTE, crate::auth::Principal::subject("alice"), making)
             .operation("claimed", fingerprint)
     }
 

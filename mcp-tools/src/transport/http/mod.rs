@@ -12,11 +12,11 @@ use http::header::{ALLOW, CONTENT_LENGTH, CONTENT_TYPE};
 use http::{HeaderMap, HeaderValue, Method, StatusCode};
 
 use crate::RpcError;
-use crate::auth::Target;
 use crate::context::Caller;
 use crate::dispatch::{Outcome, Transport};
 use crate::protocol::{Envelope, RequestId};
 use crate::server::McpServer;
+use crate::server::access::Target;
 
 const JSON: HeaderValue = HeaderValue::from_static("application/json");
 
@@ -156,7 +156,7 @@ impl McpServer {
             let needed = target.and_then(|target| target.requirement(oauth, &snapshot));
             let (principal, granted) = oauth.authenticate(headers, needed).await?;
             if let Some(target) = target {
-                let access = crate::auth::Access {
+                let access = crate::server::access::Access {
                     oauth,
                     granted: &granted,
                 };

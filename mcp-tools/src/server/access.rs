@@ -5,11 +5,22 @@ use std::borrow::Cow;
 use http::HeaderMap;
 use serde_json::{Map, Value};
 
-use super::oauth::ResourceServer;
-use super::scope::{Granted, Required};
-use crate::RpcError;
+use super::{McpServer, Snapshot};
+use crate::auth::oauth::ResourceServer;
+use crate::auth::scope::{Granted, Required};
+use crate::protocol::error::RpcError;
 use crate::protocol::headers;
-use crate::server::Snapshot;
+
+impl McpServer {
+    /// What the caller may see and use, when the server checks scopes (it is an OAuth resource
+    /// server) and the caller carries a grant; `None` means everything.
+    pub(crate) fn access<'a>(&'a self, granted: Option<&'a Granted>) -> Option<Access<'a>> {
+        Some(Access {
+            oauth: self.shared.oauth.as_deref()?,
+            granted: granted?,
+        })
+    }
+}
 
 /// An item that can require scopes.
 #[derive(Debug, Clone, Copy)]
