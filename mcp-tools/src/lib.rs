@@ -103,6 +103,9 @@ pub use protocol::recovery::{DomainCode, Recovery};
 pub use protocol::result::CacheScope;
 pub use protocol::tool_error::{IntoToolError, ToolError};
 pub use resources::{Resource, ResourceContents, ResourceSet, ResourceTemplate};
+pub use server::limits::{
+    DEFAULT_DRAIN_TIMEOUT, DEFAULT_HEADER_READ_TIMEOUT, DEFAULT_MAX_CONNECTIONS,
+};
 pub use server::{
     BuildError, DEFAULT_BODY_LIMIT, DEFAULT_MAX_LISTENS_PER_PRINCIPAL, McpServer, McpServerBuilder,
 };
@@ -113,6 +116,4 @@ pub use tools::extract::{FromContext, MISSING_STATE, State};
 pub use tools::reply::{IntoCallToolResult, Structured, ToolReply};
 pub use tools::set::ToolSet;
 pub use tools::{NoArgs, Tool, ToolAnnotations, ToolInfo};
-pub use transport::http::serve::{
-    DEFAULT_DRAIN_TIMEOUT, DEFAULT_HEADER_READ_TIMEOUT, DEFAULT_MAX_CONNECTIONS, shutdown_signal,
-};
+pub use transport::http::serve::shutdown_signal;

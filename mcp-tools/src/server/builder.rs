@@ -17,10 +17,10 @@ use crate::protocol::result::{CacheScope, Results};
 use crate::protocol::seal::Seal;
 use crate::resources::ResourceSet;
 use crate::server::host::HostPolicy;
+use crate::server::limits::ConnectionLimits;
 use crate::server::limits::{CallRate, RateLimits};
 use crate::store::{SharedStore, Store};
-use crate::tools::set::ToolSet;
-use crate::transport::http::serve::ConnectionLimits;
+use crate::tools::set::{InvalidTool, ToolSet};
 
 /// Why a server could not be built. Every variant names what to fix.
 #[derive(Debug, thiserror::Error)]
@@ -85,6 +85,25 @@ pub enum BuildError {
     /// The OAuth resource server settings are incomplete or contradictory.
     #[error("invalid OAuth settings: {0}")]
     InvalidOAuth(String),
+}
+
+impl From<InvalidTool> for BuildError {
+    fn from(invalid: InvalidTool) -> Self {
+        match invalid {
+            InvalidTool::Name(name) => BuildError::InvalidToolName(name),
+            InvalidTool::Duplicate(name) => BuildError::DuplicateTool(name),
+            InvalidTool::MissingDescription(name) => BuildError::MissingDescription(name),
+            InvalidTool::InputSchemaNotObject(name) => BuildError::InputSchemaNotObject(name),
+            InvalidTool::Schema { tool, reason } => BuildError::InvalidSchema { tool, reason },
+            InvalidTool::ParamHeader { tool, reason } => {
+                BuildError::InvalidParamHeader { tool, reason }
+            }
+            InvalidTool::Scope { tool, scope } => BuildError::InvalidScope {
+                owner: format!("tool {tool:?}"),
+                scope,
+            },
+        }
+    }
 }
 
 impl From<crate::auth::ConfigError> for BuildError {

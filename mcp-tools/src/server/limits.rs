@@ -1,6 +1,8 @@
-//! Rate limits on tool calls, per principal and per principal and tool: the tools part of the
-//! protocol requires servers to limit tool invocations, and a model in a loop is the usual
-//! reason a server needs to.
+//! What the server lets one connection and one caller cost it: connection limits (how long a
+//! connection may take to send its headers, how many are served at once, how long a shutdown
+//! waits), and rate limits on tool calls, per principal and per principal and tool: the tools
+//! part of the protocol requires servers to limit tool invocations, and a model in a loop is the
+//! usual reason a server needs to.
 
 use std::collections::HashMap;
 use std::num::NonZeroU32;
@@ -14,6 +16,39 @@ use governor::{Quota, RateLimiter};
 
 use crate::RpcError;
 use crate::auth::Principal;
+
+/// How long a connection may take to send a request's headers by default: also how long a
+/// kept-alive connection may stay idle between requests.
+pub const DEFAULT_HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How many connections [`McpServer::serve`] serves at once by default.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
+
+/// How long a shutdown waits for in-flight requests by default: less than the 30 s an
+/// orchestrator such as Kubernetes allows between SIGTERM and SIGKILL, so the server closes what
+/// is left and exits on its own.
+pub const DEFAULT_DRAIN_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// What a connection may cost the server: set with
+/// [`McpServerBuilder::header_read_timeout`](crate::McpServerBuilder::header_read_timeout),
+/// [`McpServerBuilder::max_connections`](crate::McpServerBuilder::max_connections) and
+/// [`McpServerBuilder::drain_timeout`](crate::McpServerBuilder::drain_timeout).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ConnectionLimits {
+    pub(crate) header_read_timeout: Duration,
+    pub(crate) max_connections: usize,
+    pub(crate) drain_timeout: Duration,
+}
+
+impl Default for ConnectionLimits {
+    fn default() -> Self {
+        ConnectionLimits {
+            header_read_timeout: DEFAULT_HEADER_READ_TIMEOUT,
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+            drain_timeout: DEFAULT_DRAIN_TIMEOUT,
+        }
+    }
+}
 
 /// How many calls fit in a period: `calls` at once, then one more every `period / calls`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -44,7 +44,7 @@ pub(crate) struct Shared {
     pub(crate) oauth: Option<Arc<crate::auth::oauth::ResourceServer>>,
     pub(crate) legacy_era: bool,
     pub(crate) keep_alive: Duration,
-    pub(crate) connections: crate::transport::http::serve::ConnectionLimits,
+    pub(crate) connections: limits::ConnectionLimits,
     /// How many `subscriptions/listen` streams one principal may hold open at once.
     pub(crate) max_listens: usize,
     /// Rate limits on tool calls.

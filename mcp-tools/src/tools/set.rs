@@ -5,7 +5,6 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 
-use crate::BuildError;
 use crate::context::Context;
 use crate::protocol::content::CallToolResult;
 use crate::protocol::input::Reply;
@@ -157,31 +156,31 @@ impl ToolSet {
     }
 
     /// Checks every tool and compiles its argument validator.
-    pub(crate) fn compile(&self) -> Result<Catalog, BuildError> {
+    pub(crate) fn compile(&self) -> Result<Catalog, InvalidTool> {
         let mut index = HashMap::with_capacity(self.entries.len());
         let mut tools = Vec::with_capacity(self.entries.len());
         for entry in &self.entries {
             let mut definition = entry.definition.clone();
             let name = definition.name.to_string();
             if !is_valid_tool_name(&name) {
-                return Err(BuildError::InvalidToolName(name));
+                return Err(InvalidTool::Name(name));
             }
             if definition.description.trim().is_empty() {
-                return Err(BuildError::MissingDescription(name));
+                return Err(InvalidTool::MissingDescription(name));
             }
             if let Some(scope) = definition.scopes.first_invalid() {
-                return Err(BuildError::InvalidScope {
-                    owner: format!("tool {name:?}"),
+                return Err(InvalidTool::Scope {
+                    tool: name,
                     scope: scope.to_owned(),
                 });
             }
             if definition.input_schema.get("type") != Some(&json!("object")) {
-                return Err(BuildError::InputSchemaNotObject(name));
+                return Err(InvalidTool::InputSchemaNotObject(name));
             }
             let validator = jsonschema::options()
                 .with_draft(jsonschema::Draft::Draft202012)
                 .build(&definition.input_schema)
-                .map_err(|error| BuildError::InvalidSchema {
+                .map_err(|error| InvalidTool::Schema {
                     tool: name.clone(),
                     reason: error.to_string(),
                 })?;
@@ -189,17 +188,17 @@ impl ToolSet {
                 jsonschema::options()
                     .with_draft(jsonschema::Draft::Draft202012)
                     .build(output)
-                    .map_err(|error| BuildError::InvalidSchema {
+                    .map_err(|error| InvalidTool::Schema {
                         tool: name.clone(),
                         reason: error.to_string(),
                     })?;
             }
             if index.insert(name.clone(), tools.len()).is_some() {
-                return Err(BuildError::DuplicateTool(name));
+                return Err(InvalidTool::Duplicate(name));
             }
             // After the validator is compiled, which keeps the schema as written.
             let param_headers = publish(&mut definition.input_schema).map_err(|reason| {
-                BuildError::InvalidParamHeader {
+                InvalidTool::ParamHeader {
                     tool: name.clone(),
                     reason,
                 }
@@ -213,6 +212,33 @@ impl ToolSet {
         }
         Ok(Catalog { tools, index })
     }
+}
+
+/// Why a tool set cannot be served, found when it is compiled; the server reports it as a
+/// [`BuildError`](crate::BuildError) naming what to fix.
+#[derive(Debug)]
+pub(crate) enum InvalidTool {
+    /// Not 1 to 64 characters of `[A-Za-z0-9_./-]`.
+    Name(String),
+    /// Two tools share this name.
+    Duplicate(String),
+    MissingDescription(String),
+    InputSchemaNotObject(String),
+    /// A schema that is not valid JSON Schema 2020-12.
+    Schema {
+        tool: String,
+        reason: String,
+    },
+    /// An `x-mcp-header` clients would drop the tool for.
+    ParamHeader {
+        tool: String,
+        reason: String,
+    },
+    /// A required scope that is not a scope token.
+    Scope {
+        tool: String,
+        scope: String,
+    },
 }
 
 /// `^[A-Za-z0-9_./-]{1,64}$`: the names every client and the conformance suite accept.

@@ -15,39 +15,6 @@ use crate::server::McpServer;
 /// How long a shutdown waits for the tasks running here to record their end.
 const TASK_DRAIN: std::time::Duration = std::time::Duration::from_secs(5);
 
-/// How long a connection may take to send a request's headers by default: also how long a
-/// kept-alive connection may stay idle between requests.
-pub const DEFAULT_HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// How many connections [`McpServer::serve`] serves at once by default.
-pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
-
-/// How long a shutdown waits for in-flight requests by default: less than the 30 s an
-/// orchestrator such as Kubernetes allows between SIGTERM and SIGKILL, so the server closes what
-/// is left and exits on its own.
-pub const DEFAULT_DRAIN_TIMEOUT: Duration = Duration::from_secs(20);
-
-/// What a connection may cost the server: set with
-/// [`McpServerBuilder::header_read_timeout`](crate::McpServerBuilder::header_read_timeout),
-/// [`McpServerBuilder::max_connections`](crate::McpServerBuilder::max_connections) and
-/// [`McpServerBuilder::drain_timeout`](crate::McpServerBuilder::drain_timeout).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct ConnectionLimits {
-    pub(crate) header_read_timeout: Duration,
-    pub(crate) max_connections: usize,
-    pub(crate) drain_timeout: Duration,
-}
-
-impl Default for ConnectionLimits {
-    fn default() -> Self {
-        ConnectionLimits {
-            header_read_timeout: DEFAULT_HEADER_READ_TIMEOUT,
-            max_connections: DEFAULT_MAX_CONNECTIONS,
-            drain_timeout: DEFAULT_DRAIN_TIMEOUT,
-        }
-    }
-}
-
 impl McpServer {
     /// Listens on `addr` and serves until ctrl-c or SIGTERM, then stops accepting connections and
     /// lets in-flight requests finish.
