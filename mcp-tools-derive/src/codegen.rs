@@ -258,7 +258,7 @@ fn tool_impl(tool: &ToolFn, target: &TokenStream, callee: &TokenStream) -> Token
         quote! {
             fn entity_kind(&self) -> ::core::option::Option<&'static str> {
                 ::core::option::Option::Some(
-                    <#ty as ::mcp_tools::__private::stateful::Entity>::KIND,
+                    <#ty as ::mcp_tools::store::Entity>::KIND,
                 )
             }
         }
@@ -473,9 +473,9 @@ fn stateful_parts(
     let version_argument = |wire: &str, field: Ident| {
         quote! {
             #[serde(rename = #wire, default)]
-            #[schemars(with = "::mcp_tools::__private::stateful::ExpectedVersion")]
+            #[schemars(with = "::mcp_tools::stateful::ExpectedVersion")]
             pub #field: ::core::option::Option<
-                ::mcp_tools::__private::stateful::ExpectedVersion,
+                ::mcp_tools::stateful::ExpectedVersion,
             >
         }
     };
@@ -529,7 +529,7 @@ fn stateful_parts(
             };
             (
                 ok_ty,
-                quote!(#call.map_err(::mcp_tools::__private::stateful::tool_error)),
+                quote!(#call.map_err(::mcp_tools::stateful::tool_error)),
             )
         }
         Output::Plain(ty) | Output::Structured(ty) => (
@@ -544,12 +544,6 @@ fn stateful_parts(
         });
     }
 
-    let store = quote! {
-        let __mcp_store = match ::mcp_tools::__private::stateful::store(&__mcp_cx) {
-            ::core::result::Result::Ok(store) => store,
-            ::core::result::Result::Err(result) => return ::core::convert::From::from(result),
-        };
-    };
     let operation = if operation_id {
         // Taken rather than moved: the function of a `creates` tool moves the arguments whole.
         quote!(::core::option::Option::Some(::core::mem::take(
@@ -561,19 +555,18 @@ fn stateful_parts(
     if kind != StatefulKind::Reads {
         let payload = payload_description(tool, operation_id, helpers);
         helpers.push(quote! {
-            const __MCP_PAYLOAD: &[::mcp_tools::__private::stateful::PayloadArgument] = #payload;
+            const __MCP_PAYLOAD: &[::mcp_tools::stateful::PayloadArgument] = #payload;
         });
     }
     let contract = published_contract(tool, kind, &tool.output);
     helpers.push(quote! {
-        const __MCP_CONTRACT: ::mcp_tools::__private::stateful::StatefulContract = #contract;
+        const __MCP_CONTRACT: ::mcp_tools::stateful::StatefulContract = #contract;
     });
     let (output_schema, body) = match kind {
         StatefulKind::Creates => (
             quote!(__MCP_CONTRACT.mutation_schema::<#resource, ()>(generator)),
             quote! {
-                #store
-                let __mcp_spec = ::mcp_tools::__private::stateful::CreateSpec::<#resource> {
+                let __mcp_spec = ::mcp_tools::stateful::CreateSpec::<#resource> {
                     tool: #name,
                     arguments: __MCP_PAYLOAD,
                     operation_id: #operation,
@@ -591,8 +584,7 @@ fn stateful_parts(
                         #as_result;
                     __mcp_made
                 });
-                ::mcp_tools::__private::stateful::create::<#resource>(
-                    &__mcp_store,
+                ::mcp_tools::stateful::create::<#resource>(
                     &__mcp_cx,
                     __mcp_spec,
                     &__mcp_raw,
@@ -603,10 +595,8 @@ fn stateful_parts(
         StatefulKind::Reads => (
             quote!(__MCP_CONTRACT.read_schema::<#ok_ty>(generator)),
             quote! {
-                #store
                 #(#extractions)*
-                let (__mcp_snapshot, __mcp_current) = match ::mcp_tools::__private::stateful::read::<#resource>(
-                    &__mcp_store,
+                let (__mcp_snapshot, __mcp_current) = match ::mcp_tools::stateful::read::<#resource>(
                     &__mcp_cx,
                     __mcp_args.__mcp_handle,
                     __mcp_args.__mcp_basis_version,
@@ -616,7 +606,7 @@ fn stateful_parts(
                 };
                 let __mcp_resource = &__mcp_current;
                 let __mcp_view: ::core::result::Result<#ok_ty, ::mcp_tools::ToolError> = #as_result;
-                ::mcp_tools::__private::stateful::read_result(__mcp_snapshot, __mcp_view)
+                ::mcp_tools::stateful::read_result(__mcp_snapshot, __mcp_view)
             },
         ),
         StatefulKind::Mutates => {
@@ -629,10 +619,10 @@ fn stateful_parts(
                     }
                 }
                 ConflictPolicy::Reconfirm => {
-                    quote!(::mcp_tools::__private::stateful::ConflictPolicy::Reconfirm)
+                    quote!(::mcp_tools::store::ConflictPolicy::Reconfirm)
                 }
                 ConflictPolicy::Reject => {
-                    quote!(::mcp_tools::__private::stateful::ConflictPolicy::Reject)
+                    quote!(::mcp_tools::store::ConflictPolicy::Reject)
                 }
             };
             let expected = if expected_version {
@@ -643,8 +633,7 @@ fn stateful_parts(
             (
                 quote!(__MCP_CONTRACT.mutation_schema::<#resource, #ok_ty>(generator)),
                 quote! {
-                    #store
-                    let __mcp_spec = ::mcp_tools::__private::stateful::MutationSpec {
+                        let __mcp_spec = ::mcp_tools::stateful::MutationSpec {
                         tool: #name,
                         arguments: __MCP_PAYLOAD,
                         policy: #policy,
@@ -654,11 +643,10 @@ fn stateful_parts(
                         operation_id: #operation,
                         resource: ::core::marker::PhantomData,
                     };
-                    let __mcp_transition = ::mcp_tools::__private::stateful::Transition::typed(
+                    let __mcp_transition = ::mcp_tools::store::Transition::typed(
                         move |__mcp_resource: &mut #resource| #as_result,
                     );
-                    ::mcp_tools::__private::stateful::mutate::<#resource>(
-                        &__mcp_store,
+                    ::mcp_tools::stateful::mutate::<#resource>(
                         &__mcp_cx,
                         __mcp_spec,
                         &__mcp_raw,
@@ -670,13 +658,13 @@ fn stateful_parts(
     };
 
     ImplParts {
-        args: quote!(::mcp_tools::__private::stateful::WithRaw<__McpArgs>),
+        args: quote!(::mcp_tools::stateful::WithRaw<__McpArgs>),
         // The reply as the store's outcome made it (a mutation may ask for a confirmation first).
-        output: quote!(::mcp_tools::__private::Outcome),
+        output: quote!(::mcp_tools::stateful::StatefulReply),
         input_schema: quote! {
-            ::mcp_tools::__private::stateful::input_schema::<__McpArgs, #resource>(
+            ::mcp_tools::stateful::input_schema::<__McpArgs, #resource>(
                 generator,
-                ::mcp_tools::__private::stateful::Injected {
+                ::mcp_tools::stateful::Injected {
                     handle: #handle,
                     expected_version: #expected_version,
                     operation_id: #operation_id,
@@ -688,14 +676,14 @@ fn stateful_parts(
         output_schema: quote!(::core::option::Option::Some(#output_schema)),
         info_meta: Some(quote! {
             .with_meta(
-                ::mcp_tools::store::STATE_CONTRACT_META_KEY,
+                ::mcp_tools::protocol::framework::STATE_META_KEY,
                 __MCP_CONTRACT.meta::<#resource>(),
             )
         }),
         call_lints: quote!(unused_variables, unused_mut),
         input: format_ident!("__mcp_input"),
         call_body: quote! {
-            let ::mcp_tools::__private::stateful::WithRaw { raw: __mcp_raw, args: mut __mcp_args } = __mcp_input;
+            let ::mcp_tools::stateful::WithRaw { raw: __mcp_raw, args: mut __mcp_args } = __mcp_input;
             #body
         },
     }
@@ -704,7 +692,7 @@ fn stateful_parts(
 /// The `StatefulContract` constant of a stateful tool: what it publishes of its concurrency
 /// contract and which codes its outcomes can carry.
 fn published_contract(tool: &ToolFn, kind: StatefulKind, output: &Output) -> TokenStream {
-    let support = quote!(::mcp_tools::__private::stateful);
+    let support = quote!(::mcp_tools::stateful);
     let kind_path = match kind {
         StatefulKind::Creates => quote!(#support::ToolKind::Creates),
         StatefulKind::Reads => quote!(#support::ToolKind::Reads),
@@ -780,7 +768,7 @@ fn payload_description(
             }
         };
         Some(quote! {
-            ::mcp_tools::__private::stateful::PayloadArgument {
+            ::mcp_tools::stateful::PayloadArgument {
                 name: #name,
                 optional: #optional,
                 default: #default,

@@ -48,6 +48,7 @@ mod prompts;
 pub mod protocol;
 mod resources;
 mod server;
+pub mod stateful;
 pub mod store;
 mod sync;
 pub mod tasks;

@@ -11,10 +11,9 @@ use serde_json::Value;
 
 pub use crate::tools::extract::FromContext;
 
-/// Support for the stateful tool kinds (`creates`, `reads`, `mutates`).
+/// The bounds the stateful tool kinds (`creates`, `reads`, `mutates`) assert.
 pub mod stateful {
-    pub use crate::store::tool_support::*;
-    pub use crate::store::{ConflictPolicy, Entity, SharedStore, Transition};
+    pub use crate::stateful::bounds::*;
 }
 
 /// Holds for every type a `#[tool]` parameter may have.

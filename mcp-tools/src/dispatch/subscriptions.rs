@@ -103,7 +103,7 @@ impl Filter {
 
 /// The tasks a stream follows: each id with the last (status, update time) sent for it.
 struct WatchedTasks {
-    watched: Vec<(String, crate::store::task_record::Revision)>,
+    watched: Vec<(String, crate::store::tasks::record::Revision)>,
 }
 
 impl WatchedTasks {

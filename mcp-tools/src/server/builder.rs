@@ -19,7 +19,7 @@ use crate::resources::ResourceSet;
 use crate::server::host::HostPolicy;
 use crate::server::limits::ConnectionLimits;
 use crate::server::limits::{CallRate, RateLimits};
-use crate::store::{SharedStore, Store};
+use crate::store::Store;
 use crate::tools::set::{InvalidTool, ToolSet};
 
 /// Why a server could not be built. Every variant names what to fix.
@@ -141,9 +141,8 @@ pub struct McpServerBuilder {
     max_listens: usize,
     rate_limit: Option<CallRate>,
     tool_rate_limits: Vec<(String, CallRate)>,
-    has_store: bool,
-    /// Where tasks are kept: the store, when one is registered.
-    task_store: Option<Arc<dyn crate::tasks::TaskStore>>,
+    /// The store of the stateful tools and of the tasks' records, when one is registered.
+    store: Option<Arc<dyn Store>>,
     task_options: crate::tasks::TaskOptions,
 }
 
@@ -191,8 +190,7 @@ impl McpServerBuilder {
             max_listens: DEFAULT_MAX_LISTENS_PER_PRINCIPAL,
             rate_limit: None,
             tool_rate_limits: Vec::new(),
-            has_store: false,
-            task_store: None,
+            store: None,
             task_options: crate::tasks::TaskOptions::default(),
         }
     }
@@ -253,10 +251,7 @@ impl McpServerBuilder {
     /// keeps the records of tasks ([`tasks`](crate::tasks)), so every replica sharing it
     /// answers for them.
     pub fn store<S: Store>(mut self, store: S) -> Self {
-        let store = Arc::new(store);
-        self.state.insert(SharedStore::new(Arc::clone(&store)));
-        self.task_store = Some(store);
-        self.has_store = true;
+        self.store = Some(Arc::new(store));
         self
     }
 
@@ -444,7 +439,7 @@ impl McpServerBuilder {
     /// Checks the configuration and every tool, and computes the answers that never change.
     pub fn build(self) -> Result<McpServer, BuildError> {
         let stateful = self.catalog.tools.stateful();
-        if !stateful.is_empty() && !self.has_store {
+        if !stateful.is_empty() && self.store.is_none() {
             return Err(BuildError::MissingStore(stateful));
         }
         if self.settings.page_size == 0 {
@@ -488,9 +483,10 @@ impl McpServerBuilder {
         self.task_options
             .check()
             .map_err(BuildError::InvalidSetting)?;
-        let task_store = self
-            .task_store
-            .unwrap_or_else(|| Arc::new(crate::store::MemoryStore::default()));
+        let task_store: Arc<dyn crate::tasks::TaskStore> = match &self.store {
+            Some(store) => Arc::clone(store) as Arc<dyn crate::tasks::TaskStore>,
+            None => Arc::new(crate::store::MemoryStore::default()),
+        };
         let tasks = crate::tasks::runtime::Tasks::new(task_store, self.task_options);
         let limits = RateLimits::new(self.rate_limit, self.tool_rate_limits)
             .map_err(BuildError::InvalidSetting)?;
@@ -551,7 +547,7 @@ impl McpServerBuilder {
                 max_listens: self.max_listens,
                 limits,
                 listens: Mutex::new(Default::default()),
-                has_store: self.has_store,
+                store: self.store,
                 tasks,
                 state: SharedState::new(self.state),
                 base,

@@ -39,7 +39,7 @@ impl McpServer {
     /// Adds (or replaces) a tool while serving; open `subscriptions/listen` streams that asked
     /// for tool changes are told.
     pub fn add_tool<T: Tool>(&self, tool: T) -> Result<(), BuildError> {
-        if tool.entity_kind().is_some() && !self.shared.has_store {
+        if tool.entity_kind().is_some() && self.shared.store.is_none() {
             return Err(BuildError::MissingStore(vec![tool.info().name.to_string()]));
         }
         let addition = ToolSet::new().with(tool);

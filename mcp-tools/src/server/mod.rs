@@ -52,8 +52,9 @@ pub(crate) struct Shared {
     /// The open `subscriptions/listen` streams of each principal. Every critical section is one
     /// count change, so a poisoned lock still holds consistent counts.
     pub(crate) listens: Mutex<std::collections::HashMap<Principal, usize>>,
-    /// Whether a store was registered, so stateful tools added later can be refused without one.
-    pub(crate) has_store: bool,
+    /// The store of the stateful tools, when one was registered (stateful tools added later are
+    /// refused without one).
+    pub(crate) store: Option<Arc<dyn crate::store::Store>>,
     /// The tasks of the Tasks extension, and where they are kept.
     pub(crate) tasks: Arc<crate::tasks::runtime::Tasks>,
     pub(crate) state: SharedState,
@@ -121,6 +122,13 @@ impl Drop for ListenSlot {
 }
 
 impl crate::Context {
+    /// The store of the serving server, if it has one.
+    pub(crate) fn store(&self) -> Option<&dyn crate::store::Store> {
+        self.server_handle()
+            .downcast_ref::<Shared>()
+            .and_then(|shared| shared.store.as_deref())
+    }
+
     /// The seal of the serving server, for values handed out to clients.
     pub(crate) fn seal(&self) -> Option<&crate::protocol::seal::Seal> {
         self.server_handle()

@@ -11,10 +11,6 @@ use futures_util::FutureExt;
 use serde_json::Value;
 
 use super::clock::{duration_millis, format_rfc3339};
-use super::contract::{
-    Changed, ConflictPolicy, CreateRequest, MAX_DEPTH, Making, MutationRequest, ReadRequest,
-    StoreConfig, StoreError, Transition, deeper_than,
-};
 use super::delta::diff;
 use super::entity::{EntityKind, Lifecycle};
 use super::fingerprint::Fingerprint;
@@ -27,6 +23,12 @@ use super::outcome::{
 };
 use crate::auth::Principal;
 use crate::protocol::tool_error::ToolError;
+use crate::store::api::{
+    Changed, ConflictPolicy, CreateRequest, Making, MutationRequest, ReadRequest, StoreConfig,
+    Transition,
+};
+use crate::store::depth::{MAX_DEPTH, deeper_than};
+use crate::store::error::StoreError;
 
 /// One stored resource at its current version. Cloning it is cheap: the strings and the state are
 /// shared.

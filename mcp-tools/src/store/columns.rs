@@ -3,7 +3,7 @@
 //! its outcome or its claim.
 
 use super::boundary::LedgerState;
-use super::contract::StoreError;
+use crate::store::error::StoreError;
 
 /// Versions between two deletions of a resource's undo patches beyond the history limit: the
 /// SQL stores delete them in batches, not on every write.

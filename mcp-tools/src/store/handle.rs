@@ -3,7 +3,7 @@
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 
-use super::contract::StoreError;
+use crate::store::error::StoreError;
 
 /// Random bytes in every handle: 160 bits, comfortably above the 128-bit floor.
 const HANDLE_ENTROPY_BYTES: usize = 20;

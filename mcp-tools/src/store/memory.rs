@@ -14,17 +14,17 @@ use serde_json::Value;
 
 use super::boundary::{self, Change, LedgerEntry, LedgerState, Record, Txn};
 use super::clock::duration_millis;
-use super::contract::{
-    CreateRequest, MutationRequest, PruneReport, ReadRequest, Store, StoreConfig, StoreError,
-    StoreFuture, Transition,
-};
 use super::fingerprint::Fingerprint;
 use super::history::Undo;
 use super::outcome::{MutationOutcome, ReadOutcome, RecordedApplied, RecordedOutcome};
 use super::sweeper::Sweeper;
-use super::task_record::TaskRecord;
-use super::task_store::{TaskChange, TaskInsert, TaskStore};
+use super::tasks::record::TaskRecord;
+use super::tasks::{TaskChange, TaskInsert, TaskStore};
 use crate::auth::Principal;
+use crate::store::api::{
+    CreateRequest, MutationRequest, PruneReport, ReadRequest, Store, StoreConfig, Transition,
+};
+use crate::store::error::{StoreError, StoreFuture};
 // A panicking transition only ever changed a copy, so the data behind a poisoned lock is intact.
 use crate::sync::{lock, read, write};
 
@@ -786,8 +786,8 @@ mod tests {
 
     use super::*;
     use crate::auth::Principal;
+    use crate::store::api::{Creation, Making};
     use crate::store::clock::ManualClock;
-    use crate::store::contract::{Creation, Making};
     use crate::store::entity::EntityKind;
     use crate::store::fingerprint::Fingerprint;
 

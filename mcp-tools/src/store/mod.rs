@@ -51,13 +51,15 @@
 //! # }).unwrap();
 //! ```
 
+mod api;
 mod boundary;
 mod clock;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod columns;
-mod contract;
 mod delta;
+mod depth;
 mod entity;
+mod error;
 mod fingerprint;
 mod handle;
 mod history;
@@ -65,26 +67,24 @@ mod memory;
 mod outcome;
 #[cfg(feature = "postgres")]
 mod postgres;
-pub(crate) mod published;
-mod registry;
 #[cfg(feature = "sqlite")]
 mod sqlite;
 mod sweeper;
-pub(crate) mod task_record;
-pub(crate) mod task_store;
-pub(crate) mod tool_support;
+pub(crate) mod tasks;
 
 pub use crate::protocol::framework::STATE_META_KEY as STATE_CONTRACT_META_KEY;
 pub use crate::protocol::framework::{
     CONFIRMATION_META_KEY, RECONFIRM_INPUT_KEY, VALIDATOR_META_KEY,
 };
-pub use clock::{Clock, ManualClock, SystemClock, format_rfc3339};
-pub use contract::{
-    ConflictPolicy, CreateRequest, Creation, MAX_DEPTH, MutationRequest, PruneReport, ReadRequest,
-    Store, StoreConfig, StoreError, StoreFuture, Transition,
+pub use api::{
+    ConflictPolicy, CreateRequest, Creation, MutationRequest, PruneReport, ReadRequest, Store,
+    StoreConfig, Transition,
 };
+pub use clock::{Clock, ManualClock, SystemClock, format_rfc3339};
 pub use delta::{FieldChange, diff};
+pub use depth::MAX_DEPTH;
 pub use entity::{Entity, EntityKind, Lifecycle, ViewType, view_json, view_schema};
+pub use error::{StoreError, StoreFuture};
 pub use fingerprint::{Fingerprint, canonical_json};
 pub use handle::mint_handle;
 pub use mcp_tools_derive::Entity;
@@ -95,7 +95,5 @@ pub use outcome::{
 };
 #[cfg(feature = "postgres")]
 pub use postgres::{PostgresOptions, PostgresStore, TimeSource};
-#[doc(hidden)]
-pub use registry::SharedStore;
 #[cfg(feature = "sqlite")]
 pub use sqlite::{SqliteOptions, SqliteStore, Synchronous};

@@ -39,8 +39,8 @@ pub(crate) mod runtime;
 
 use std::time::Duration;
 
-pub use crate::store::task_record::{TaskRecord, TaskStatus};
-pub use crate::store::task_store::{TaskChange, TaskInsert, TaskStore};
+pub use crate::store::tasks::record::{TaskRecord, TaskStatus};
+pub use crate::store::tasks::{TaskChange, TaskInsert, TaskStore};
 pub use crate::tools::{TASK_SUPPORT_META_KEY, TaskSupport};
 
 /// The extension's identifier, under `capabilities.extensions`.

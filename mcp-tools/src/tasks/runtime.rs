@@ -15,7 +15,7 @@ use crate::protocol::framework::code;
 use crate::protocol::input::{InputRequired, Reply};
 use crate::protocol::tool_error::ToolError;
 use crate::store::StoreError;
-use crate::store::task_record::Ending;
+use crate::store::tasks::record::Ending;
 use crate::tasks::{TaskChange, TaskInsert, TaskOptions, TaskRecord, TaskStatus, TaskStore};
 use crate::tools::BoxFuture;
 // The running counts change by counting up and down, which does not panic halfway.

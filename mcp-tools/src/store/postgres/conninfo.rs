@@ -13,7 +13,7 @@ use rustls_pki_types::{CertificateDer, ServerName, UnixTime};
 use tokio_postgres::config::SslMode as WireSslMode;
 use tokio_postgres_rustls::MakeRustlsConnect;
 
-use crate::store::contract::StoreError;
+use crate::store::error::StoreError;
 
 /// libpq's `sslmode`: how much of TLS the connection requires.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

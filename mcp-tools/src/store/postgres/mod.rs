@@ -23,12 +23,12 @@ use turns::Turns;
 use txn::{Need, PgTxn, history_from, know_opened, record_from, statements};
 
 use crate::auth::Principal;
+use crate::store::api::{
+    CreateRequest, MutationRequest, PruneReport, ReadRequest, Store, StoreConfig, Transition,
+};
 use crate::store::boundary;
 use crate::store::clock::duration_millis;
-use crate::store::contract::{
-    CreateRequest, MutationRequest, PruneReport, ReadRequest, Store, StoreConfig, StoreError,
-    StoreFuture, Transition,
-};
+use crate::store::error::{StoreError, StoreFuture};
 use crate::store::handle::has_prefix;
 use crate::store::outcome::{MutationOutcome, ReadOutcome};
 

@@ -2,7 +2,7 @@
 //! prefix, always quoted), the statements that use them, and the migrations that create them.
 
 use super::txn::Statement;
-use crate::store::contract::StoreError;
+use crate::store::error::StoreError;
 
 /// The newest schema version this code writes and reads.
 ///

@@ -5,10 +5,10 @@ use tokio_postgres::types::ToSql;
 
 use super::schema::backend;
 use super::{Inner, PLAN_PER_CALL, PostgresStore};
-use crate::store::StoreFuture;
-use crate::store::contract::StoreError;
-use crate::store::task_record::TaskRecord;
-use crate::store::task_store::{TaskChange, TaskInsert, TaskStore};
+use crate::store::error::StoreError;
+use crate::store::error::StoreFuture;
+use crate::store::tasks::record::TaskRecord;
+use crate::store::tasks::{TaskChange, TaskInsert, TaskStore};
 
 fn to_i64(ms: u64) -> i64 {
     i64::try_from(ms).unwrap_or(i64::MAX)

@@ -13,8 +13,8 @@ pub(crate) use crate::store::columns::version_to_sql;
 use crate::store::columns::{
     history_to_drop, json, ledger_state_from_sql, ledger_state_to_sql, to_json, version_from_sql,
 };
-use crate::store::contract::StoreError;
 use crate::store::entity::Lifecycle;
+use crate::store::error::StoreError;
 use crate::store::fingerprint::Fingerprint;
 use crate::store::history::Undo;
 

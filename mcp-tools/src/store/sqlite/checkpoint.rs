@@ -28,7 +28,7 @@ use rusqlite::hooks::Wal;
 use rusqlite::wal::CheckpointMode;
 
 use super::{SqliteOptions, connect, lock};
-use crate::store::contract::StoreError;
+use crate::store::error::StoreError;
 
 /// What the writer and the checkpoint thread share.
 #[derive(Default)]

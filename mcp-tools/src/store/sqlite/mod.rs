@@ -18,17 +18,17 @@ use states::{Decoded, StateCache};
 use writer::Writer;
 
 use crate::auth::Principal;
+use crate::store::api::{
+    CreateRequest, MutationRequest, PruneReport, ReadRequest, Store, StoreConfig, Transition,
+};
 use crate::store::boundary::{self, Change, LedgerEntry, LedgerState, Record, Txn};
 use crate::store::clock::duration_millis;
 use crate::store::columns::{
     history_to_drop, json, ledger_state_from_sql, ledger_state_to_sql, to_json, version_from_sql,
     version_to_sql,
 };
-use crate::store::contract::{
-    CreateRequest, MutationRequest, PruneReport, ReadRequest, Store, StoreConfig, StoreError,
-    StoreFuture, Transition,
-};
 use crate::store::entity::Lifecycle;
+use crate::store::error::{StoreError, StoreFuture};
 use crate::store::fingerprint::Fingerprint;
 use crate::store::history::Undo;
 use crate::store::outcome::{MutationOutcome, ReadOutcome};
@@ -1023,7 +1023,7 @@ impl Store for SqliteStore {
 
 #[cfg(test)]
 mod tests {
-    use crate::store::contract::{Creation, Making};
+    use crate::store::api::{Creation, Making};
     use rusqlite::StatementStatus;
 
     use super::*;

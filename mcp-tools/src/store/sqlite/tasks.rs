@@ -5,10 +5,10 @@ use std::sync::Arc;
 use rusqlite::{OptionalExtension, params};
 
 use super::SqliteStore;
-use crate::store::StoreFuture;
-use crate::store::contract::StoreError;
-use crate::store::task_record::TaskRecord;
-use crate::store::task_store::{TaskChange, TaskInsert, TaskStore};
+use crate::store::error::StoreError;
+use crate::store::error::StoreFuture;
+use crate::store::tasks::record::TaskRecord;
+use crate::store::tasks::{TaskChange, TaskInsert, TaskStore};
 
 const LOAD_SQL: &str = "SELECT record FROM mcp_tasks WHERE id = ?1";
 

@@ -26,7 +26,7 @@ use tokio::runtime::RuntimeFlavor;
 use super::SqlTxn;
 use super::states::{Decoded, StateCache};
 use crate::store::clock::Clock;
-use crate::store::contract::StoreError;
+use crate::store::error::StoreError;
 // A batch that panics is rolled back before its leader lets go of the connection (see
 // `run_batch_guarded`), and the queue is only pushed to and drained, so what a poisoned lock
 // guards is intact.

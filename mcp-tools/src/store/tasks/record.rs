@@ -4,8 +4,9 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
-use crate::store::contract::deeper_than;
-use crate::store::{StoreError, format_rfc3339};
+use crate::store::depth::deeper_than;
+use crate::store::error::StoreError;
+use crate::store::format_rfc3339;
 
 /// Where a task stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

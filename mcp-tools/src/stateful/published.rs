@@ -5,9 +5,10 @@
 use schemars::{JsonSchema, Schema, SchemaGenerator};
 use serde_json::{Map, Value, json};
 
-use super::outcome::{MutationOutcome, ReadOutcome, Recovery, code};
-use super::tool_support::IsEntity;
-use crate::protocol::recovery::DomainCode;
+use super::bounds::IsEntity;
+use crate::protocol::framework::code;
+use crate::protocol::recovery::{DomainCode, Recovery};
+use crate::store::{MutationOutcome, ReadOutcome};
 
 /// The kind of a stateful tool.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

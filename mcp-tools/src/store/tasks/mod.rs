@@ -1,8 +1,10 @@
 //! What a store does for tasks: four primitives over opaque records, so every store (memory,
 //! SQLite, PostgreSQL, yours) keeps tasks the same way and the lifecycle lives in one place.
 
-use crate::store::StoreFuture;
-use crate::store::task_record::TaskRecord;
+pub(crate) mod record;
+
+use crate::store::error::StoreFuture;
+use crate::store::tasks::record::TaskRecord;
 
 /// A change to one task, applied by a store under its lock on that task (see
 /// [`TaskStore::update_task`]).
@@ -17,7 +19,7 @@ impl TaskChange {
     #[cfg(feature = "test-hooks")]
     #[doc(hidden)]
     pub fn cancel_for_tests() -> TaskChange {
-        TaskChange::new(|record| record.end(crate::store::task_record::Ending::Cancelled, 1))
+        TaskChange::new(|record| record.end(crate::store::tasks::record::Ending::Cancelled, 1))
     }
 
     /// A change that changes nothing, for the tests of a store.

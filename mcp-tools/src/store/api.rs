@@ -1,7 +1,6 @@
 //! The store trait and the requests it serves.
 
 use std::fmt;
-use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,39 +10,11 @@ use serde_json::Value;
 
 use super::clock::{Clock, SystemClock};
 use super::entity::{Entity, EntityKind, Lifecycle};
+use super::error::{StoreError, StoreFuture};
 use super::fingerprint::Fingerprint;
 use super::outcome::{MutationOutcome, ReadOutcome};
 use crate::auth::Principal;
 use crate::protocol::tool_error::{IntoToolError, ToolError};
-
-/// The future every store method returns; boxed so stores can sit behind `Arc<dyn Store>`.
-pub type StoreFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, StoreError>> + Send + 'a>>;
-
-/// A failure of the storage itself, not a product outcome: nothing is recorded in the ledger, so
-/// the caller may retry with the same operation id.
-#[derive(Debug, thiserror::Error)]
-pub enum StoreError {
-    /// The storage engine failed.
-    #[error("storage failed: {0}")]
-    Backend(String),
-    /// Stored data could not be decoded.
-    #[error("stored data is corrupt: {0}")]
-    Corrupt(String),
-    /// The worker running the boundary panicked or was cancelled.
-    #[error("store task failed: {0}")]
-    Task(String),
-}
-
-impl IntoToolError for StoreError {
-    fn into_tool_error(self) -> ToolError {
-        // The model sees only that it may retry; the operator needs the cause.
-        tracing::warn!(error = %self, "the state store failed; the call answers STORE_UNAVAILABLE");
-        ToolError::new(
-            crate::protocol::framework::code::STORE_UNAVAILABLE,
-            "The state store is temporarily unavailable; retry the same request with the same operation_id.",
-        )
-    }
-}
 
 /// What to do when the caller's `expected_version` is older than the resource.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -75,34 +46,6 @@ impl ConflictPolicy {
             Some(touches) => ConflictPolicy::Rebase { touches },
             None => ConflictPolicy::Reject,
         }
-    }
-}
-
-/// How many levels of arrays and objects a resource's state, a mutation's result, or the
-/// details of a transition's error may nest (`{"a": [1]}` nests two). A deeper one is refused
-/// with `INVALID_STATE`, nothing changes and nothing is recorded.
-///
-/// The stores keep these as JSON text, some inside records of their own (a ledger record wraps
-/// a result, an undo patch a part of a state), and read them back with a JSON parser that stops
-/// at 127 levels. The bound leaves room for those records' own levels, so every store reads
-/// back what it wrote, whichever process reads it, and the walks over a state (copies, deltas)
-/// stay shallow.
-pub const MAX_DEPTH: usize = 100;
-
-/// Whether `value` nests arrays and objects more than `levels` deep. Never descends past
-/// `levels`, so a value of any depth is measured in bounded stack.
-pub(crate) fn deeper_than(value: &Value, levels: usize) -> bool {
-    match value {
-        Value::Array(items) => {
-            levels == 0 || items.iter().any(|item| deeper_than(item, levels - 1))
-        }
-        Value::Object(members) => {
-            levels == 0
-                || members
-                    .values()
-                    .any(|member| deeper_than(member, levels - 1))
-        }
-        _ => false,
     }
 }
 
@@ -529,7 +472,7 @@ impl fmt::Debug for StoreConfig {
 ///
 /// A store also keeps the records of the Tasks extension ([`TaskStore`](crate::tasks::TaskStore)),
 /// so a server's versioned state and its tasks live, and are shared by replicas, in one place.
-pub trait Store: super::task_store::TaskStore {
+pub trait Store: super::tasks::TaskStore {
     /// Mints a handle and stores version 1: `applied` with the handle and the view. With an
     /// operation id it consults and claims the ledger before it makes the state (see
     /// [`CreateRequest`]): a recorded outcome with the same fingerprint is `replayed` (nothing

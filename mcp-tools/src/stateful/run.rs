@@ -1,0 +1,275 @@
+//! Running a create, a read or a mutation in the store's atomic boundary, from a tool call: the
+//! preconditions first, then the store, then the outcome sealed and recorded for the caller.
+
+use std::marker::PhantomData;
+
+use serde::Serialize;
+use serde_json::Value;
+
+use super::StatefulReply;
+use super::args::{ExpectedVersion, PayloadArgument, fingerprint};
+use super::bounds::IsEntity;
+use super::precondition::{ask_to_reconfirm, confirmed_version, precondition, unguessable};
+use super::trace::{record_fields, record_state};
+use crate::context::Context;
+use crate::protocol::content::CallToolResult;
+use crate::protocol::framework::code;
+use crate::protocol::input::Reply;
+use crate::protocol::tool_error::{IntoToolError, ToolError};
+use crate::store::{
+    ConflictPolicy, CreateRequest, Creation, MutationOutcome, MutationRequest, ReadOutcome,
+    ReadRequest, Rejected, Replayed, Resumption, Snapshot, Store, Transition,
+};
+
+/// Seals the validator of every resumption record in an outcome.
+fn seal_validators(cx: &Context, kind: &str, outcome: &mut MutationOutcome) {
+    let resumption = match outcome {
+        MutationOutcome::Applied(applied) => &mut applied.resumption,
+        MutationOutcome::StaleView(stale) => &mut stale.resumption,
+        MutationOutcome::Replayed(Replayed {
+            current: Some(current),
+            ..
+        }) => &mut current.resumption,
+        _ => return,
+    };
+    seal_validator(cx, kind, resumption);
+}
+
+fn seal_validator(cx: &Context, kind: &str, resumption: &mut Resumption) {
+    resumption.validator = cx
+        .seal()
+        .map(|seal| seal.validator(kind, &resumption.handle, resumption.basis_version));
+}
+
+/// The store of the server serving `cx`, or the result the call ends with. A server with a
+/// stateful tool and no store does not build, so only a hand-written tool on such a server meets
+/// the error.
+fn store(cx: &Context) -> Result<&dyn Store, CallToolResult> {
+    cx.store().ok_or_else(|| {
+        ToolError::new(
+            code::MISSING_STATE,
+            "The server has no state store: register one with `McpServer::builder(..).store(..)`.",
+        )
+        .into_result()
+    })
+}
+
+/// Converts a tool function's error for a stateful outcome.
+pub fn tool_error<E: IntoToolError>(error: E) -> ToolError {
+    error.into_tool_error()
+}
+
+/// What a `creates` tool declares, and the operation id of this call.
+pub struct CreateSpec<R> {
+    /// The tool name, part of the payload fingerprint.
+    pub tool: &'static str,
+    /// The tool's own arguments, for the payload fingerprint.
+    pub arguments: &'static [PayloadArgument],
+    /// The caller's `operation_id`, unless the tool opted out.
+    pub operation_id: Option<String>,
+    /// The resource type.
+    pub resource: PhantomData<fn() -> R>,
+}
+
+/// Stores the resource a `creates` tool makes, at version 1, owned by the caller. The store runs
+/// `creation` (the tool's function) only after it consulted the ledger and claimed the operation
+/// id: a retry is `replayed` with the handle minted the first time, without running the function
+/// again.
+pub async fn create<R: IsEntity>(
+    cx: &Context,
+    spec: CreateSpec<R>,
+    raw: &Value,
+    creation: Creation<'_>,
+) -> StatefulReply {
+    let store = match store(cx) {
+        Ok(store) => store,
+        Err(result) => return result.into(),
+    };
+    if let Some(operation_id) = &spec.operation_id
+        && let Err(result) = unguessable(cx, operation_id)
+    {
+        return result.into();
+    }
+    let mut request = CreateRequest::deferred(R::kind(), cx.principal().clone(), creation);
+    if let Some(operation_id) = spec.operation_id {
+        request = request.operation(operation_id, fingerprint(spec.tool, spec.arguments, raw));
+    }
+    match store.create(request).await {
+        Ok(mut outcome) => {
+            record_state(cx, None, None, &outcome);
+            seal_validators(cx, R::KIND, &mut outcome);
+            StatefulReply(outcome.into_reply())
+        }
+        Err(error) => error.into_tool_error().into_result().into(),
+    }
+}
+
+/// Reads the current version for a `reads` tool: the snapshot and the typed resource, or the
+/// result the call ends with (`NOT_FOUND`, `EXPIRED`, a store failure).
+pub async fn read<R: IsEntity>(
+    cx: &Context,
+    handle: String,
+    basis: Option<ExpectedVersion>,
+) -> Result<(Snapshot, R), CallToolResult> {
+    let store = store(cx)?;
+    let since = match basis {
+        None => None,
+        Some(ExpectedVersion::Number(version)) => Some(version),
+        Some(ExpectedVersion::Validator(validator)) => {
+            match cx
+                .seal()
+                .and_then(|seal| seal.open_validator(R::KIND, &handle, &validator))
+            {
+                Some(version) => Some(version),
+                None => {
+                    return Err(ReadOutcome::Rejected(Rejected::invalid_validator(
+                        R::KIND,
+                        &handle,
+                    ))
+                    .into_call_tool_result());
+                }
+            }
+        }
+    };
+    let span = tracing::Span::current();
+    let traced = (!span.is_disabled()).then(|| handle.clone());
+    let mut request = ReadRequest::new(R::kind(), cx.principal().clone(), handle);
+    request.since = since;
+    let read = store.read(request).await;
+    if let Some(handle) = traced {
+        let (version, label) = match &read {
+            Ok(ReadOutcome::Current(snapshot)) => (Some(snapshot.version), "current"),
+            Ok(ReadOutcome::Rejected(_)) => (None, "rejected"),
+            Err(_) => (None, "store_error"),
+        };
+        record_fields(cx, &span, Some(&handle), since, version, label);
+    }
+    match read {
+        Ok(ReadOutcome::Current(mut snapshot)) => match R::deserialize(&*snapshot.state) {
+            Ok(resource) => {
+                seal_validator(cx, R::KIND, &mut snapshot.resumption);
+                Ok((snapshot, resource))
+            }
+            Err(error) => Err(ToolError::new(
+                code::INVALID_STATE,
+                format!("stored {} is unreadable: {error}", R::KIND),
+            )
+            .into_result()),
+        },
+        Ok(rejected @ ReadOutcome::Rejected(_)) => Err(rejected.into_call_tool_result()),
+        Err(error) => Err(error.into_tool_error().into_result()),
+    }
+}
+
+/// The result of a `reads` tool: the snapshot whose `state` is what the tool function returned.
+pub fn read_result<T: Serialize>(snapshot: Snapshot, view: Result<T, ToolError>) -> StatefulReply {
+    let rendered = view.and_then(|view| {
+        snapshot
+            .render_with(&view)
+            .map_err(ToolError::output_not_serializable)
+    });
+    match rendered {
+        Ok(rendered) => StatefulReply(Reply::Rendered(rendered)),
+        Err(error) => ReadOutcome::Rejected(Rejected::domain(&error))
+            .into_call_tool_result()
+            .into(),
+    }
+}
+
+/// What a `mutates` tool declares, and the handle and preconditions of this call.
+pub struct MutationSpec<R> {
+    /// The tool name, part of the payload fingerprint.
+    pub tool: &'static str,
+    /// The tool's own arguments, for the payload fingerprint.
+    pub arguments: &'static [PayloadArgument],
+    /// The conflict policy.
+    pub policy: ConflictPolicy,
+    /// The handle the caller sent.
+    pub handle: String,
+    /// Whether the tool takes a precondition (`expected_version`, unless it opted out).
+    pub precondition: bool,
+    /// The caller's `expected_version` argument, if sent.
+    pub expected_version: Option<ExpectedVersion>,
+    /// The caller's `operation_id`, unless the tool opted out.
+    pub operation_id: Option<String>,
+    /// The resource type.
+    pub resource: PhantomData<fn() -> R>,
+}
+
+/// Runs a `mutates` tool's transition in the store's atomic boundary. Under `on_conflict =
+/// reconfirm`, a conflict asks whoever decided the change to confirm it against the current
+/// state (an elicitation, when the client declared it), and only a confirmation bound to the
+/// version it showed applies the change.
+pub async fn mutate<R: IsEntity>(
+    cx: &Context,
+    spec: MutationSpec<R>,
+    raw: &Value,
+    transition: Transition,
+) -> StatefulReply {
+    let store = match store(cx) {
+        Ok(store) => store,
+        Err(result) => return result.into(),
+    };
+    if let Some(operation_id) = &spec.operation_id
+        && let Err(result) = unguessable(cx, operation_id)
+    {
+        return result.into();
+    }
+    let reconfirm = matches!(spec.policy, ConflictPolicy::Reconfirm);
+    let confirmed = if reconfirm {
+        match confirmed_version::<R>(cx, spec.tool, &spec.handle, raw) {
+            Ok(confirmed) => confirmed,
+            Err(result) => return result.into(),
+        }
+    } else {
+        None
+    };
+    let expected = if spec.precondition {
+        match precondition(cx, R::KIND, &spec.handle, spec.expected_version) {
+            Ok(expected) => Some(expected),
+            Err(result) => return result.into(),
+        }
+    } else {
+        None
+    };
+    let tool = spec.tool;
+    let traced = (!tracing::Span::current().is_disabled()).then(|| spec.handle.clone());
+    let mut request =
+        MutationRequest::new(R::kind(), cx.principal().clone(), spec.handle).policy(spec.policy);
+    if let Some((version, _)) = expected {
+        request = request.expect_version(version);
+    }
+    if let Some(version) = confirmed {
+        request = request.expect_version(version).reconfirmed();
+    }
+    if let Some(operation_id) = spec.operation_id {
+        let fingerprint = match (expected, raw) {
+            // A retry that names the version by its validator, or through `_meta`, is the same
+            // request as one that sends the number.
+            (Some((version, true)), Value::Object(members)) => {
+                let mut members = members.clone();
+                members.insert("expected_version".to_owned(), Value::from(version));
+                fingerprint(spec.tool, spec.arguments, &Value::Object(members))
+            }
+            _ => fingerprint(spec.tool, spec.arguments, raw),
+        };
+        request = request.operation(operation_id, fingerprint);
+    }
+    let expected_version = request.expected_version;
+    match store.mutate(request, transition).await {
+        Ok(mut outcome) => {
+            if let Some(handle) = &traced {
+                record_state(cx, Some(handle), expected_version, &outcome);
+            }
+            seal_validators(cx, R::KIND, &mut outcome);
+            if reconfirm
+                && let Some(ask) =
+                    ask_to_reconfirm::<R>(cx, tool, raw, confirmed.is_some(), &mut outcome)
+            {
+                return StatefulReply(Reply::InputRequired(ask));
+            }
+            StatefulReply(outcome.into_reply())
+        }
+        Err(error) => error.into_tool_error().into_result().into(),
+    }
+}
