@@ -9,6 +9,7 @@ use tracing::Span;
 use tracing::field::Empty;
 
 use crate::protocol::RequestId;
+use crate::stateful::trace::field;
 
 /// The request's span, not yet entered. With the `opentelemetry` feature it continues the
 /// caller's trace when `_meta` carries W3C `traceparent` (and `tracestate`), through the
@@ -31,11 +32,11 @@ pub(crate) fn request_span(
         mcp.prompt.name = Empty,
         mcp.resource.uri = Empty,
         error.type = Empty,
-        mcp_tools.state.handle = Empty,
-        mcp_tools.state.handle_digest = Empty,
-        mcp_tools.state.expected_version = Empty,
-        mcp_tools.state.version = Empty,
-        mcp_tools.state.outcome = Empty,
+        { field::HANDLE } = Empty,
+        { field::HANDLE_DIGEST } = Empty,
+        { field::EXPECTED_VERSION } = Empty,
+        { field::VERSION } = Empty,
+        { field::OUTCOME } = Empty,
     );
     if span.is_disabled() {
         return span;
