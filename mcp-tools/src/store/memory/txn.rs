@@ -1,0 +1,186 @@
+//! The boundary's primitives on the memory store: a transaction holds the locks of one resource
+//! and one operation id, and publishes its writes when it commits.
+
+use super::*;
+use crate::store::boundary::{Change, LedgerEntry, LedgerState, Record, Txn};
+use crate::store::error::StoreError;
+use crate::store::history::Undo;
+use arc_swap::ArcSwap;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+
+/// Which of the operation-id locks `key` falls on. The key is a digest: its bytes are already
+/// evenly spread.
+pub(super) fn operation_lock(key: &LedgerKey) -> usize {
+    usize::from(u16::from_be_bytes([key[1], key[2]])) % OPERATION_LOCKS
+}
+
+/// An operation id held by one request: its lock for the whole request, its record's shard
+/// only while the record is read or written. A request that fails before recording an outcome
+/// leaves nothing behind.
+pub(super) struct Held<'a> {
+    pub(super) shard: &'a LedgerShard,
+    pub(super) key: LedgerKey,
+    pub(super) _operation: tokio::sync::MutexGuard<'a, ()>,
+}
+
+impl Held<'_> {
+    fn get(&self) -> Option<LedgerEntry> {
+        lock(self.shard).get(&self.key).map(Kept::entry)
+    }
+
+    fn put(&self, kept: Kept) {
+        lock(self.shard).insert(self.key, kept);
+    }
+
+    fn remove(&self) {
+        lock(self.shard).remove(&self.key);
+    }
+}
+
+pub(crate) struct MemoryTxn<'a> {
+    pub(super) inner: &'a Inner,
+    /// The operation id the request holds, if it has one.
+    pub(super) held: Option<&'a Held<'a>>,
+    /// The resource the request names, and its handle.
+    pub(super) cell: Option<(&'a str, &'a Cell)>,
+    /// The writer's part of `cell`, when the transaction writes it.
+    pub(super) guarded: Option<&'a mut Guarded>,
+    /// The resource this transaction created.
+    pub(super) inserted: Option<Arc<Cell>>,
+}
+
+impl Txn for MemoryTxn<'_> {
+    fn ledger_get(&mut self, _: &str, _: &str) -> Result<Option<LedgerEntry>, StoreError> {
+        Ok(self.held.and_then(Held::get))
+    }
+
+    fn ledger_put(&mut self, _: &str, _: &str, entry: LedgerEntry) -> Result<(), StoreError> {
+        let held = self
+            .held
+            .ok_or_else(|| StoreError::Backend("operation id not held".into()))?;
+        if entry.handle.is_some() && matches!(entry.state, LedgerState::Done(_)) {
+            match (self.guarded.as_mut(), &self.inserted) {
+                (Some(guarded), _) => guarded.ledger.push_back(entry.expires_at),
+                (None, Some(cell)) => lock(&cell.guarded).ledger.push_back(entry.expires_at),
+                (None, None) => {
+                    return Err(StoreError::Backend("resource entry not held".into()));
+                }
+            }
+        }
+        self.inner
+            .ledger_due
+            .fetch_min(entry.expires_at, Ordering::Relaxed);
+        let shared = match (self.cell, &self.inserted) {
+            (Some((_, cell)), _) => Some(&cell.handle),
+            (None, Some(cell)) => Some(&cell.handle),
+            (None, None) => None,
+        };
+        held.put(Kept::keep(entry, shared));
+        Ok(())
+    }
+
+    fn ledger_remove(&mut self, _: &str, _: &str, entry: &LedgerEntry) -> Result<(), StoreError> {
+        // An expired record's count lapses by itself, and a claim counts against nothing; a
+        // live record that gives way (a confirmed retry replacing its `stale_view`) takes its
+        // count with it.
+        let live = entry.expires_at > self.inner.config.clock.now_millis();
+        if let (true, LedgerState::Done(_), Some(guarded)) =
+            (live, &entry.state, self.guarded.as_mut())
+            && let Some(at) = guarded
+                .ledger
+                .iter()
+                .rposition(|expiry| *expiry == entry.expires_at)
+        {
+            guarded.ledger.remove(at);
+        }
+        if let Some(held) = self.held {
+            held.remove();
+        }
+        Ok(())
+    }
+
+    fn ledger_full(&mut self, _: &str, quota: u64, now: i64) -> Result<bool, StoreError> {
+        let guarded = self
+            .guarded
+            .as_mut()
+            .ok_or_else(|| StoreError::Backend("resource entry not held".into()))?;
+        while guarded.ledger.front().is_some_and(|at| *at <= now) {
+            guarded.ledger.pop_front();
+        }
+        Ok(guarded.ledger.len() as u64 >= quota)
+    }
+
+    fn load(&mut self, handle: &str) -> Result<Option<Record>, StoreError> {
+        let load = |cell: &Cell| Record::clone(&cell.current.load());
+        Ok(match self.cell {
+            Some((held, cell)) if held == handle => Some(load(cell)),
+            // A replay shows the resource its record names, which a create does not hold.
+            _ => self.inner.cell(handle).as_deref().map(load),
+        })
+    }
+
+    fn undo_since(&mut self, _: &str, version: u64) -> Result<Option<Vec<Vec<Undo>>>, StoreError> {
+        let Some(guarded) = self.guarded.as_ref() else {
+            return Ok(None);
+        };
+        let mut patches = Vec::new();
+        let mut oldest = None;
+        for (kept, patch) in guarded.history.iter().rev() {
+            if *kept <= version {
+                break;
+            }
+            patches.push(patch.clone());
+            oldest = Some(*kept);
+        }
+        Ok((oldest == Some(version + 1)).then_some(patches))
+    }
+
+    fn insert(&mut self, handle: &str, record: Record) -> Result<(), StoreError> {
+        let inner = self.inner;
+        inner.resource_falls_due(&record);
+        let mut shard = write(&inner.resources[inner.shard_of(&handle)]);
+        if shard.contains_key(handle) {
+            return Err(StoreError::Backend(
+                "minted a handle that already exists".into(),
+            ));
+        }
+        let cell = Arc::new(Cell {
+            handle: Arc::from(handle),
+            turn: tokio::sync::Mutex::default(),
+            guarded: Mutex::default(),
+            current: ArcSwap::from_pointee(record),
+        });
+        shard.insert(handle.to_owned(), Arc::clone(&cell));
+        self.inserted = Some(cell);
+        Ok(())
+    }
+
+    fn write(&mut self, _: &str, record: Record, change: Change) -> Result<(), StoreError> {
+        let Change {
+            undo, drop_through, ..
+        } = change;
+        let (Some((_, cell)), Some(guarded)) = (self.cell, self.guarded.as_mut()) else {
+            return Err(StoreError::Backend("resource entry not held".into()));
+        };
+        guarded.history.push_back((record.version, undo));
+        while guarded
+            .history
+            .front()
+            .is_some_and(|(version, _)| *version <= drop_through)
+        {
+            guarded.history.pop_front();
+        }
+        self.inner.resource_falls_due(&record);
+        cell.current.store(Arc::new(record));
+        Ok(())
+    }
+}
+
+/// Waits for `cell`'s [`turn`](Cell::turn), when the resource exists.
+pub(super) async fn turn(cell: Option<&Cell>) -> Option<tokio::sync::MutexGuard<'_, ()>> {
+    match cell {
+        Some(cell) => Some(cell.turn.lock().await),
+        None => None,
+    }
+}
