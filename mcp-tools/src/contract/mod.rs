@@ -35,6 +35,7 @@
 
 mod diff;
 mod schema;
+mod sink;
 
 use std::fmt;
 

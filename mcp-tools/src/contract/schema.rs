@@ -13,7 +13,7 @@ use std::collections::{BTreeSet, HashSet};
 use serde_json::{Map, Value};
 
 use super::Severity;
-use super::diff::{
+use super::sink::{
     Sink, array_or_empty, at as location, changed, child, index, object_or_empty, short, string_set,
 };
 
