@@ -4,10 +4,9 @@ pub use schemars;
 pub use serde;
 pub use serde_json;
 
-use schemars::{JsonSchema, SchemaGenerator};
+use schemars::JsonSchema;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use serde_json::Value;
 
 pub use crate::tools::extract::FromContext;
 
@@ -56,22 +55,15 @@ pub const fn assert_output<T: ToolOutput + ?Sized>() {}
 /// Compile-time assertion, spanned at the error type by the generated code.
 pub const fn assert_error<T: ToolErrorType + ?Sized>() {}
 
-/// The input schema of a generated arguments struct, without the struct's internal name.
-pub fn input_schema<T: JsonSchema>(generator: &mut SchemaGenerator) -> Value {
-    let mut schema = generator.root_schema_for::<T>().to_value();
-    if let Some(object) = schema.as_object_mut() {
-        object.remove("title");
-    }
-    schema
-}
+pub use crate::tools::arguments_schema as input_schema;
 
 /// What a generated tool returns: the user's value already converted, so a request for client
 /// input survives the conversion.
-pub struct Outcome(pub crate::protocol::input::Reply);
+pub struct Outcome(pub crate::protocol::reply::Reply);
 
 impl From<crate::CallToolResult> for Outcome {
     fn from(result: crate::CallToolResult) -> Self {
-        Outcome(crate::protocol::input::Reply::Complete(result))
+        Outcome(crate::protocol::reply::Reply::Complete(result))
     }
 }
 
@@ -83,7 +75,7 @@ impl crate::IntoCallToolResult for Outcome {
         }
     }
 
-    fn into_reply(self) -> crate::protocol::input::Reply {
+    fn into_reply(self) -> crate::protocol::reply::Reply {
         self.0
     }
 }

@@ -6,9 +6,9 @@ use std::sync::Arc;
 use serde::Serialize;
 use serde_json::{Map, Value, json};
 
-use crate::RpcError;
 use crate::context::Context;
 use crate::protocol::content::Content;
+use crate::protocol::error::RpcError;
 use crate::protocol::input::InputRequired;
 use crate::tools::BoxFuture;
 use crate::tools::reply::ToolReply;

@@ -9,9 +9,9 @@ use base64::engine::general_purpose::STANDARD;
 use serde::Serialize;
 use serde_json::{Map, Value};
 
-use crate::RpcError;
 use crate::auth::scope::Required;
 use crate::context::Context;
+use crate::protocol::error::RpcError;
 use crate::tools::BoxFuture;
 
 /// The contents of one resource (or sub-resource) as `resources/read` returns them.

@@ -29,8 +29,9 @@ use serde_json::{Map, Value, json};
 
 use crate::auth::Principal;
 use crate::dispatch::{Outcome, Transport};
+use crate::protocol::error::RpcError;
 use crate::protocol::{Envelope, PROTOCOL_VERSION, RequestId, meta_keys};
-use crate::{McpServer, RpcError};
+use crate::server::McpServer;
 
 /// An in-process client. Every call builds a complete 2026-07-28 request (with `_meta`) and runs
 /// it through the server's request path; only the HTTP layer is skipped.

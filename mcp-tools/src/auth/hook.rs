@@ -44,9 +44,9 @@ impl Unauthorized {
 pub(crate) type Authenticate =
     Arc<dyn Fn(&HeaderMap) -> Result<Principal, Unauthorized> + Send + Sync>;
 
-impl From<Unauthorized> for crate::RpcError {
+impl From<Unauthorized> for crate::protocol::error::RpcError {
     fn from(refusal: Unauthorized) -> Self {
-        crate::RpcError::invalid_request(refusal.message)
+        crate::protocol::error::RpcError::invalid_request(refusal.message)
             .with_status(refusal.status)
             .with_challenge(refusal.challenge)
     }

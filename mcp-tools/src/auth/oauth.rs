@@ -11,8 +11,8 @@ use serde_json::json;
 use super::error::ConfigError;
 use super::scope::{Granted, Hierarchy, Required, is_scope_token};
 use super::verifier::{TokenRejection, TokenVerifier};
-use crate::RpcError;
 use crate::auth::Principal;
+use crate::protocol::error::RpcError;
 
 /// Tokens longer than this many bytes are refused unread by default (8 KiB): a JWT with a
 /// generous set of claims is well under 4 KiB, and a verifier should not parse megabytes.

@@ -70,9 +70,10 @@ use serde_json::Value;
 
 pub use probe::Probe;
 
+use crate::auth::Principal;
 use crate::contract::Contract;
+use crate::server::McpServer;
 use crate::testing::TestClient;
-use crate::{McpServer, Principal};
 
 /// What a command needs of the server, handed to the function that builds it.
 #[derive(Debug)]

@@ -3,9 +3,9 @@
 use axum::body::Bytes;
 use serde_json::{Map, Value, json};
 
-use crate::RpcError;
 use crate::completion::CompletionTarget;
 use crate::context::Context;
+use crate::protocol::error::RpcError;
 use crate::server::{McpServer, Snapshot};
 
 pub(super) fn complete(

@@ -4,7 +4,7 @@
 use axum::body::Bytes;
 use serde_json::{Map, Value};
 
-use crate::RpcError;
+use crate::protocol::error::RpcError;
 use crate::server::{Listing, McpServer};
 
 pub(super) fn page(

@@ -22,9 +22,9 @@ use serde_json::{Map, Value, json};
 use tokio::sync::mpsc;
 use tracing::Instrument;
 
-use crate::RpcError;
 use crate::context::notify::Notifier;
 use crate::context::{Caller, Context};
+use crate::protocol::error::RpcError;
 use crate::protocol::headers::{Presence, require_equal};
 use crate::protocol::param_headers::check_param_headers;
 use crate::protocol::{

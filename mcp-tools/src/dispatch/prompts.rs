@@ -3,8 +3,8 @@
 use axum::body::Bytes;
 use serde_json::{Map, Value};
 
-use crate::RpcError;
 use crate::context::Context;
+use crate::protocol::error::RpcError;
 use crate::server::{McpServer, Snapshot};
 
 use super::Route;
@@ -27,8 +27,8 @@ pub(super) async fn get_prompt(
         _ => Map::new(),
     };
     let rendered = match prompt.get(arguments, cx.clone()).await? {
-        crate::ToolReply::Complete(rendered) => rendered,
-        crate::ToolReply::InputRequired(input) => {
+        crate::tools::reply::ToolReply::Complete(rendered) => rendered,
+        crate::tools::reply::ToolReply::InputRequired(input) => {
             return input_required(server, Route::GetPrompt, params, &cx, input);
         }
     };

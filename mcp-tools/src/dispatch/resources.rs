@@ -3,8 +3,8 @@
 use axum::body::Bytes;
 use serde_json::{Map, Value, json};
 
-use crate::RpcError;
 use crate::context::Context;
+use crate::protocol::error::RpcError;
 use crate::server::{McpServer, Snapshot};
 
 pub(super) async fn read_resource(

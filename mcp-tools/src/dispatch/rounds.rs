@@ -4,9 +4,9 @@
 use axum::body::Bytes;
 use serde_json::{Map, Value};
 
-use crate::RpcError;
 use crate::auth::Principal;
 use crate::context::{Context, RoundInput};
+use crate::protocol::error::RpcError;
 use crate::protocol::input::InputRequired;
 use crate::protocol::seal::Binding;
 use crate::server::McpServer;

@@ -5,8 +5,8 @@ use axum::body::Bytes;
 use serde_json::{Map, Value, json};
 use tokio::sync::broadcast::error::RecvError;
 
-use crate::RpcError;
 use crate::context::Context;
+use crate::protocol::error::RpcError;
 use crate::server::{Change, McpServer, Snapshot};
 
 /// The subset of the requested filter this server honours.

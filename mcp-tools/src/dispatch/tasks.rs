@@ -7,9 +7,9 @@ use std::task::Poll;
 use axum::body::Bytes;
 use serde_json::{Map, Value, json};
 
-use crate::RpcError;
 use crate::context::Context;
-use crate::protocol::input::Reply;
+use crate::protocol::error::RpcError;
+use crate::protocol::reply::Reply;
 use crate::protocol::result::ResultType;
 use crate::server::{McpServer, Snapshot};
 use crate::store::Fingerprint;
@@ -142,8 +142,8 @@ pub(super) async fn call(
     Ok(created(server, &record))
 }
 
-fn operation_id_reused() -> crate::CallToolResult {
-    crate::ToolError::new(
+fn operation_id_reused() -> crate::protocol::content::CallToolResult {
+    crate::protocol::tool_error::ToolError::new(
         crate::protocol::framework::code::OPERATION_ID_REUSED,
         "This operation_id already made a task with other arguments; use a new operation_id for a new call",
     )

@@ -3,10 +3,11 @@
 use axum::body::Bytes;
 use serde_json::{Map, Value};
 
-use crate::RpcError;
 use crate::context::Context;
-use crate::protocol::content::{CallToolResult, Content, Rendered};
-use crate::protocol::input::Reply;
+use crate::protocol::content::{CallToolResult, Content};
+use crate::protocol::error::RpcError;
+use crate::protocol::reply::Rendered;
+use crate::protocol::reply::Reply;
 use crate::server::McpServer;
 use crate::tools::set::CompiledTool;
 
@@ -34,7 +35,7 @@ pub(super) async fn call_tool(
         Reply::InputRequired(input) if !legacy => {
             return input_required(server, Route::CallTool, params, &cx, input);
         }
-        Reply::InputRequired(_) => crate::ToolError::new(
+        Reply::InputRequired(_) => crate::protocol::tool_error::ToolError::new(
             crate::protocol::framework::code::INPUT_REQUIRED,
             "This tool needs input from the client, which protocol 2025-11-25 can only ask for within a session; connect with protocol 2026-07-28",
         )

@@ -1,10 +1,7 @@
 //! What a tool call returns: content blocks, structured content, and the error flag.
 
 use serde::Serialize;
-use serde_json::value::RawValue;
 use serde_json::{Map, Value};
-
-use super::tool_error::ToolError;
 
 /// One block of unstructured tool output.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -106,45 +103,6 @@ pub struct CallToolResult {
     pub meta: Option<Map<String, Value>>,
 }
 
-/// A successful result whose structured content was written as JSON text straight from typed
-/// values: the request path copies it into the response as it is, where a [`CallToolResult`]'s
-/// structured content would be built as a JSON tree, serialized, then dropped.
-#[doc(hidden)]
-#[derive(Debug)]
-pub struct Rendered {
-    pub(crate) content: Vec<Content>,
-    pub(crate) structured: Box<RawValue>,
-}
-
-impl Rendered {
-    /// One text block and `structured`, serialized now.
-    pub(crate) fn new(
-        text: String,
-        structured: &impl Serialize,
-    ) -> Result<Self, serde_json::Error> {
-        Ok(Rendered {
-            content: vec![Content::text(text)],
-            structured: serde_json::value::to_raw_value(structured)?,
-        })
-    }
-
-    /// The same result as a [`CallToolResult`], for the paths that keep or inspect results
-    /// (task results, in-process calls). Output nested deeper than a JSON value may be (128
-    /// levels) is answered as an error, as a stateless tool's would be, never kept without its
-    /// structured content.
-    pub(crate) fn into_call_tool_result(self) -> CallToolResult {
-        match serde_json::from_str(self.structured.get()) {
-            Ok(structured) => CallToolResult {
-                content: self.content,
-                structured_content: Some(structured),
-                is_error: false,
-                meta: None,
-            },
-            Err(error) => ToolError::output_not_serializable(error).into_result(),
-        }
-    }
-}
-
 impl CallToolResult {
     /// A successful result with the given content.
     pub fn success(content: Vec<Content>) -> Self {
@@ -178,7 +136,6 @@ impl CallToolResult {
 
 #[cfg(test)]
 mod tests {
-    use serde_json::json;
 
     use super::*;
 
@@ -232,36 +189,5 @@ mod tests {
                 "block {at}: {hint} hinted for {written} bytes"
             );
         }
-    }
-
-    /// A rendered result comes back whole, or as an error: never without its structured content.
-    #[test]
-    fn a_rendered_result_converts_back_whole_or_as_an_error() {
-        let shallow = json!({ "outcome": "current", "state": { "notes": ["a"] } });
-        let back = Rendered::new("read".into(), &shallow)
-            .unwrap()
-            .into_call_tool_result();
-        assert_eq!(
-            back,
-            CallToolResult {
-                content: vec![Content::text("read")],
-                structured_content: Some(shallow),
-                is_error: false,
-                meta: None,
-            }
-        );
-
-        let mut deep = json!(1);
-        for _ in 0..200 {
-            deep = Value::Array(vec![deep]);
-        }
-        let back = Rendered::new("read".into(), &deep)
-            .unwrap()
-            .into_call_tool_result();
-        assert!(back.is_error);
-        let structured = back
-            .structured_content
-            .expect("an error result is structured");
-        assert_eq!(structured["code"], "OUTPUT_NOT_SERIALIZABLE");
     }
 }

@@ -2,7 +2,7 @@ use serde::de::{Deserializer, MapAccess, SeqAccess, Visitor};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use crate::RpcError;
+use crate::protocol::error::RpcError;
 
 /// A JSON-RPC request id: a string or an integer, never null.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]

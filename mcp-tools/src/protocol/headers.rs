@@ -17,7 +17,7 @@ use base64::engine::general_purpose::STANDARD;
 use http::HeaderMap;
 use http::header::{AsHeaderName, HeaderName};
 
-use crate::RpcError;
+use crate::protocol::error::RpcError;
 
 /// The routing headers as parsed names: a lookup by a `&str` parses and lowercases the name on
 /// every request, one by a [`HeaderName`] only hashes it.

@@ -4,8 +4,6 @@
 
 use serde_json::{Map, Value, json};
 
-use super::content::{CallToolResult, Rendered};
-
 /// A request for client input, returned by a tool instead of a result.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct InputRequired {
@@ -104,28 +102,6 @@ impl InputRequired {
             }
         }
         missing
-    }
-}
-
-/// The type-erased form the request path handles.
-#[doc(hidden)]
-pub enum Reply {
-    /// A result.
-    Complete(CallToolResult),
-    /// A successful result already written as JSON.
-    Rendered(Rendered),
-    /// A request for input.
-    InputRequired(InputRequired),
-}
-
-impl Reply {
-    /// The result as a [`CallToolResult`], or the request for input.
-    pub(crate) fn into_result(self) -> Result<CallToolResult, InputRequired> {
-        match self {
-            Reply::Complete(result) => Ok(result),
-            Reply::Rendered(rendered) => Ok(rendered.into_call_tool_result()),
-            Reply::InputRequired(input) => Err(input),
-        }
     }
 }
 

@@ -1,7 +1,7 @@
 use serde_json::{Map, Value};
 
 use super::meta_keys;
-use crate::RpcError;
+use crate::protocol::error::RpcError;
 
 /// The per-request `_meta` every 2026-07-28 request must carry, checked once and kept whole:
 /// the accessors read the checked keys from it.

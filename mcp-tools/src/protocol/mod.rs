@@ -12,6 +12,7 @@ pub(crate) mod input;
 mod meta;
 pub(crate) mod param_headers;
 pub(crate) mod recovery;
+pub(crate) mod reply;
 pub(crate) mod result;
 pub(crate) mod seal;
 pub(crate) mod tool_error;

@@ -4,7 +4,7 @@
 use http::{HeaderMap, HeaderName};
 use serde_json::{Map, Value};
 
-use crate::RpcError;
+use crate::protocol::error::RpcError;
 use crate::protocol::headers::header_text;
 
 /// One argument mirrored in a header, with its header name parsed once, when the tool is built.
@@ -625,7 +625,7 @@ mod tests {
         fn info(&self) -> crate::ToolInfo {
             crate::ToolInfo::new("routed", "Routed on its region.")
         }
-        async fn call(&self, args: RoutedArgs, _: crate::Context) -> String {
+        async fn call(&self, args: RoutedArgs, _: crate::context::Context) -> String {
             args.region.unwrap_or_default()
         }
     }
@@ -634,7 +634,7 @@ mod tests {
     /// the schema as `tools/list` publishes it.
     #[test]
     fn definitions_publish_what_the_catalog_publishes() {
-        let set = crate::ToolSet::new().with(Routed);
+        let set = crate::tools::set::ToolSet::new().with(Routed);
         let catalog = set.compile().unwrap();
         let listed = serde_json::to_value(&catalog.tools[0].definition).unwrap();
         assert_eq!(set.definitions(), json!([listed]));
@@ -653,7 +653,10 @@ mod tests {
 
     #[test]
     fn a_missing_header_is_named_missing_and_a_wrong_one_a_mismatch() {
-        let catalog = crate::ToolSet::new().with(Routed).compile().unwrap();
+        let catalog = crate::tools::set::ToolSet::new()
+            .with(Routed)
+            .compile()
+            .unwrap();
         let tool = &catalog.tools[0].param_headers;
         let none = HeaderMap::new();
         let mut eu = HeaderMap::new();

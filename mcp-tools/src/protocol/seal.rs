@@ -17,7 +17,7 @@ use hmac::{Hmac, KeyInit, Mac};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
-use crate::RpcError;
+use crate::protocol::error::RpcError;
 
 /// Tags are truncated to 128 bits: enough against forgery, shorter on the wire.
 const TAG_LEN: usize = 16;

@@ -350,7 +350,10 @@ impl McpServerBuilder {
     /// principal, so one caller never sees another's state.
     pub fn authenticate<F>(mut self, check: F) -> Self
     where
-        F: Fn(&http::HeaderMap) -> Result<crate::Principal, Unauthorized> + Send + Sync + 'static,
+        F: Fn(&http::HeaderMap) -> Result<crate::auth::Principal, Unauthorized>
+            + Send
+            + Sync
+            + 'static,
     {
         self.authenticate = Some(Arc::new(check));
         self

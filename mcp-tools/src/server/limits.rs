@@ -14,8 +14,8 @@ use governor::middleware::NoOpMiddleware;
 use governor::state::keyed::DefaultKeyedStateStore;
 use governor::{Quota, RateLimiter};
 
-use crate::RpcError;
 use crate::auth::Principal;
+use crate::protocol::error::RpcError;
 
 /// How long a connection may take to send a request's headers by default: also how long a
 /// kept-alive connection may stay idle between requests.

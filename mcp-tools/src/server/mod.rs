@@ -93,11 +93,14 @@ pub(crate) struct ListenSlot {
 
 impl McpServer {
     /// A listen slot for `principal`, or the error that refuses the stream.
-    pub(crate) fn listen_slot(&self, principal: &Principal) -> Result<ListenSlot, crate::RpcError> {
+    pub(crate) fn listen_slot(
+        &self,
+        principal: &Principal,
+    ) -> Result<ListenSlot, crate::protocol::error::RpcError> {
         let mut listens = lock(&self.shared.listens);
         let open = listens.entry(principal.clone()).or_insert(0);
         if *open >= self.shared.max_listens {
-            return Err(crate::RpcError::too_many_subscriptions(
+            return Err(crate::protocol::error::RpcError::too_many_subscriptions(
                 self.shared.max_listens,
             ));
         }
@@ -121,7 +124,7 @@ impl Drop for ListenSlot {
     }
 }
 
-impl crate::Context {
+impl crate::context::Context {
     /// The store of the serving server, if it has one.
     pub(crate) fn store(&self) -> Option<&dyn crate::store::Store> {
         self.server_handle()

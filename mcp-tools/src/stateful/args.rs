@@ -125,7 +125,7 @@ pub fn input_schema<T: JsonSchema, R: IsEntity>(
     generator: &mut SchemaGenerator,
     injected: Injected,
 ) -> Value {
-    let mut schema = crate::__private::input_schema::<T>(generator);
+    let mut schema = crate::tools::arguments_schema::<T>(generator);
     let kind = R::KIND;
     let prefix = R::PREFIX;
     let mut describe = |property: &str, text: String| {

@@ -93,7 +93,7 @@ use schemars::SchemaGenerator;
 use serde_json::Value;
 
 use crate::protocol::content::CallToolResult;
-use crate::protocol::input::Reply;
+use crate::protocol::reply::Reply;
 use crate::tools::reply::IntoCallToolResult;
 
 /// What a stateful call answers: the outcome as a tool result (successes already written as

@@ -6,9 +6,10 @@ use std::sync::Arc;
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::protocol::content::{CallToolResult, Content, Rendered};
+use crate::protocol::content::{CallToolResult, Content};
 use crate::protocol::framework::code;
-use crate::protocol::input::Reply;
+use crate::protocol::reply::Rendered;
+use crate::protocol::reply::Reply;
 use crate::protocol::tool_error::{IntoToolError, ToolError};
 use crate::store::{
     Changes, MutationOutcome, ReadOutcome, Replayed, Resumption, Snapshot, StoreError,

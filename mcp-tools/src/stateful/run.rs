@@ -14,7 +14,7 @@ use super::trace::{record_fields, record_state};
 use crate::context::Context;
 use crate::protocol::content::CallToolResult;
 use crate::protocol::framework::code;
-use crate::protocol::input::Reply;
+use crate::protocol::reply::Reply;
 use crate::protocol::tool_error::{IntoToolError, ToolError};
 use crate::store::{
     ConflictPolicy, CreateRequest, Creation, MutationOutcome, MutationRequest, ReadOutcome,

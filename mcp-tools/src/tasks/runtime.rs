@@ -9,10 +9,11 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use serde_json::{Map, Value};
 use tokio::sync::{Notify, mpsc, oneshot, watch};
 
-use crate::RpcError;
 use crate::context::{Context, RoundInput, TaskSlot};
+use crate::protocol::error::RpcError;
 use crate::protocol::framework::code;
-use crate::protocol::input::{InputRequired, Reply};
+use crate::protocol::input::InputRequired;
+use crate::protocol::reply::Reply;
 use crate::protocol::tool_error::ToolError;
 use crate::store::StoreError;
 use crate::store::tasks::record::Ending;

@@ -4,7 +4,7 @@ use std::fmt::Write as _;
 
 use serde_json::Value;
 
-use crate::ToolSet;
+use crate::tools::set::ToolSet;
 
 impl ToolSet {
     /// A Markdown page documenting every tool: description, annotations, parameters and the

@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use crate::context::Context;
-use crate::protocol::input::Reply;
+use crate::protocol::reply::Reply;
 use crate::protocol::tool_error::ToolError;
 use crate::tools::reply::IntoCallToolResult;
 
@@ -257,6 +257,16 @@ pub(crate) struct ToolDefinition {
 }
 
 pub(crate) type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// The input schema of an arguments struct a macro generated, without the struct's internal
+/// name (its `title`).
+pub fn arguments_schema<T: JsonSchema>(generator: &mut SchemaGenerator) -> Value {
+    let mut schema = generator.root_schema_for::<T>().to_value();
+    if let Some(object) = schema.as_object_mut() {
+        object.remove("title");
+    }
+    schema
+}
 
 /// A tool with its types erased, so tools of different types share one registry.
 pub(crate) trait ErasedTool: Send + Sync {

@@ -7,7 +7,8 @@ use serde_json::Value;
 
 use crate::protocol::content::{CallToolResult, Content};
 use crate::protocol::framework::code;
-use crate::protocol::input::{InputRequired, Reply};
+use crate::protocol::input::InputRequired;
+use crate::protocol::reply::Reply;
 use crate::protocol::tool_error::{IntoToolError, ToolError};
 
 /// A value a tool may return.

@@ -7,8 +7,8 @@ use serde_json::{Value, json};
 
 use crate::context::Context;
 use crate::protocol::content::CallToolResult;
-use crate::protocol::input::Reply;
 use crate::protocol::param_headers::{ParamHeader, publish};
+use crate::protocol::reply::Reply;
 use crate::protocol::tool_error::ToolError;
 use crate::tools::{Erased, ErasedTool, Tool, ToolDefinition};
 

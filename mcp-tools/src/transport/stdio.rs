@@ -16,9 +16,9 @@ use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader
 use tokio::sync::mpsc;
 use tokio::task::{AbortHandle, JoinSet};
 
-use crate::RpcError;
 use crate::context::Caller;
 use crate::dispatch::{Outcome, Transport};
+use crate::protocol::error::RpcError;
 use crate::protocol::{Envelope, RequestId};
 use crate::server::McpServer;
 

@@ -115,9 +115,9 @@ async fn requests_waiting_for_a_busy_resource_or_operation_id_leave_the_workers_
         if let Some(entered) = entered.take() {
             let _ = entered.send(());
         }
-        released
-            .recv_timeout(STEP)
-            .map_err(|_| crate::ToolError::new("HELD", "the test never let the change go"))?;
+        released.recv_timeout(STEP).map_err(|_| {
+            crate::protocol::tool_error::ToolError::new("HELD", "the test never let the change go")
+        })?;
         state["n"] = json!(1);
         Ok(Value::Null)
     });
@@ -259,7 +259,8 @@ async fn a_create_dropped_while_its_id_is_held_gives_its_claim_up_later() {
             store.clone(),
             request(Creation(Making::Deferred(Box::pin(async move {
                 let _ = started.send(());
-                std::future::pending::<Result<Value, crate::ToolError>>().await
+                std::future::pending::<Result<Value, crate::protocol::tool_error::ToolError>>()
+                    .await
             })))),
         );
         async move { store.create(request).await }
@@ -321,7 +322,7 @@ fn a_create_dropped_with_its_id_free_gives_its_claim_up_at_once() {
     });
     let request = dropped_create;
     let mut create = store.create(request(Creation(Making::Deferred(Box::pin(
-        std::future::pending::<Result<Value, crate::ToolError>>(),
+        std::future::pending::<Result<Value, crate::protocol::tool_error::ToolError>>(),
     )))));
     assert!(
         (&mut create).now_or_never().is_none(),

@@ -11,9 +11,9 @@ use axum::routing::{any, get};
 use http::header::{ALLOW, CONTENT_LENGTH, CONTENT_TYPE};
 use http::{HeaderMap, HeaderValue, Method, StatusCode};
 
-use crate::RpcError;
 use crate::context::Caller;
 use crate::dispatch::{Outcome, Transport};
+use crate::protocol::error::RpcError;
 use crate::protocol::{Envelope, RequestId};
 use crate::server::McpServer;
 use crate::server::access::Target;

@@ -26,7 +26,10 @@ enum State {
 }
 
 /// Serializes the final JSON-RPC response.
-fn final_message(id: &RequestId, result: Result<axum::body::Bytes, crate::RpcError>) -> Vec<u8> {
+fn final_message(
+    id: &RequestId,
+    result: Result<axum::body::Bytes, crate::protocol::error::RpcError>,
+) -> Vec<u8> {
     match result {
         Ok(result) => crate::transport::http::result_body(id, &result),
         Err(error) => serde_json::to_vec(&error.with_id(Some(id.clone())).to_response())
@@ -121,7 +124,10 @@ pub(crate) fn response(
 pub(crate) async fn collect(
     mut notifications: mpsc::Receiver<Value>,
     finish: Finish,
-) -> (Vec<Value>, Result<axum::body::Bytes, crate::RpcError>) {
+) -> (
+    Vec<Value>,
+    Result<axum::body::Bytes, crate::protocol::error::RpcError>,
+) {
     let result = finish.await;
     let mut collected = Vec::new();
     while let Ok(message) = notifications.try_recv() {
