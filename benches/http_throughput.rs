@@ -14,7 +14,8 @@ use axum::routing::post;
 use http_body_util::{BodyExt, Full};
 use hyper::Request;
 use hyper_util::rt::TokioIo;
-use mcp_tools::{McpServer, ToolSet};
+use mcp_tools::McpServer;
+use mcp_tools::tools::ToolSet;
 use serde_json::{Value, json};
 
 /// The same `echo` tool the end-to-end tests serve.

@@ -32,7 +32,8 @@ use std::sync::Arc;
 use mcp_tools::McpServer;
 use mcp_tools::auth::{JwtVerifier, OAuth};
 use mcp_tools::cli::{self, BuildFailure, Mode};
-use mcp_tools::store::{MemoryStore, PostgresStore, SqliteStore, Store, StoreConfig};
+use mcp_tools::store::{Store, StoreConfig};
+use mcp_tools::{MemoryStore, PostgresStore, SqliteStore};
 
 /// The basket server's own options.
 #[derive(clap::Args, Debug)]

@@ -7,12 +7,14 @@
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
-use mcp_tools::{
-    CallToolResult, CompletionTarget, Completions, Content, Context, GetPromptResult,
-    InputRequired, LogLevel, McpServer, Prompt, PromptMessage, PromptSet, Resource,
-    ResourceContents, ResourceSet, ResourceTemplate, RpcError, Tool, ToolInfo, ToolReply, ToolSet,
-    tool, tools,
+use mcp_tools::completion::{CompletionTarget, Completions};
+use mcp_tools::prompts::{GetPromptResult, Prompt, PromptMessage, PromptSet};
+use mcp_tools::protocol::{LogLevel, RpcError};
+use mcp_tools::resources::{Resource, ResourceContents, ResourceSet, ResourceTemplate};
+use mcp_tools::tools::{
+    CallToolResult, Content, InputRequired, Tool, ToolInfo, ToolReply, ToolSet,
 };
+use mcp_tools::{Context, McpServer, tool, tools};
 use schemars::{JsonSchema, SchemaGenerator};
 use serde::Deserialize;
 use serde_json::{Value, json};

@@ -17,7 +17,7 @@ mod basket;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use mcp_tools::McpServer;
-use mcp_tools::store::MemoryStore;
+use mcp_tools::MemoryStore;
 use serde_json::{Value, json};
 
 struct Client {

@@ -4,7 +4,8 @@
 //! `-- --stdio` to serve standard input and output). `-- --help` lists the other commands:
 //! `schema`, `docs`, `list`, `contract check FILE`, `call add '{"a": 1, "b": 2}'`, `probe URL`.
 
-use mcp_tools::{Context, McpServer, ToolError, ToolSet, tool, tools};
+use mcp_tools::tools::ToolSet;
+use mcp_tools::{Context, McpServer, ToolError, tool, tools};
 use schemars::JsonSchema;
 use serde::Serialize;
 

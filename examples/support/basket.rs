@@ -2,8 +2,10 @@
 //! Shared by `examples/basket.rs`, `examples/lost_update_demo.rs` and the end-to-end tests.
 #![allow(dead_code)]
 
+use mcp_tools::IntoToolError;
 use mcp_tools::store::{Entity, Lifecycle};
-use mcp_tools::{ToolError, ToolSet, tool, tools};
+use mcp_tools::tools::ToolSet;
+use mcp_tools::{ToolError, tool, tools};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -78,7 +80,7 @@ pub const MAX_GIB: u32 = 1 << 20;
 
 /// Why a basket refuses a change. Each code is published, with its hint, in the output schema
 /// and the docs of the tools that return it.
-#[derive(Debug, ToolError)]
+#[derive(Debug, IntoToolError)]
 pub enum BasketError {
     /// The size asked for is not larger than the current one: read the basket and choose a
     /// larger size, or leave it as it is.
@@ -277,7 +279,7 @@ pub async fn basket_quote(
         let schema = serde_json::json!({ "type": "object",
             "properties": { "accept": { "type": "boolean" } }, "required": ["accept"] });
         let answers = cx
-            .ask(mcp_tools::InputRequired::new().elicit(
+            .ask(mcp_tools::tools::InputRequired::new().elicit(
                 "accept",
                 format!("{configuration} costs {price_eur} EUR. Accept?"),
                 schema,

@@ -91,8 +91,8 @@ pub fn toolbox_item(item: &ItemImpl, tools: &[ToolFn], used_paths: &[TokenStream
             #[automatically_derived]
             impl #self_ty {
                 /// The `#[tool]` methods of this impl as a `ToolSet`, all sharing `self`.
-                pub fn tool_set(self: ::std::sync::Arc<Self>) -> ::mcp_tools::ToolSet {
-                    ::mcp_tools::ToolSet::new()
+                pub fn tool_set(self: ::std::sync::Arc<Self>) -> ::mcp_tools::tools::ToolSet {
+                    ::mcp_tools::tools::ToolSet::new()
                         #(.with(#wrappers(::std::sync::Arc::clone(&self))))*
                 }
             }
@@ -270,11 +270,11 @@ fn tool_impl(tool: &ToolFn, target: &TokenStream, callee: &TokenStream) -> Token
         #(#helpers)*
 
         #[automatically_derived]
-        impl ::mcp_tools::Tool for #target {
+        impl ::mcp_tools::tools::Tool for #target {
             type Args = #args;
             type Output = #output;
 
-            fn info(&self) -> ::mcp_tools::ToolInfo {
+            fn info(&self) -> ::mcp_tools::tools::ToolInfo {
                 #info
             }
 
@@ -326,10 +326,10 @@ fn info(tool: &ToolFn) -> TokenStream {
         } else {
             quote!(Optional)
         };
-        quote!(.task_support(::mcp_tools::tasks::TaskSupport::#mode))
+        quote!(.task_support(::mcp_tools::tools::TaskSupport::#mode))
     });
     quote! {
-        ::mcp_tools::ToolInfo::new(#name, #description)
+        ::mcp_tools::tools::ToolInfo::new(#name, #description)
             #title
             .annotations(#annotations)
             #scopes
@@ -352,7 +352,7 @@ fn annotations(tool: &ToolFn) -> TokenStream {
     let idempotent = hint(hints.idempotent);
     let open_world = hint(hints.open_world);
     quote! {
-        ::mcp_tools::ToolAnnotations {
+        ::mcp_tools::tools::ToolAnnotations {
             title: ::core::option::Option::None,
             read_only_hint: #read_only,
             destructive_hint: #destructive,
@@ -372,10 +372,10 @@ fn plain_parts(
     let (out_ty, convert) = output_type(&tool.output, helpers);
     let ret = tool.return_span;
     let output_schema = quote_spanned! {ret=>
-        <#out_ty as ::mcp_tools::IntoCallToolResult>::output_schema(generator)
+        <#out_ty as ::mcp_tools::tools::IntoCallToolResult>::output_schema(generator)
     };
     let into_result = quote_spanned! {ret=>
-        ::mcp_tools::__private::Outcome(::mcp_tools::IntoCallToolResult::into_reply(__mcp_out))
+        ::mcp_tools::__private::Outcome(::mcp_tools::tools::IntoCallToolResult::into_reply(__mcp_out))
     };
     ImplParts {
         args: quote!(__McpArgs),
@@ -419,13 +419,17 @@ fn output_type(output: &Output, helpers: &mut Vec<TokenStream>) -> (TokenStream,
                 }
                 Output::Plain(ty) => (quote!(::core::result::Result<#ty, #err>), quote!(__mcp_out)),
                 // Rejected by validation.
-                _ => (quote!(::mcp_tools::CallToolResult), quote!(__mcp_out)),
+                _ => (
+                    quote!(::mcp_tools::tools::CallToolResult),
+                    quote!(__mcp_out),
+                ),
             }
         }
         // Rejected by validation.
-        Output::Unit(_) | Output::Unsupported(..) => {
-            (quote!(::mcp_tools::CallToolResult), quote!(__mcp_out))
-        }
+        Output::Unit(_) | Output::Unsupported(..) => (
+            quote!(::mcp_tools::tools::CallToolResult),
+            quote!(__mcp_out),
+        ),
     }
 }
 
@@ -828,10 +832,10 @@ pub fn resource(resource: &Resource) -> TokenStream {
         };
         let span = path.span();
         let call = quote_spanned! {span=>
-            ::mcp_tools::store::view_json(&#function(__mcp_entity))
+            ::mcp_tools::__private::view_json(&#function(__mcp_entity))
         };
         let schema = quote_spanned! {span=>
-            ::mcp_tools::store::view_schema(#function, __mcp_generator)
+            ::mcp_tools::__private::view_schema(#function, __mcp_generator)
         };
         quote! {
             fn view_schema(
@@ -952,7 +956,7 @@ pub fn tool_error(error: &ToolErrorType) -> TokenStream {
             None => quote!(::std::option::Option::None),
         };
         quote! {
-            ::mcp_tools::DomainCode {
+            ::mcp_tools::tools::DomainCode {
                 code: #code,
                 description: #description,
                 recovery: #hint,
@@ -967,8 +971,8 @@ pub fn tool_error(error: &ToolErrorType) -> TokenStream {
                 #convert
             }
 
-            fn declared_codes() -> ::std::option::Option<&'static [::mcp_tools::DomainCode]> {
-                const CODES: &[::mcp_tools::DomainCode] = &[#(#declared),*];
+            fn declared_codes() -> ::std::option::Option<&'static [::mcp_tools::tools::DomainCode]> {
+                const CODES: &[::mcp_tools::tools::DomainCode] = &[#(#declared),*];
                 ::std::option::Option::Some(CODES)
             }
         }

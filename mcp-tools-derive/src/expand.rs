@@ -92,7 +92,7 @@ pub fn resource(input: TokenStream) -> TokenStream {
     }
 }
 
-/// `#[derive(ToolError)]`.
+/// `#[derive(IntoToolError)]`.
 pub fn tool_error(input: TokenStream) -> TokenStream {
     let input = match syn::parse2::<DeriveInput>(input) {
         Ok(input) => input,

@@ -1,5 +1,5 @@
 //! Attribute macros for `mcp-tools`. Use them through the `mcp_tools` crate, which re-exports
-//! them and documents them: `#[tool]`, `#[toolbox]` and `#[derive(ToolError)]`.
+//! them and documents them: `#[tool]`, `#[toolbox]` and `#[derive(IntoToolError)]`.
 //!
 //! Every macro runs the same pipeline (`expand`): `parse` builds the typed `model` (attribute
 //! lists through the shared `attr` parser), `validate` checks its rules, and `codegen` runs only
@@ -72,7 +72,7 @@ use proc_macro::TokenStream;
 ///   and `operation_id` (to creates too), and to reads an optional `basis_version` that asks
 ///   what changed since. It publishes the tool's own outcome union as the output schema (the
 ///   entity's view in `state`, the function's type in `result`, every code with its recovery
-///   hint, from `#[derive(ToolError)]` on the error type), the concurrency contract in `_meta`
+///   hint, from `#[derive(IntoToolError)]` on the error type), the concurrency contract in `_meta`
 ///   under `io.github.mcp-tools/state`, marks reads read-only and creates and mutations with an
 ///   operation id idempotent. A `creates` tool's
 ///   function runs only once the store has claimed the operation id, so a retry replays
@@ -115,9 +115,9 @@ pub fn toolbox(args: TokenStream, input: TokenStream) -> TokenStream {
 /// Implements `IntoToolError` for an error type that implements `Display`, declaring its codes.
 ///
 /// ```ignore
-/// use mcp_tools::ToolError;
+/// use mcp_tools::IntoToolError;
 ///
-/// #[derive(Debug, ToolError)]
+/// #[derive(Debug, IntoToolError)]
 /// enum BookingError {
 ///     /// The room is taken for those nights.
 ///     #[recovery = "refresh_and_replan"]
@@ -147,7 +147,7 @@ pub fn toolbox(args: TokenStream, input: TokenStream) -> TokenStream {
 ///
 /// The message is the `Display` text. Mistakes (an unknown hint, a custom hint that is not
 /// `snake_case`, a shared code declared two ways) are compile errors at the offending token.
-#[proc_macro_derive(ToolError, attributes(code, recovery))]
+#[proc_macro_derive(IntoToolError, attributes(code, recovery))]
 pub fn derive_tool_error(input: TokenStream) -> TokenStream {
     expand::tool_error(input.into()).into()
 }

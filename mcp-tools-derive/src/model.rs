@@ -1,5 +1,5 @@
 //! The typed model of what the macros read: tools (`#[tool]` functions and `#[toolbox]` methods),
-//! resources (`#[derive(Entity)]`) and tool errors (`#[derive(ToolError)]`). `parse` builds it,
+//! resources (`#[derive(Entity)]`) and tool errors (`#[derive(IntoToolError)]`). `parse` builds it,
 //! `validate` checks its rules, `codegen` turns it into code. Attribute values are already typed
 //! here: nothing downstream looks at an attribute's tokens again.
 

@@ -46,11 +46,12 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use mcp_tools::Principal;
+use mcp_tools::auth::Principal;
 use mcp_tools::store::{
-    CreateRequest, EntityKind, Fingerprint, MemoryStore, MutationOutcome, MutationRequest,
-    SqliteStore, Store, StoreConfig, Transition,
+    CreateRequest, EntityKind, Fingerprint, MutationOutcome, MutationRequest, Store, StoreConfig,
+    Transition,
 };
+use mcp_tools::{MemoryStore, SqliteStore};
 use rusqlite::Connection;
 use serde_json::{Value, json};
 use tokio::runtime::Runtime;
@@ -351,7 +352,8 @@ fn child(case: &str) {
 #[cfg(feature = "postgres")]
 mod postgres {
     use super::*;
-    use mcp_tools::store::{PostgresOptions, PostgresStore};
+    use mcp_tools::PostgresStore;
+    use mcp_tools::store::PostgresOptions;
 
     /// A schema of this process's own, dropped when done.
     struct Schema {

@@ -66,11 +66,12 @@ use std::time::{Duration, Instant};
 mod floor;
 
 use criterion::Criterion;
-use mcp_tools::Principal;
+use mcp_tools::auth::Principal;
 use mcp_tools::store::{
-    CreateRequest, EntityKind, Fingerprint, ManualClock, MemoryStore, MutationOutcome,
-    MutationRequest, SqliteOptions, SqliteStore, Store, StoreConfig, Synchronous, Transition,
+    CreateRequest, EntityKind, Fingerprint, ManualClock, MutationOutcome, MutationRequest,
+    SqliteOptions, Store, StoreConfig, Synchronous, Transition,
 };
+use mcp_tools::{MemoryStore, SqliteStore};
 use rusqlite::{Connection, TransactionBehavior, params};
 use serde_json::{Value, json};
 use tokio::runtime::Runtime;
@@ -470,7 +471,8 @@ fn ratio_pass(runtime: &Runtime, dir: &std::path::Path) {
 #[cfg(feature = "postgres")]
 mod postgres {
     use super::*;
-    use mcp_tools::store::{PostgresOptions, PostgresStore, TimeSource};
+    use mcp_tools::PostgresStore;
+    use mcp_tools::store::{PostgresOptions, TimeSource};
 
     pub(super) struct Database {
         pub(super) url: String,

@@ -40,32 +40,27 @@
 pub mod auth;
 #[cfg(feature = "cli")]
 pub mod cli;
-mod completion;
+pub mod completion;
 mod context;
 pub mod contract;
 mod dispatch;
-mod prompts;
+pub mod prompts;
 pub mod protocol;
-mod resources;
-mod server;
+pub mod resources;
+pub mod server;
 pub mod stateful;
 pub mod store;
 mod sync;
 pub mod tasks;
 pub mod testing;
-mod tools;
+pub mod tools;
 mod transport;
-
-/// Content blocks of tool results.
-pub mod content {
-    pub use crate::protocol::content::*;
-}
 
 #[doc(hidden)]
 #[path = "private.rs"]
 pub mod __private;
 
-/// Collects `#[tool]` functions into a [`ToolSet`], in the given order.
+/// Collects `#[tool]` functions into a [`ToolSet`](tools::ToolSet), in the given order.
 ///
 /// `tools![add, echo]` is `ToolSet::new().with(add::tool()).with(echo::tool())`: every `#[tool]`
 /// function `f` also defines a zero-sized type `f` (in the type namespace, so the function stays
@@ -86,35 +81,19 @@ pub mod __private;
 #[macro_export]
 macro_rules! tools {
     ($($tool:path),* $(,)?) => {
-        $crate::ToolSet::new() $(.with(<$tool>::tool()))*
+        $crate::tools::ToolSet::new() $(.with(<$tool>::tool()))*
     };
 }
 
-pub use auth::Principal;
-pub use auth::hook::Unauthorized;
-pub use completion::{CompletionTarget, Completions};
 pub use context::Context;
-pub use mcp_tools_derive::{ToolError, tool, toolbox};
-pub use prompts::{GetPromptResult, IntoPromptReply, Prompt, PromptMessage, PromptSet, Role};
-pub use protocol::LogLevel;
-pub use protocol::content::{CallToolResult, Content};
-pub use protocol::error::RpcError;
-pub use protocol::input::InputRequired;
-pub use protocol::recovery::{DomainCode, Recovery};
-pub use protocol::result::CacheScope;
+pub use mcp_tools_derive::{IntoToolError, tool, toolbox};
+pub use protocol::recovery::Recovery;
 pub use protocol::tool_error::{IntoToolError, ToolError};
-pub use resources::{Resource, ResourceContents, ResourceSet, ResourceTemplate};
-pub use server::limits::{
-    DEFAULT_DRAIN_TIMEOUT, DEFAULT_HEADER_READ_TIMEOUT, DEFAULT_MAX_CONNECTIONS,
-};
-pub use server::{
-    BuildError, DEFAULT_BODY_LIMIT, DEFAULT_MAX_LISTENS_PER_PRINCIPAL, McpServer, McpServerBuilder,
-};
+pub use server::{BuildError, McpServer, McpServerBuilder};
+pub use store::memory::MemoryStore;
+#[cfg(feature = "postgres")]
+pub use store::postgres::PostgresStore;
 #[cfg(feature = "sqlite")]
-pub use store::SqliteStore;
-pub use store::{MemoryStore, MutationOutcome, Store};
-pub use tools::extract::{FromContext, MISSING_STATE, State};
-pub use tools::reply::{IntoCallToolResult, Structured, ToolReply};
-pub use tools::set::ToolSet;
-pub use tools::{NoArgs, Tool, ToolAnnotations, ToolInfo};
-pub use transport::http::serve::shutdown_signal;
+pub use store::sqlite::SqliteStore;
+pub use tools::extract::State;
+pub use tools::reply::Structured;

@@ -8,6 +8,7 @@ use schemars::JsonSchema;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+pub use crate::store::entity::{view_json, view_schema};
 pub use crate::tools::extract::FromContext;
 
 /// The bounds the stateful tool kinds (`creates`, `reads`, `mutates`) assert.
@@ -44,7 +45,7 @@ impl<T: Serialize + JsonSchema> ToolOutput for T {}
 )]
 pub trait ToolErrorType {}
 
-impl<E: crate::IntoToolError> ToolErrorType for E {}
+impl<E: crate::protocol::tool_error::IntoToolError> ToolErrorType for E {}
 
 /// Compile-time assertion, spanned at a parameter by the generated code.
 pub const fn assert_parameter<T: ToolParameter + ?Sized>() {}
@@ -61,14 +62,14 @@ pub use crate::tools::arguments_schema as input_schema;
 /// input survives the conversion.
 pub struct Outcome(pub crate::protocol::reply::Reply);
 
-impl From<crate::CallToolResult> for Outcome {
-    fn from(result: crate::CallToolResult) -> Self {
+impl From<crate::protocol::content::CallToolResult> for Outcome {
+    fn from(result: crate::protocol::content::CallToolResult) -> Self {
         Outcome(crate::protocol::reply::Reply::Complete(result))
     }
 }
 
-impl crate::IntoCallToolResult for Outcome {
-    fn into_call_tool_result(self) -> crate::CallToolResult {
+impl crate::tools::IntoCallToolResult for Outcome {
+    fn into_call_tool_result(self) -> crate::protocol::content::CallToolResult {
         match self.0.into_result() {
             Ok(result) => result,
             Err(input) => input.into_call_tool_result(),

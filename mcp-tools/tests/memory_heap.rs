@@ -12,10 +12,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicIsize, Ordering};
 
 use futures_util::FutureExt;
-use mcp_tools::Principal;
+use mcp_tools::MemoryStore;
+use mcp_tools::auth::Principal;
 use mcp_tools::store::{
-    CreateRequest, EntityKind, Fingerprint, ManualClock, MemoryStore, MutationOutcome,
-    MutationRequest, Store, StoreConfig, Transition,
+    CreateRequest, EntityKind, Fingerprint, ManualClock, MutationOutcome, MutationRequest, Store,
+    StoreConfig, Transition,
 };
 use serde_json::{Value, json};
 

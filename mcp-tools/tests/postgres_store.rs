@@ -8,11 +8,11 @@ mod pg;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use mcp_tools::Principal;
+use mcp_tools::PostgresStore;
+use mcp_tools::auth::Principal;
 use mcp_tools::store::{
     CreateRequest, Entity, Fingerprint, MutationOutcome, MutationRequest, PostgresOptions,
-    PostgresStore, ReadOutcome, ReadRequest, RecordedOutcome, Store, StoreConfig, StoreError,
-    Transition,
+    ReadOutcome, ReadRequest, RecordedOutcome, Store, StoreConfig, StoreError, Transition,
 };
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};

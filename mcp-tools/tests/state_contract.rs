@@ -10,13 +10,16 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use futures_util::FutureExt;
+use mcp_tools::ToolError;
+use mcp_tools::auth::Principal;
+use mcp_tools::protocol::framework::code;
 use mcp_tools::store::{
     Applied, ConflictPolicy, CreateRequest, Creation, Entity, Fingerprint, Lifecycle, MAX_DEPTH,
-    ManualClock, MemoryStore, MutationOutcome, MutationRequest, PruneReport, ReadOutcome,
-    ReadRequest, RecordedApplied, RecordedOutcome, RecordedStaleView, Recovery, Rejected,
-    SqliteStore, StaleView, Store, StoreConfig, StoreError, Transition, code, format_rfc3339,
+    ManualClock, MutationOutcome, MutationRequest, PruneReport, ReadOutcome, ReadRequest,
+    RecordedApplied, RecordedOutcome, RecordedStaleView, Rejected, StaleView, Store, StoreConfig,
+    StoreError, Transition, format_rfc3339,
 };
-use mcp_tools::{Principal, ToolError};
+use mcp_tools::{MemoryStore, Recovery, SqliteStore};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -159,7 +162,7 @@ impl CountResources for SqliteStore {
 }
 
 #[cfg(feature = "postgres")]
-impl CountResources for mcp_tools::store::PostgresStore {
+impl CountResources for mcp_tools::PostgresStore {
     fn resources(&self) -> u64 {
         tokio::task::block_in_place(|| {
             tokio::runtime::Handle::current().block_on(async {
@@ -2028,7 +2031,7 @@ impl Fixture {
     }
 
     #[cfg(feature = "postgres")]
-    fn postgres(&self, config: StoreConfig) -> mcp_tools::store::PostgresStore {
+    fn postgres(&self, config: StoreConfig) -> mcp_tools::PostgresStore {
         self.schema.as_ref().expect("a schema").open(config)
     }
 

@@ -23,14 +23,16 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use mcp_tools::ToolError;
+use mcp_tools::auth::Principal;
+use mcp_tools::protocol::framework::code;
 use mcp_tools::store::{
     Applied, ConflictPolicy, CreateRequest, EntityKind, FieldChange, Fingerprint, Lifecycle,
-    ManualClock, MemoryStore, MutationOutcome, MutationRequest, PruneReport, ReadOutcome,
-    ReadRequest, RecordedApplied, RecordedOutcome, RecordedStaleView, Recovery, Rejected,
-    Resumption, Snapshot, SqliteStore, StaleView, Store, StoreConfig, Transition, code,
-    format_rfc3339,
+    ManualClock, MutationOutcome, MutationRequest, PruneReport, ReadOutcome, ReadRequest,
+    RecordedApplied, RecordedOutcome, RecordedStaleView, Rejected, Resumption, Snapshot, StaleView,
+    Store, StoreConfig, Transition, format_rfc3339,
 };
-use mcp_tools::{Principal, ToolError};
+use mcp_tools::{MemoryStore, Recovery, SqliteStore};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 use serde_json::{Value, json};

@@ -4,7 +4,7 @@
 //! Configure it with [`McpServerBuilder::oauth`](crate::McpServerBuilder::oauth). Every request
 //! then needs a token its [`TokenVerifier`] accepts, issued for the server's canonical URI; the
 //! caller's principal is the token's issuer and subject, so handles and operation ids are bound
-//! to it. What a tool, resource or prompt requires ([`ToolInfo::scopes`](crate::ToolInfo::scopes),
+//! to it. What a tool, resource or prompt requires ([`ToolInfo::scopes`](crate::tools::ToolInfo::scopes),
 //! `#[tool(scopes = [..])]`) is checked before it runs, and listings show a caller only what its
 //! token allows.
 
@@ -26,6 +26,7 @@ mod verifier;
 pub use error::ConfigError;
 #[cfg(feature = "oauth")]
 pub use fetch::DEFAULT_FETCH_TIMEOUT;
+pub use hook::Unauthorized;
 #[cfg(feature = "oauth")]
 pub use introspection::{
     DEFAULT_INTROSPECTION_CACHE_TTL, DEFAULT_INTROSPECTION_MAX_CACHED, IntrospectionVerifier,
@@ -40,5 +41,3 @@ pub use oauth::{DEFAULT_MAX_TOKEN_BYTES, OAuth};
 pub use principal::Principal;
 pub use scope::Granted;
 pub use verifier::{TokenRejection, TokenVerifier, VerifiedToken, VerifyFuture};
-
-pub use crate::protocol::framework::SCOPES_META_KEY;

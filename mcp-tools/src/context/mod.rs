@@ -99,7 +99,7 @@ impl Context {
     }
 
     /// This context with another multi-round answer: a task's tool that returned
-    /// [`InputRequired`](crate::InputRequired) runs again with it. Notifications do not follow
+    /// [`InputRequired`](crate::tools::InputRequired) runs again with it. Notifications do not follow
     /// a task.
     pub(crate) fn with_round_input(&self, input: RoundInput) -> Context {
         let inner = &self.inner;
@@ -168,7 +168,7 @@ impl Context {
         &self.inner.input.responses
     }
 
-    /// The state the tool attached to its last [`InputRequired`](crate::InputRequired), verified.
+    /// The state the tool attached to its last [`InputRequired`](crate::tools::InputRequired), verified.
     pub fn request_state(&self) -> Option<&Value> {
         self.inner.input.state.as_ref()
     }

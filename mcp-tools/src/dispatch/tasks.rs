@@ -13,8 +13,9 @@ use crate::protocol::reply::Reply;
 use crate::protocol::result::ResultType;
 use crate::server::{McpServer, Snapshot};
 use crate::store::Fingerprint;
+use crate::tasks::TASKS_EXTENSION;
 use crate::tasks::runtime::{Restart, TaskLink, Tasks, Worker, catching};
-use crate::tasks::{TASKS_EXTENSION, TaskSupport};
+use crate::tools::TaskSupport;
 
 use super::Route;
 use super::rounds::input_required;

@@ -18,6 +18,7 @@ pub(crate) mod seal;
 pub(crate) mod tool_error;
 
 pub use envelope::{Envelope, RequestId};
+pub use error::RpcError;
 pub use meta::{LogLevel, RequestMeta};
 
 /// The compact JSON text of `value`, serialized straight into a buffer. `Value`'s `Display`

@@ -619,11 +619,11 @@ mod tests {
 
     struct Routed;
 
-    impl crate::Tool for Routed {
+    impl crate::tools::Tool for Routed {
         type Args = RoutedArgs;
         type Output = String;
-        fn info(&self) -> crate::ToolInfo {
-            crate::ToolInfo::new("routed", "Routed on its region.")
+        fn info(&self) -> crate::tools::ToolInfo {
+            crate::tools::ToolInfo::new("routed", "Routed on its region.")
         }
         async fn call(&self, args: RoutedArgs, _: crate::context::Context) -> String {
             args.region.unwrap_or_default()

@@ -331,7 +331,7 @@ impl McpServerBuilder {
     /// canonical URI, or it is refused with HTTP 401 and a `WWW-Authenticate` challenge; a
     /// request for a tool, resource or prompt whose scopes the token does not grant is refused
     /// with HTTP 403 `insufficient_scope`, before the body is read when the routing headers name
-    /// it. The caller's [`Principal`](crate::Principal) is the token's issuer and subject. The
+    /// it. The caller's [`Principal`](crate::auth::Principal) is the token's issuer and subject. The
     /// RFC 9728 metadata is served by [`McpServer::router`] at
     /// `/.well-known/oauth-protected-resource` followed by the resource's path, and at the
     /// root form.
@@ -346,7 +346,7 @@ impl McpServerBuilder {
     }
 
     /// Authenticates every HTTP request: `check` maps its headers to the calling
-    /// [`Principal`](crate::Principal) or refuses it. Handles and operation ids are bound to the
+    /// [`Principal`](crate::auth::Principal) or refuses it. Handles and operation ids are bound to the
     /// principal, so one caller never sees another's state.
     pub fn authenticate<F>(mut self, check: F) -> Self
     where
@@ -375,7 +375,7 @@ impl McpServerBuilder {
     }
 
     /// How long [`McpServer::serve`] waits for a request's headers before closing the connection
-    /// (default 10 s, [`DEFAULT_HEADER_READ_TIMEOUT`](crate::DEFAULT_HEADER_READ_TIMEOUT)); a
+    /// (default 10 s, [`DEFAULT_HEADER_READ_TIMEOUT`](crate::server::DEFAULT_HEADER_READ_TIMEOUT)); a
     /// kept-alive connection idle that long between requests is closed too. A client that opens
     /// connections and never finishes a request so costs a socket for this long, not forever.
     /// Streams being answered (subscriptions, long calls) are not affected.
@@ -385,7 +385,7 @@ impl McpServerBuilder {
     }
 
     /// The most connections [`McpServer::serve`] serves at once (default 1024,
-    /// [`DEFAULT_MAX_CONNECTIONS`](crate::DEFAULT_MAX_CONNECTIONS)); further ones wait in the
+    /// [`DEFAULT_MAX_CONNECTIONS`](crate::server::DEFAULT_MAX_CONNECTIONS)); further ones wait in the
     /// operating system's listen backlog until one closes. Keep it under the process's limit
     /// on open files.
     pub fn max_connections(mut self, connections: usize) -> Self {
@@ -394,7 +394,7 @@ impl McpServerBuilder {
     }
 
     /// How long a shutdown of [`McpServer::serve`] waits for in-flight requests (default 20 s,
-    /// [`DEFAULT_DRAIN_TIMEOUT`](crate::DEFAULT_DRAIN_TIMEOUT)) before it closes their
+    /// [`DEFAULT_DRAIN_TIMEOUT`](crate::server::DEFAULT_DRAIN_TIMEOUT)) before it closes their
     /// connections and returns, so that a request that never ends cannot keep the process
     /// alive. Zero closes them at once; [`Duration::MAX`] waits for them however long they take.
     pub fn drain_timeout(mut self, timeout: Duration) -> Self {
@@ -488,7 +488,7 @@ impl McpServerBuilder {
             .map_err(BuildError::InvalidSetting)?;
         let task_store: Arc<dyn crate::tasks::TaskStore> = match &self.store {
             Some(store) => Arc::clone(store) as Arc<dyn crate::tasks::TaskStore>,
-            None => Arc::new(crate::store::MemoryStore::default()),
+            None => Arc::new(crate::store::memory::MemoryStore::default()),
         };
         let tasks = crate::tasks::runtime::Tasks::new(task_store, self.task_options);
         let limits = RateLimits::new(self.rate_limit, self.tool_rate_limits)

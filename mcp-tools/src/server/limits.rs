@@ -50,6 +50,31 @@ impl Default for ConnectionLimits {
     }
 }
 
+/// Completes on ctrl-c, or on SIGTERM where there is one.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        if tokio::signal::ctrl_c().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {},
+        () = terminate => {},
+    }
+    tracing::info!("shutting down: draining in-flight requests");
+}
+
 /// How many calls fit in a period: `calls` at once, then one more every `period / calls`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct CallRate {

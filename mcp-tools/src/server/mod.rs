@@ -9,11 +9,15 @@ mod edits;
 pub(crate) mod host;
 pub(crate) mod limits;
 
+pub use crate::protocol::result::CacheScope;
 pub use builder::{
     BuildError, DEFAULT_BODY_LIMIT, DEFAULT_MAX_LISTENS_PER_PRINCIPAL, McpServerBuilder,
 };
 pub(crate) use catalog::{Base, Listing, Offer, Snapshot, Visible};
 pub(crate) use edits::Change;
+pub use limits::{
+    DEFAULT_DRAIN_TIMEOUT, DEFAULT_HEADER_READ_TIMEOUT, DEFAULT_MAX_CONNECTIONS, shutdown_signal,
+};
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

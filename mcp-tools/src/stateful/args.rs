@@ -14,7 +14,8 @@ use serde_json::{Map, Value};
 
 use super::bounds::IsEntity;
 use crate::protocol::framework::VALIDATOR_META_KEY;
-use crate::store::{Fingerprint, canonical_json};
+use crate::store::Fingerprint;
+use crate::store::fingerprint::canonical_json;
 
 /// Decoded tool arguments together with the JSON they were decoded from: the operation-id
 /// ledger fingerprints the payload as sent.

@@ -1,5 +1,5 @@
 //! The runtime of the stateful tool kinds: what `#[tool(creates = E)]`, `#[tool(reads = E)]` and
-//! `#[tool(mutates = E)]` run, and what a hand-written [`Tool`](crate::Tool) can run the same
+//! `#[tool(mutates = E)]` run, and what a hand-written [`Tool`](crate::tools::Tool) can run the same
 //! way.
 //!
 //! A stateful call goes through the same steps whichever way it was declared:
@@ -98,7 +98,7 @@ use crate::tools::reply::IntoCallToolResult;
 
 /// What a stateful call answers: the outcome as a tool result (successes already written as
 /// JSON), or a request to confirm a change first. Return it from a hand-written
-/// [`Tool`](crate::Tool) as it is; publish the tool's output schema with
+/// [`Tool`](crate::tools::Tool) as it is; publish the tool's output schema with
 /// [`StatefulContract::mutation_schema`] or [`StatefulContract::read_schema`].
 pub struct StatefulReply(pub(crate) Reply);
 

@@ -98,7 +98,7 @@ impl Snapshot {
     }
 }
 
-/// A hand-written [`Tool`](crate::Tool) may return the outcomes the store answers with.
+/// A hand-written [`Tool`](crate::tools::Tool) may return the outcomes the store answers with.
 impl IntoCallToolResult for MutationOutcome {
     fn output_schema(generator: &mut schemars::SchemaGenerator) -> Option<Value> {
         Some(generator.root_schema_for::<MutationOutcome>().to_value())
@@ -260,7 +260,7 @@ mod tests {
             ReadOutcome::Rejected(Rejected::not_found("basket")),
         ] {
             let expected = serde_json::to_value(&outcome).unwrap();
-            let rendered = crate::IntoCallToolResult::into_reply(outcome.clone());
+            let rendered = crate::tools::IntoCallToolResult::into_reply(outcome.clone());
             assert_eq!(matches!(rendered, Reply::Rendered(_)), !outcome.is_error());
             let result = outcome.into_call_tool_result();
             assert_eq!(result.structured_content, Some(expected));

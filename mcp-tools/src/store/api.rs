@@ -526,8 +526,9 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+    use crate::MemoryStore;
     use crate::auth::Principal;
-    use crate::store::{MemoryStore, MutationOutcome, Store};
+    use crate::store::{MutationOutcome, Store};
 
     #[derive(Clone, Serialize, Deserialize, JsonSchema)]
     struct Gauge {

@@ -17,11 +17,9 @@ use super::fingerprint::Fingerprint;
 use super::handle::mint_handle;
 use super::handle::{has_prefix, random};
 use super::history::{Undo, apply_undo, undo_patch};
-use super::outcome::{
-    Applied, Changes, MutationOutcome, ReadOutcome, RecordedApplied, RecordedOutcome,
-    RecordedStaleView, Recovery, Rejected, Replayed, Resumption, Snapshot, StaleView, code,
-};
 use crate::auth::Principal;
+use crate::protocol::framework::code;
+use crate::protocol::recovery::Recovery;
 use crate::protocol::tool_error::ToolError;
 use crate::store::api::{
     Changed, ConflictPolicy, CreateRequest, Making, MutationRequest, ReadRequest, StoreConfig,
@@ -29,6 +27,10 @@ use crate::store::api::{
 };
 use crate::store::depth::{MAX_DEPTH, deeper_than};
 use crate::store::error::StoreError;
+use crate::store::outcome::{
+    Applied, Changes, MutationOutcome, ReadOutcome, RecordedApplied, RecordedOutcome,
+    RecordedStaleView, Rejected, Replayed, Resumption, Snapshot, StaleView,
+};
 
 /// One stored resource at its current version. Cloning it is cheap: the strings and the state are
 /// shared.

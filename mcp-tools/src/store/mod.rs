@@ -53,47 +53,47 @@
 
 mod api;
 mod boundary;
-mod clock;
+pub(crate) mod clock;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod columns;
 mod delta;
 mod depth;
-mod entity;
+pub(crate) mod entity;
 mod error;
-mod fingerprint;
+pub(crate) mod fingerprint;
 mod handle;
 mod history;
-mod memory;
+pub(crate) mod memory;
 mod outcome;
 #[cfg(feature = "postgres")]
-mod postgres;
+pub(crate) mod postgres;
 #[cfg(feature = "sqlite")]
-mod sqlite;
+pub(crate) mod sqlite;
 mod sweeper;
 pub(crate) mod tasks;
 
-pub use crate::protocol::framework::STATE_META_KEY as STATE_CONTRACT_META_KEY;
-pub use crate::protocol::framework::{
-    CONFIRMATION_META_KEY, RECONFIRM_INPUT_KEY, VALIDATOR_META_KEY,
-};
 pub use api::{
     ConflictPolicy, CreateRequest, Creation, MutationRequest, PruneReport, ReadRequest, Store,
     StoreConfig, Transition,
 };
-pub use clock::{Clock, ManualClock, SystemClock, format_rfc3339};
-pub use delta::{FieldChange, diff};
+#[cfg(feature = "test-hooks")]
+#[doc(hidden)]
+pub use clock::format_rfc3339;
+pub use clock::{Clock, ManualClock, SystemClock};
+pub use delta::FieldChange;
 pub use depth::MAX_DEPTH;
-pub use entity::{Entity, EntityKind, Lifecycle, ViewType, view_json, view_schema};
+pub use entity::{Entity, EntityKind, Lifecycle, ViewType};
 pub use error::{StoreError, StoreFuture};
-pub use fingerprint::{Fingerprint, canonical_json};
+pub use fingerprint::Fingerprint;
+#[cfg(feature = "test-hooks")]
+#[doc(hidden)]
 pub use handle::mint_handle;
 pub use mcp_tools_derive::Entity;
-pub use memory::MemoryStore;
 pub use outcome::{
     Applied, Changes, MutationOutcome, ReadOutcome, RecordedApplied, RecordedOutcome,
-    RecordedStaleView, Recovery, Rejected, Replayed, Resumption, Snapshot, StaleView, code,
+    RecordedStaleView, Rejected, Replayed, Resumption, Snapshot, StaleView,
 };
 #[cfg(feature = "postgres")]
-pub use postgres::{PostgresOptions, PostgresStore, TimeSource};
+pub use postgres::{PostgresOptions, TimeSource};
 #[cfg(feature = "sqlite")]
-pub use sqlite::{SqliteOptions, SqliteStore, Synchronous};
+pub use sqlite::{SqliteOptions, Synchronous};

@@ -8,10 +8,10 @@ use serde_json::Value;
 
 use super::delta::FieldChange;
 use super::entity::Lifecycle;
-pub use crate::protocol::recovery::Recovery;
+use crate::protocol::recovery::Recovery;
 use crate::protocol::tool_error::ToolError;
 
-pub use crate::protocol::framework::code;
+use crate::protocol::framework::code;
 
 /// Where to resume from: enough to continue after a context compaction.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]

@@ -4,7 +4,7 @@
 //!
 //! # Declaring
 //!
-//! A tool opts in with [`TaskSupport`] ([`ToolInfo::task_support`](crate::ToolInfo::task_support),
+//! A tool opts in with [`TaskSupport`] ([`ToolInfo::task_support`](crate::tools::ToolInfo::task_support),
 //! or `#[tool(task = optional)]` / `#[tool(task = required)]`). The server then advertises the
 //! extension, and a call from a client that declares it on that request (in
 //! `_meta["io.modelcontextprotocol/clientCapabilities"].extensions`) becomes a task unless the
@@ -41,7 +41,6 @@ use std::time::Duration;
 
 pub use crate::store::tasks::record::{TaskRecord, TaskStatus};
 pub use crate::store::tasks::{TaskChange, TaskInsert, TaskStore};
-pub use crate::tools::{TASK_SUPPORT_META_KEY, TaskSupport};
 
 /// The extension's identifier, under `capabilities.extensions`.
 pub const TASKS_EXTENSION: &str = "io.modelcontextprotocol/tasks";

@@ -6,6 +6,13 @@ pub(crate) mod formats;
 pub(crate) mod reply;
 pub(crate) mod set;
 
+pub use crate::protocol::content::{CallToolResult, Content};
+pub use crate::protocol::input::InputRequired;
+pub use crate::protocol::recovery::DomainCode;
+pub use extract::FromContext;
+pub use reply::{IntoCallToolResult, ToolReply};
+pub use set::ToolSet;
+
 use std::borrow::Cow;
 use std::future::Future;
 use std::pin::Pin;
@@ -18,7 +25,6 @@ use serde_json::{Map, Value};
 use crate::context::Context;
 use crate::protocol::reply::Reply;
 use crate::protocol::tool_error::ToolError;
-use crate::tools::reply::IntoCallToolResult;
 
 /// A tool: a name, a description, typed arguments and an async call.
 ///
@@ -88,8 +94,6 @@ pub trait Tool: Send + Sync + 'static {
     /// Runs the tool.
     fn call(&self, args: Self::Args, cx: Context) -> impl Future<Output = Self::Output> + Send;
 }
-
-pub use crate::protocol::framework::TASK_SUPPORT_META_KEY;
 
 /// Whether a tool may run as a task of the Tasks extension (see [`tasks`](crate::tasks)).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

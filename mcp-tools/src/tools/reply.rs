@@ -32,7 +32,7 @@ pub trait IntoCallToolResult {
     fn into_call_tool_result(self) -> CallToolResult;
 
     /// Converts the value into a result or a request for client input. Only
-    /// [`InputRequired`](crate::InputRequired) and [`ToolReply`](crate::ToolReply) ask for input.
+    /// [`InputRequired`](crate::tools::InputRequired) and [`ToolReply`](crate::tools::ToolReply) ask for input.
     #[doc(hidden)]
     fn into_reply(self) -> Reply
     where

@@ -6,7 +6,8 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use mcp_tools::store::{PostgresOptions, PostgresStore, StoreConfig, TimeSource};
+use mcp_tools::PostgresStore;
+use mcp_tools::store::{PostgresOptions, StoreConfig, TimeSource};
 
 /// The database URL, or `None` (after saying so) when the tests must skip.
 pub fn url() -> Option<String> {

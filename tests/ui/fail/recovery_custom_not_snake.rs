@@ -1,6 +1,7 @@
 use mcp_tools::ToolError;
+use mcp_tools::IntoToolError;
 
-#[derive(Debug, ToolError)]
+#[derive(Debug, IntoToolError)]
 enum BookingError {
     /// The booking needs the manager's approval.
     #[recovery(custom = "AskTheManager")]

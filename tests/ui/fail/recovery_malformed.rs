@@ -1,6 +1,7 @@
 use mcp_tools::ToolError;
+use mcp_tools::IntoToolError;
 
-#[derive(Debug, ToolError)]
+#[derive(Debug, IntoToolError)]
 #[recovery = "stop"]
 enum BookingError {
     /// A bare attribute.
@@ -30,7 +31,7 @@ enum BookingError {
     Twice,
 }
 
-#[derive(Debug, ToolError)]
+#[derive(Debug, IntoToolError)]
 #[recovery(custom = 7)]
 struct Refused;
 

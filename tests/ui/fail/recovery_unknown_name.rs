@@ -1,6 +1,7 @@
 use mcp_tools::ToolError;
+use mcp_tools::IntoToolError;
 
-#[derive(Debug, ToolError)]
+#[derive(Debug, IntoToolError)]
 enum BookingError {
     /// The room is taken for those nights.
     #[recovery = "retry_latr"]

@@ -1,7 +1,8 @@
 //! Every supported form, without depending on serde or schemars directly for arguments.
 use std::sync::Arc;
 
-use mcp_tools::{CallToolResult, Content, Context, State, ToolError, tool, toolbox, tools};
+use mcp_tools::tools::{CallToolResult, Content};
+use mcp_tools::{Context, State, tool, toolbox, ToolError, tools};
 
 /// Adds two integers.
 #[tool(name = "math/add", title = "Add", read_only, idempotent = true, open_world = false)]

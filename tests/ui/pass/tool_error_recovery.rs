@@ -1,8 +1,9 @@
 use std::fmt;
 
-use mcp_tools::{DomainCode, IntoToolError, Recovery, ToolError};
+use mcp_tools::tools::DomainCode;
+use mcp_tools::{IntoToolError, Recovery, ToolError};
 
-#[derive(Debug, ToolError)]
+#[derive(Debug, IntoToolError)]
 enum BookingError {
     /// The room is taken for those nights.
     #[recovery = "refresh_and_replan"]
@@ -22,7 +23,7 @@ impl fmt::Display for BookingError {
 }
 
 /// The clerk is away.
-#[derive(Debug, ToolError)]
+#[derive(Debug, IntoToolError)]
 #[recovery = "retry_later"]
 struct Away;
 
@@ -33,7 +34,7 @@ impl fmt::Display for Away {
 }
 
 /// A generic error declares its codes too.
-#[derive(Debug, ToolError)]
+#[derive(Debug, IntoToolError)]
 enum Wrapped<E: fmt::Debug> {
     /// The inner call failed; try again later.
     #[recovery = "retry_later"]

@@ -55,7 +55,7 @@ pub enum TaskInsert {
 /// answers, so a task created on one replica is visible to every replica sharing the store.
 ///
 /// The built-in stores ([`MemoryStore`](crate::MemoryStore), `SqliteStore`, `PostgresStore`)
-/// implement it next to [`Store`](crate::Store). A store keeps, per task, the encoded record
+/// implement it next to [`Store`](crate::store::Store). A store keeps, per task, the encoded record
 /// ([`TaskRecord::encode`]) under its id, and its expiry. A call with an operation id gets the
 /// same task id on every retry, so the unique id is what makes its task exactly once.
 pub trait TaskStore: Send + Sync + 'static {

@@ -4,9 +4,9 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
+use crate::store::clock::format_rfc3339;
 use crate::store::depth::deeper_than;
 use crate::store::error::StoreError;
-use crate::store::format_rfc3339;
 
 /// Where a task stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

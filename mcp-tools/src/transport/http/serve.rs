@@ -11,6 +11,7 @@ use tokio::net::{TcpListener, ToSocketAddrs};
 use tokio::sync::Semaphore;
 
 use crate::server::McpServer;
+use crate::server::limits::shutdown_signal;
 
 /// How long a shutdown waits for the tasks running here to record their end.
 const TASK_DRAIN: std::time::Duration = std::time::Duration::from_secs(5);
@@ -123,29 +124,4 @@ fn is_connection_error(error: &std::io::Error) -> bool {
             | std::io::ErrorKind::ConnectionAborted
             | std::io::ErrorKind::ConnectionReset
     )
-}
-
-/// Completes on ctrl-c, or on SIGTERM where there is one.
-pub async fn shutdown_signal() {
-    let ctrl_c = async {
-        if tokio::signal::ctrl_c().await.is_err() {
-            std::future::pending::<()>().await;
-        }
-    };
-    #[cfg(unix)]
-    let terminate = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut signal) => {
-                signal.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
-    #[cfg(not(unix))]
-    let terminate = std::future::pending::<()>();
-    tokio::select! {
-        () = ctrl_c => {},
-        () = terminate => {},
-    }
-    tracing::info!("shutting down: draining in-flight requests");
 }
