@@ -211,6 +211,7 @@ fn raw_sqlite_connection(path: &std::path::Path, synchronous: Synchronous) -> Co
     let synchronous = match synchronous {
         Synchronous::Full => "FULL",
         Synchronous::Normal => "NORMAL",
+        other => panic!("a mode the bench does not know: {other:?}"),
     };
     connection
         .pragma_update(None, "synchronous", synchronous)

@@ -8,6 +8,7 @@ use crate::context::Context;
 
 /// What a completion is for.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum CompletionTarget {
     /// An argument of the named prompt.
     Prompt(String),

@@ -169,6 +169,7 @@ fn summary(outcome: &MutationOutcome) -> RecordedOutcome {
         }
         MutationOutcome::Rejected(rejected) => RecordedOutcome::Rejected(rejected.clone()),
         MutationOutcome::Replayed(replayed) => replayed.original.clone(),
+        other => panic!("an outcome the model does not know: {other:?}"),
     }
 }
 
@@ -1581,6 +1582,7 @@ fn shown(outcome: &MutationOutcome) -> Option<(u64, u64)> {
             .as_ref()
             .map(|now| (now.version, count(&now.state))),
         MutationOutcome::Rejected(_) => None,
+        other => panic!("an outcome the model does not know: {other:?}"),
     }
 }
 

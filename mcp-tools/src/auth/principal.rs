@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 /// Who is calling. Handles and operation ids are bound to it.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
 pub enum Principal {
     /// No authentication is configured: handles act as bearer capabilities.
     #[default]

@@ -8,6 +8,7 @@ use serde_json::{Value, json};
 
 /// How a server answered `server/discover`, each class with its own exit status.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Probe {
     /// 200 with `supportedVersions` listing the version asked for (exit status 0).
     Healthy {

@@ -347,6 +347,7 @@ pub enum ContractError {
 /// How much a change matters to callers built against the older contract; ordered from least
 /// to most.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[non_exhaustive]
 pub enum Severity {
     /// Wording only (descriptions, titles, examples, icons): nothing a caller sends or receives
     /// changes.

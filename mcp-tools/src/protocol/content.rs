@@ -6,6 +6,7 @@ use serde_json::{Map, Value};
 /// One block of unstructured tool output.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum Content {
     /// Plain text.
     Text {
@@ -89,6 +90,7 @@ impl Content {
 /// The result of a `tools/call`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
+#[non_exhaustive]
 pub struct CallToolResult {
     /// Unstructured content, always present (possibly empty).
     pub content: Vec<Content>,

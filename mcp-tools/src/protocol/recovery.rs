@@ -12,6 +12,7 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 /// Serialized as a `snake_case` string. Besides the hints the framework knows, an author can
 /// name one of their own ([`Recovery::Other`]); clients that do not know it treat it as `stop`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum Recovery {
     /// Read the resource again, re-plan from the current state, retry with a new operation id.
     RefreshAndReplan,

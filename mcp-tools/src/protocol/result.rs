@@ -12,6 +12,7 @@ use super::meta_keys;
 /// Who may cache a cacheable result: everyone, or only the requesting principal.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
+#[non_exhaustive]
 pub enum CacheScope {
     /// Results do not depend on the caller.
     Public,

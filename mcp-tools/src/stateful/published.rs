@@ -12,6 +12,7 @@ use crate::store::{MutationOutcome, ReadOutcome};
 
 /// The kind of a stateful tool.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum ToolKind {
     /// Makes a new resource and mints its handle.
     Creates,
@@ -33,6 +34,7 @@ impl ToolKind {
 
 /// How a `mutates` tool answers a caller whose view is out of date, as published.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum PublishedPolicy {
     /// `stale_view`, re-plan.
     Reject,

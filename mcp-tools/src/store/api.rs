@@ -18,6 +18,7 @@ use crate::protocol::tool_error::{IntoToolError, ToolError};
 
 /// What to do when the caller's `expected_version` is older than the resource.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub enum ConflictPolicy {
     /// Any intervening change gives `stale_view` with recovery `refresh_and_replan`.
     #[default]

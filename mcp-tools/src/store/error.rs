@@ -9,6 +9,7 @@ pub type StoreFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, StoreError>>
 /// A failure of the storage itself, not a product outcome: nothing is recorded in the ledger, so
 /// the caller may retry with the same operation id.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum StoreError {
     /// The storage engine failed.
     #[error("storage failed: {0}")]

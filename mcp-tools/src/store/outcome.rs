@@ -289,6 +289,7 @@ impl Rejected {
 /// costs what the outcome says and not what the resource weighs.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(tag = "outcome", rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum RecordedOutcome {
     /// The change was committed.
     Applied(RecordedApplied),
@@ -372,6 +373,7 @@ pub struct Replayed {
 /// The outcome of a mutation: the `structuredContent` of a mutating tool.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(tag = "outcome", rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum MutationOutcome {
     /// The transition was committed.
     Applied(Applied),
@@ -536,6 +538,7 @@ impl MutationOutcome {
 /// A resource as read, or why it could not be read.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(tag = "outcome", rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum ReadOutcome {
     /// The current state.
     Current(Snapshot),

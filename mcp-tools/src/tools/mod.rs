@@ -97,6 +97,7 @@ pub trait Tool: Send + Sync + 'static {
 
 /// Whether a tool may run as a task of the Tasks extension (see [`tasks`](crate::tasks)).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum TaskSupport {
     /// Never a task (the default): every call is answered when the tool finishes.
     #[default]
@@ -153,6 +154,7 @@ impl ToolAnnotations {
 
 /// What a tool says about itself.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct ToolInfo {
     /// Unique name, 1 to 64 characters of `[A-Za-z0-9_./-]`.
     pub name: Cow<'static, str>,

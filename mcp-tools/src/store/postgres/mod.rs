@@ -34,6 +34,7 @@ use crate::store::outcome::{MutationOutcome, ReadOutcome};
 
 /// Where a [`PostgresStore`] reads the time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub enum TimeSource {
     /// The database's clock (the default): one clock for every replica.
     #[default]

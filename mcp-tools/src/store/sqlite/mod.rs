@@ -66,6 +66,7 @@ fn reader_lane() -> usize {
 /// Either way a mutation is atomic: its new version, history and ledger record are committed or
 /// lost together, so a retry with the same operation id stays correct.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub enum Synchronous {
     /// Sync on every commit: a committed outcome also survives a power loss or OS crash.
     Full,

@@ -43,6 +43,7 @@ impl std::fmt::Debug for TaskChange {
 
 /// What [`TaskStore::insert_task`] did.
 #[derive(Debug)]
+#[non_exhaustive]
 pub enum TaskInsert {
     /// The task is stored: a `tasks/get` on any replica sharing the store now finds it.
     Inserted,

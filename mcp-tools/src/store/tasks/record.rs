@@ -11,6 +11,7 @@ use crate::store::error::StoreError;
 /// Where a task stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum TaskStatus {
     /// The tool is running.
     Working,
