@@ -246,7 +246,7 @@ impl McpServerBuilder {
     }
 
     /// The store that keeps the state of the stateful tools (`#[tool(creates | reads | mutates =
-    /// ..)]`): [`MemoryStore`](crate::store::MemoryStore), [`SqliteStore`](crate::SqliteStore) or
+    /// ..)]`): [`MemoryStore`](crate::MemoryStore), [`SqliteStore`](crate::SqliteStore) or
     /// any [`Store`]. A server with stateful tools and no store fails to build. The same store
     /// keeps the records of tasks ([`tasks`](crate::tasks)), so every replica sharing it
     /// answers for them.

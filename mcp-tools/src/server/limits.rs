@@ -21,7 +21,7 @@ use crate::protocol::error::RpcError;
 /// kept-alive connection may stay idle between requests.
 pub const DEFAULT_HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// How many connections [`McpServer::serve`] serves at once by default.
+/// How many connections [`McpServer::serve`](crate::McpServer::serve) serves at once by default.
 pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
 
 /// How long a shutdown waits for in-flight requests by default: less than the 30 s an

@@ -1,5 +1,13 @@
-//! The server: a built, immutable configuration plus the current catalog snapshot, shared by
-//! every request. Built by [`McpServerBuilder`], changed at run time through [`edits`].
+//! What a server lets a connection and a caller cost it, with the defaults
+//! [`McpServerBuilder`] starts from, how long listings may be cached, and the signal a served
+//! server stops on. The server itself is [`McpServer`].
+//!
+//! Inside, a server is a built, immutable configuration plus the current catalog snapshot, shared
+//! by every request; the offer changes at run time through the methods in `edits.rs`
+//! ([`McpServer::add_tool`] and its siblings), which compile a new snapshot. Where each part of
+//! `McpServer`'s API is defined: building in `builder.rs`, run-time changes in `edits.rs`, the
+//! published contract in `contract.rs`, serving over HTTP in `transport/http/`, over stdio in
+//! `transport/stdio.rs`, the standard command line in `cli/`.
 
 pub(crate) mod access;
 mod builder;

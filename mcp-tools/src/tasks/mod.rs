@@ -4,7 +4,7 @@
 //!
 //! # Declaring
 //!
-//! A tool opts in with [`TaskSupport`] ([`ToolInfo::task_support`](crate::tools::ToolInfo::task_support),
+//! A tool opts in with [`TaskSupport`](crate::tools::TaskSupport) ([`ToolInfo::task_support`](crate::tools::ToolInfo::task_support),
 //! or `#[tool(task = optional)]` / `#[tool(task = required)]`). The server then advertises the
 //! extension, and a call from a client that declares it on that request (in
 //! `_meta["io.modelcontextprotocol/clientCapabilities"].extensions`) becomes a task unless the

@@ -1,4 +1,7 @@
-//! The tool trait, its metadata, and the type-erased form the registry stores.
+//! Tools written by hand: the [`Tool`] trait and its [`ToolInfo`], the [`ToolSet`] a server
+//! serves, and what a tool may return ([`IntoCallToolResult`]: text, [`Content`] blocks,
+//! [`CallToolResult`], [`Structured`](crate::Structured) output, a [`ToolReply`] that may ask the
+//! client for input). `#[tool]` functions generate all of it; see [`macro@crate::tool`].
 
 pub(crate) mod docs;
 pub(crate) mod extract;
