@@ -370,6 +370,7 @@ fn prepare(
     let input = rounds::round_input(server, route, &mut params, principal)?;
     // Counted once the call is known to be well formed, and before any stream opens, so a
     // refusal is a real HTTP 429.
+    #[cfg(feature = "rate-limits")]
     if let (Route::CallTool, Some(tool)) = (route, tool) {
         let name = &snapshot.catalog.tools[tool].definition.name;
         server.shared.limits.check(principal, name)?;

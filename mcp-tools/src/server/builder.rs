@@ -18,7 +18,8 @@ use crate::protocol::seal::Seal;
 use crate::resources::ResourceSet;
 use crate::server::host::HostPolicy;
 use crate::server::limits::ConnectionLimits;
-use crate::server::limits::{CallRate, RateLimits};
+#[cfg(feature = "rate-limits")]
+use crate::server::rate::{CallRate, RateLimits};
 use crate::store::Store;
 use crate::tools::set::{InvalidTool, ToolSet};
 
@@ -139,7 +140,9 @@ pub struct McpServerBuilder {
     keep_alive: Duration,
     connections: ConnectionLimits,
     max_listens: usize,
+    #[cfg(feature = "rate-limits")]
     rate_limit: Option<CallRate>,
+    #[cfg(feature = "rate-limits")]
     tool_rate_limits: Vec<(String, CallRate)>,
     /// The store of the stateful tools and of the tasks' records, when one is registered.
     store: Option<Arc<dyn Store>>,
@@ -188,7 +191,9 @@ impl McpServerBuilder {
             keep_alive: DEFAULT_KEEP_ALIVE,
             connections: ConnectionLimits::default(),
             max_listens: DEFAULT_MAX_LISTENS_PER_PRINCIPAL,
+            #[cfg(feature = "rate-limits")]
             rate_limit: None,
+            #[cfg(feature = "rate-limits")]
             tool_rate_limits: Vec::new(),
             store: None,
             task_options: crate::tasks::TaskOptions::default(),
@@ -414,7 +419,9 @@ impl McpServerBuilder {
     /// At most `calls` tool calls per `period` for each principal, all tools together: `calls`
     /// at once, then one more every `period / calls`. A call over the rate is refused before it
     /// runs with HTTP 429, `-32000` and `Retry-After`. Without authentication every caller is the
-    /// one anonymous principal, so the rate is that of all of them together. Off by default.
+    /// one anonymous principal, so the rate is that of all of them together. Off by default;
+    /// needs the `rate-limits` feature.
+    #[cfg(feature = "rate-limits")]
     pub fn rate_limit(mut self, calls: u32, period: Duration) -> Self {
         self.rate_limit = Some(CallRate { calls, period });
         self
@@ -422,6 +429,7 @@ impl McpServerBuilder {
 
     /// At most `calls` calls of the tool `tool` per `period` for each principal, on top of
     /// [`rate_limit`](Self::rate_limit): for the tools that cost the most.
+    #[cfg(feature = "rate-limits")]
     pub fn tool_rate_limit(
         mut self,
         tool: impl Into<String>,
@@ -491,6 +499,7 @@ impl McpServerBuilder {
             None => Arc::new(crate::store::memory::MemoryStore::default()),
         };
         let tasks = crate::tasks::runtime::Tasks::new(task_store, self.task_options);
+        #[cfg(feature = "rate-limits")]
         let limits = RateLimits::new(self.rate_limit, self.tool_rate_limits)
             .map_err(BuildError::InvalidSetting)?;
         let mut accepted = Vec::new();
@@ -548,6 +557,7 @@ impl McpServerBuilder {
                 keep_alive: self.keep_alive,
                 connections: self.connections,
                 max_listens: self.max_listens,
+                #[cfg(feature = "rate-limits")]
                 limits,
                 listens: Mutex::new(Default::default()),
                 store: self.store,

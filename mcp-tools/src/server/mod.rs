@@ -16,6 +16,8 @@ mod contract;
 mod edits;
 pub(crate) mod host;
 pub(crate) mod limits;
+#[cfg(feature = "rate-limits")]
+pub(crate) mod rate;
 
 pub use crate::protocol::result::CacheScope;
 pub use builder::{
@@ -60,7 +62,8 @@ pub(crate) struct Shared {
     /// How many `subscriptions/listen` streams one principal may hold open at once.
     pub(crate) max_listens: usize,
     /// Rate limits on tool calls.
-    pub(crate) limits: limits::RateLimits,
+    #[cfg(feature = "rate-limits")]
+    pub(crate) limits: rate::RateLimits,
     /// The open `subscriptions/listen` streams of each principal. Every critical section is one
     /// count change, so a poisoned lock still holds consistent counts.
     pub(crate) listens: Mutex<std::collections::HashMap<Principal, usize>>,
