@@ -5,6 +5,8 @@
 //! lists through the shared `attr` parser), `validate` checks its rules, and `codegen` runs only
 //! when the `ctxt` collector holds no error, so all mistakes are reported in one build.
 
+#![forbid(unsafe_code)]
+
 mod attr;
 mod codegen;
 mod ctxt;

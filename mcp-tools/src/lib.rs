@@ -1,41 +1,56 @@
-//! # mcp-tools
-//!
 //! A framework for MCP tool servers that speak protocol revision 2026-07-28 (stateless: no
-//! handshake, no session, every POST self-describing) and whose tools keep state safely.
+//! handshake, no session, every request self-describing) and whose tools keep state safely.
+//!
+//! A tool is a plain function; [`#[tool]`](macro@tool) generates its input and output schemas
+//! and the argument handling, and [`tools!`] collects tools for a [`McpServer`]:
 //!
 //! ```no_run
-//! use mcp_tools::{Context, McpServer, Tool, ToolInfo, ToolSet};
-//! use schemars::JsonSchema;
-//! use serde::Deserialize;
+//! use mcp_tools::{McpServer, tool, tools};
 //!
-//! #[derive(Deserialize, JsonSchema)]
-//! struct EchoArgs {
+//! /// Returns its input.
+//! #[tool(read_only)]
+//! fn echo(
 //!     /// The text to send back.
 //!     text: String,
-//! }
-//!
-//! struct Echo;
-//!
-//! impl Tool for Echo {
-//!     type Args = EchoArgs;
-//!     type Output = String;
-//!     fn info(&self) -> ToolInfo {
-//!         ToolInfo::new("echo", "Returns its input.").read_only()
-//!     }
-//!     async fn call(&self, args: EchoArgs, _cx: Context) -> String {
-//!         args.text
-//!     }
+//! ) -> String {
+//!     text
 //! }
 //!
 //! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
 //! McpServer::builder("echo-server", "1.0.0")
-//!     .tools(ToolSet::new().with(Echo))
+//!     .tools(tools![echo])
 //!     .build()?
 //!     .serve("127.0.0.1:8080")
 //!     .await?;
 //! # Ok(()) }
 //! ```
+//!
+//! A stateful tool names the entity it creates, reads or changes (`#[tool(mutates = Basket)]`,
+//! with `Basket` deriving [`store::Entity`]); the server checks the version a call is based on
+//! and its operation id atomically with the write, in the store it was given
+//! ([`MemoryStore`], [`SqliteStore`], `PostgresStore`), and answers with a typed outcome.
+//!
+//! # Where to start
+//!
+//! - [`guide`]: writing tools, stateful tools and how to design them, testing, tasks,
+//!   deploying, OAuth, observability, protocol behaviour, the command line.
+//! - The modules, by layer: [`protocol`] (the wire), [`auth`], [`store`] (the state engine),
+//!   [`tools`](mod@tools), [`prompts`], [`resources`], [`completion`], [`stateful`] (the runtime of the
+//!   stateful tool kinds), [`tasks`], [`server`], [`testing`], `cli`, [`contract`].
+//!
+//! # Features
+//!
+//! | feature | default | what it adds |
+//! |---|---|---|
+//! | `sqlite` | yes | [`SqliteStore`]: durable state in one file, safe for several processes |
+//! | `postgres` | | `PostgresStore`: replicas on many hosts sharing one database |
+//! | `oauth` | | an OAuth 2.1 resource server: JWT and introspection verifiers ([`auth`]) |
+//! | `cli` | | `cli`: a standard command line for server binaries |
+//! | `opentelemetry` | | request spans that continue the caller's trace |
+//! | `rate-limits` | | `McpServerBuilder::rate_limit` and `tool_rate_limit` |
 #![warn(missing_docs)]
+#![forbid(unsafe_code)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub mod auth;
 #[cfg(feature = "cli")]

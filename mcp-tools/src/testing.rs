@@ -2,7 +2,8 @@
 //! without sockets.
 //!
 //! ```
-//! # use mcp_tools::{Context, McpServer, NoArgs, Tool, ToolInfo, ToolSet};
+//! # use mcp_tools::{Context, McpServer};
+//! # use mcp_tools::tools::{NoArgs, Tool, ToolInfo, ToolSet};
 //! # struct Hello;
 //! # impl Tool for Hello {
 //! #     type Args = NoArgs;

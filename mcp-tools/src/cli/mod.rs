@@ -4,7 +4,8 @@
 //! A server with no options of its own hands itself over:
 //!
 //! ```no_run
-//! use mcp_tools::{McpServer, ToolSet};
+//! use mcp_tools::McpServer;
+//! use mcp_tools::tools::ToolSet;
 //!
 //! # async fn run() -> std::process::ExitCode {
 //! let server = McpServer::builder("quickstart", "1.0.0")
@@ -21,7 +22,8 @@
 //!
 //! ```no_run
 //! use mcp_tools::cli::{self, Mode};
-//! use mcp_tools::{McpServer, MemoryStore, ToolSet};
+//! use mcp_tools::{McpServer, MemoryStore};
+//! use mcp_tools::tools::ToolSet;
 //!
 //! #[derive(clap::Args)]
 //! struct Options {

@@ -118,7 +118,7 @@ impl JsonSchema for Recovery {
 }
 
 /// A code a tool's own error type can answer with, as that type declares it: what the code
-/// means and what to do about it. `#[derive(ToolError)]` lists one per variant; the stateful
+/// means and what to do about it. `#[derive(IntoToolError)]` lists one per variant; the stateful
 /// tools publish them in their output schema and their concurrency contract.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DomainCode {

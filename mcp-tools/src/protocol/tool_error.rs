@@ -130,7 +130,7 @@ pub trait IntoToolError {
 
     /// Every code a value of this type can convert to, when the type declares them: a stateful
     /// tool whose error type declares its codes publishes exactly those in its output schema.
-    /// `None` (the default) leaves the set open. `#[derive(ToolError)]` declares them.
+    /// `None` (the default) leaves the set open. `#[derive(IntoToolError)]` declares them.
     fn declared_codes() -> Option<&'static [DomainCode]>
     where
         Self: Sized,

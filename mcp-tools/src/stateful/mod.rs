@@ -25,7 +25,8 @@
 //!
 //! use mcp_tools::stateful::{self, ExpectedVersion, MutationSpec, StatefulReply, WithRaw};
 //! use mcp_tools::store::{ConflictPolicy, Entity, Transition};
-//! use mcp_tools::{Context, Tool, ToolInfo};
+//! use mcp_tools::Context;
+//! use mcp_tools::tools::{Tool, ToolInfo};
 //! use schemars::JsonSchema;
 //! use serde::{Deserialize, Serialize};
 //!

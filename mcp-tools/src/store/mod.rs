@@ -10,10 +10,10 @@
 //! or `replayed`.
 //!
 //! ```
-//! use mcp_tools::Principal;
+//! use mcp_tools::MemoryStore;
+//! use mcp_tools::auth::Principal;
 //! use mcp_tools::store::{
-//!     CreateRequest, Fingerprint, MemoryStore, MutationOutcome, MutationRequest, Entity,
-//!     Store, Transition,
+//!     CreateRequest, Entity, Fingerprint, MutationOutcome, MutationRequest, Store, Transition,
 //! };
 //! use schemars::JsonSchema;
 //! use serde::{Deserialize, Serialize};

@@ -36,7 +36,8 @@ use crate::protocol::tool_error::ToolError;
 /// implementation from a plain function; writing it by hand looks like this:
 ///
 /// ```
-/// use mcp_tools::{Context, Tool, ToolInfo};
+/// use mcp_tools::Context;
+/// use mcp_tools::tools::{Tool, ToolInfo};
 /// use schemars::JsonSchema;
 /// use serde::Deserialize;
 ///
@@ -226,7 +227,7 @@ impl ToolInfo {
     }
 
     /// Adds an entry to the tool's `_meta` in `tools/list`. Keys follow the `_meta` key grammar
-    /// and carry a prefix of your own; `io.modelcontextprotocol/` and `STATE_CONTRACT_META_KEY`
+    /// and carry a prefix of your own; `io.modelcontextprotocol/` and `STATE_META_KEY`
     /// are taken.
     pub fn with_meta(mut self, key: impl Into<String>, value: Value) -> Self {
         self.meta

@@ -15,7 +15,8 @@ use crate::tools::{Erased, ErasedTool, Tool, ToolDefinition};
 /// An ordered collection of tools, in the order `tools/list` returns them.
 ///
 /// ```
-/// # use mcp_tools::{Context, NoArgs, Tool, ToolInfo, ToolSet};
+/// # use mcp_tools::Context;
+/// # use mcp_tools::tools::{NoArgs, Tool, ToolInfo, ToolSet};
 /// # struct Hello;
 /// # impl Tool for Hello {
 /// #     type Args = NoArgs;

@@ -45,7 +45,8 @@ impl McpServer {
     /// with an empty `HeaderMap`.
     ///
     /// ```no_run
-    /// use mcp_tools::{McpServer, ToolSet};
+    /// use mcp_tools::McpServer;
+    /// use mcp_tools::tools::ToolSet;
     ///
     /// #[tokio::main]
     /// async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -90,7 +91,8 @@ impl McpServer {
     /// and the `authenticate` hook sees an empty `HeaderMap`.
     ///
     /// ```
-    /// # use mcp_tools::{McpServer, ToolSet};
+    /// # use mcp_tools::McpServer;
+    /// # use mcp_tools::tools::ToolSet;
     /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
     /// use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
     ///
