@@ -360,11 +360,19 @@ fn prepare(
         authorize(access, route, &snapshot, tool, &params)?;
     }
     let principal = &caller.principal;
-    if let (Some(tool), Transport::Http(headers), false) = (tool, transport, legacy) {
+    // Legacy requests too: a client of an earlier revision sends no mirror, but one it sends
+    // must agree, so an intermediary that routes or authorizes on it sees what runs.
+    if let (Some(tool), Transport::Http(headers)) = (tool, transport) {
+        let presence = if legacy {
+            Presence::IfSent
+        } else {
+            Presence::Required
+        };
         check_param_headers(
             &snapshot.catalog.tools[tool].param_headers,
             &params,
             headers,
+            presence,
         )?;
     }
     let input = rounds::round_input(server, route, &mut params, principal)?;

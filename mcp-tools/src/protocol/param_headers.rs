@@ -5,7 +5,7 @@ use http::{HeaderMap, HeaderName};
 use serde_json::{Map, Value};
 
 use crate::protocol::error::RpcError;
-use crate::protocol::headers::header_text;
+use crate::protocol::headers::{Presence, header_text};
 
 /// One argument mirrored in a header, with its header name parsed once, when the tool is built.
 #[derive(Debug, Clone)]
@@ -358,6 +358,7 @@ pub(crate) fn check_param_headers(
     declared: &[ParamHeader],
     params: &Map<String, Value>,
     headers: &HeaderMap,
+    presence: Presence,
 ) -> Result<(), RpcError> {
     let empty = Map::new();
     let arguments = params
@@ -371,6 +372,8 @@ pub(crate) fn check_param_headers(
         match (lookup(arguments, &declaration.path), header) {
             (None | Some(Value::Null), None) => {}
             (Some(value), Some(header)) if agrees(&header, value) => {}
+            // A client of an earlier revision sends no mirror; one it does send must agree.
+            (Some(_), None) if presence == Presence::IfSent => {}
             (Some(value), None) if !value.is_null() => {
                 return Err(RpcError::header_mismatch(format!(
                     "Missing required header {}: it must mirror the argument {}",
@@ -665,9 +668,9 @@ mod tests {
         us.insert("mcp-param-region", "us".parse().unwrap());
 
         let region = call(json!({ "region": "eu" }));
-        assert!(check_param_headers(tool, &region, &eu).is_ok());
+        assert!(check_param_headers(tool, &region, &eu, Presence::Required).is_ok());
         // The client is told to add the header rather than that some value disagreed.
-        let missing = check_param_headers(tool, &region, &none).unwrap_err();
+        let missing = check_param_headers(tool, &region, &none, Presence::Required).unwrap_err();
         assert_eq!(missing.code(), -32020);
         assert!(
             missing
@@ -676,7 +679,7 @@ mod tests {
             "{}",
             missing.message()
         );
-        let wrong = check_param_headers(tool, &region, &us).unwrap_err();
+        let wrong = check_param_headers(tool, &region, &us, Presence::Required).unwrap_err();
         assert_eq!(wrong.code(), -32020);
         assert!(
             wrong
@@ -685,10 +688,21 @@ mod tests {
             "{}",
             wrong.message()
         );
+        // A client of an earlier revision sends no mirror, but one it sends must agree.
+        assert!(check_param_headers(tool, &region, &none, Presence::IfSent).is_ok());
+        assert!(check_param_headers(tool, &region, &eu, Presence::IfSent).is_ok());
+        let legacy_wrong = check_param_headers(tool, &region, &us, Presence::IfSent).unwrap_err();
+        assert_eq!(legacy_wrong.code(), -32020);
+        let legacy_extra =
+            check_param_headers(tool, &call(json!({})), &eu, Presence::IfSent).unwrap_err();
+        assert_eq!(legacy_extra.code(), -32020);
         // An absent or null argument needs no header, and must not get one.
         for absent in [json!({}), json!({ "region": null })] {
-            assert!(check_param_headers(tool, &call(absent.clone()), &none).is_ok());
-            let extra = check_param_headers(tool, &call(absent.clone()), &eu).unwrap_err();
+            assert!(
+                check_param_headers(tool, &call(absent.clone()), &none, Presence::Required).is_ok()
+            );
+            let extra = check_param_headers(tool, &call(absent.clone()), &eu, Presence::Required)
+                .unwrap_err();
             assert!(
                 extra.message().starts_with("Header mismatch"),
                 "{absent}: {}",
