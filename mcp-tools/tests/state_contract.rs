@@ -882,6 +882,13 @@ async fn history_is_pruned_by_count<S: Store>(open: Open<'_, S>) {
     assert_eq!(rejected.details, Some(json!({ "current_version": 6 })));
     assert!(ahead.text().contains("Read the basket first"));
     assert_matches_schema(&ahead);
+    for beyond in [i64::MAX as u64 + 1, u64::MAX] {
+        let send = request(alice(), &handle, "s", Some(beyond), None, json!(0));
+        expect_rejected(
+            &mutate(&store, send, set_storage(0)).await,
+            code::FUTURE_VERSION,
+        );
+    }
     let read = store
         .read(ReadRequest {
             kind: Basket::kind(),
@@ -945,6 +952,24 @@ async fn reads_since_a_version<S: Store>(open: Open<'_, S>) {
     };
     assert_eq!(rejected.code, code::FUTURE_VERSION);
     assert_eq!(rejected.details, Some(json!({ "current_version": 6 })));
+    // Past what a signed 64-bit column holds, too: one answer on every store, never a failure
+    // of the store.
+    for beyond in [i64::MAX as u64, i64::MAX as u64 + 1, u64::MAX] {
+        let ahead = since(beyond).await;
+        let ReadOutcome::Rejected(rejected) = &ahead else {
+            panic!("expected FUTURE_VERSION since {beyond}, got {ahead:?}");
+        };
+        assert_eq!(rejected.code, code::FUTURE_VERSION, "since {beyond}");
+    }
+    let unknown = ReadRequest::new(Basket::kind(), alice(), "bsk_AAAAAAAAAAAAAAAAAAAAAAAAAAA")
+        .since(u64::MAX);
+    let unknown = within("a read of an unknown basket", store.read(unknown))
+        .await
+        .unwrap();
+    assert!(
+        matches!(&unknown, ReadOutcome::Rejected(rejected) if rejected.code == code::NOT_FOUND),
+        "{unknown:?}"
+    );
 
     let opened = open_account(&store).await;
     let deposit = Transition::typed(|account: &mut Account| {

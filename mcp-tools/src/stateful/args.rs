@@ -191,6 +191,9 @@ pub fn input_schema<T: JsonSchema, R: IsEntity>(
     schema
 }
 
+/// The largest version any store holds: versions are signed 64-bit integers in SQL.
+pub const MAX_VERSION: u64 = i64::MAX as u64;
+
 /// The `expected_version` argument: a version number, or the validator a result issued for it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ExpectedVersion {
@@ -211,6 +214,11 @@ impl<'de> Deserialize<'de> for ExpectedVersion {
             fn visit_u64<E: serde::de::Error>(self, version: u64) -> Result<Self::Value, E> {
                 if version == 0 {
                     return Err(E::custom("versions start at 1"));
+                }
+                // Every store answers the same for a version no resource can reach, rather
+                // than one of them failing to bind it.
+                if version > MAX_VERSION {
+                    return Err(E::custom(format!("a version is at most {MAX_VERSION}")));
                 }
                 Ok(ExpectedVersion::Number(version))
             }
@@ -249,6 +257,7 @@ impl JsonSchema for ExpectedVersion {
         schemars::json_schema!({
             "type": ["integer", "string"],
             "minimum": 1,
+            "maximum": MAX_VERSION,
             "minLength": 1,
             "maxLength": 200
         })
@@ -331,7 +340,13 @@ mod tests {
         let decode = |value: Value| serde_json::from_value::<ExpectedVersion>(value).ok();
         assert_eq!(decode(json!(3)), Some(ExpectedVersion::Number(3)));
         assert_eq!(decode(json!(3.0)), Some(ExpectedVersion::Number(3)));
+        assert_eq!(
+            decode(json!(MAX_VERSION)),
+            Some(ExpectedVersion::Number(MAX_VERSION))
+        );
         for not_a_version in [
+            json!(MAX_VERSION + 1),
+            json!(u64::MAX),
             json!(0),
             json!(-3),
             json!(0.0),

@@ -86,7 +86,9 @@ mod render;
 mod run;
 pub(crate) mod trace;
 
-pub use args::{ExpectedVersion, Injected, PayloadArgument, WithRaw, fingerprint, input_schema};
+pub use args::{
+    ExpectedVersion, Injected, MAX_VERSION, PayloadArgument, WithRaw, fingerprint, input_schema,
+};
 pub use published::{PublishedPolicy, StatefulContract, ToolKind, no_domain_codes};
 pub use run::{CreateSpec, MutationSpec, create, mutate, read, read_result, tool_error};
 

@@ -560,7 +560,10 @@ impl Inner {
             .prepare_cached(&self.sql.read)
             .await
             .map_err(backend)?;
-        let since = since.map(txn::version_to_sql).transpose()?;
+        // No version past `i64::MAX` exists, so asking since one reads no history, as asking
+        // since any version the resource never reached does; the boundary then answers
+        // FUTURE_VERSION, as every store does, instead of the bind failing the store.
+        let since = since.map(|version| i64::try_from(version).unwrap_or(i64::MAX));
         client
             .query_one(&read, &[&handle, &since])
             .await
