@@ -1,7 +1,8 @@
 //! JWT access tokens (RFC 9068) checked against the authorization server's keys: a JWKS fetched
 //! from its URL and cached, or keys given up front.
 
-use std::sync::RwLock;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
 use jsonwebtoken::errors::ErrorKind;
@@ -25,7 +26,10 @@ pub const DEFAULT_LEEWAY: Duration = Duration::from_secs(60);
 pub const DEFAULT_JWKS_COOLDOWN: Duration = Duration::from_secs(30);
 
 /// How long fetched keys are used before they are fetched again, by default: 10 minutes.
-/// Keys that cannot be refreshed stay in use until a fetch succeeds.
+/// Older keys are refreshed in the background while requests go on using them, so no request
+/// waits for the refresh of a key it has; keys that cannot be refreshed stay in use until a
+/// fetch succeeds, and a failed refresh is retried after [`DEFAULT_JWKS_COOLDOWN`], then after
+/// twice as long each time, up to the max age.
 pub const DEFAULT_JWKS_MAX_AGE: Duration = Duration::from_secs(600);
 
 /// The largest JWKS document accepted: 256 KiB.
@@ -57,7 +61,7 @@ pub struct JwtVerifier {
 
 enum Keys {
     Fixed(KeySet),
-    Remote(Box<RemoteKeys>),
+    Remote(Arc<RemoteKeys>),
 }
 
 impl JwtVerifier {
@@ -70,12 +74,13 @@ impl JwtVerifier {
             issuer: issuer.into(),
             algorithms: DEFAULT_ALGORITHMS.to_vec(),
             leeway: DEFAULT_LEEWAY,
-            keys: Keys::Remote(Box::new(RemoteKeys {
+            keys: Keys::Remote(Arc::new(RemoteKeys {
                 fetcher: Fetcher::new(jwks_url, "JWKS", MAX_JWKS_BYTES, DEFAULT_FETCH_TIMEOUT)?,
                 cooldown: DEFAULT_JWKS_COOLDOWN,
                 max_age: DEFAULT_JWKS_MAX_AGE,
                 cache: RwLock::new(Cache::default()),
                 refresh: tokio::sync::Mutex::new(()),
+                refreshing: AtomicBool::new(false),
             })),
         })
     }
@@ -131,7 +136,7 @@ impl JwtVerifier {
     /// The least time between two fetches caused by unknown key ids (default
     /// [`DEFAULT_JWKS_COOLDOWN`]). No effect with fixed keys.
     pub fn jwks_cooldown(mut self, cooldown: Duration) -> Self {
-        if let Keys::Remote(remote) = &mut self.keys {
+        if let Some(remote) = self.remote_mut() {
             remote.cooldown = cooldown;
         }
         self
@@ -140,7 +145,7 @@ impl JwtVerifier {
     /// How long fetched keys are used before being fetched again (default
     /// [`DEFAULT_JWKS_MAX_AGE`]). No effect with fixed keys.
     pub fn jwks_max_age(mut self, max_age: Duration) -> Self {
-        if let Keys::Remote(remote) = &mut self.keys {
+        if let Some(remote) = self.remote_mut() {
             remote.max_age = max_age;
         }
         self
@@ -148,11 +153,19 @@ impl JwtVerifier {
 
     /// How long one JWKS fetch may take (default 5 s). No effect with fixed keys.
     pub fn fetch_timeout(mut self, timeout: Duration) -> Result<Self, ConfigError> {
-        if let Keys::Remote(remote) = &mut self.keys {
+        if let Some(remote) = self.remote_mut() {
             remote.fetcher =
                 Fetcher::new(remote.fetcher.url.as_str(), "JWKS", MAX_JWKS_BYTES, timeout)?;
         }
         Ok(self)
+    }
+
+    /// The remote keys to configure: the verifier is configured before anything shares them.
+    fn remote_mut(&mut self) -> Option<&mut RemoteKeys> {
+        match &mut self.keys {
+            Keys::Remote(remote) => Arc::get_mut(remote),
+            Keys::Fixed(_) => None,
+        }
     }
 
     async fn check(&self, token: &str) -> Result<VerifiedToken, TokenRejection> {
@@ -325,6 +338,8 @@ struct RemoteKeys {
     cache: RwLock<Cache>,
     /// One fetch at a time: concurrent misses wait for it and then look again.
     refresh: tokio::sync::Mutex<()>,
+    /// Whether a background refresh of old keys is under way.
+    refreshing: AtomicBool,
 }
 
 #[derive(Default)]
@@ -340,6 +355,9 @@ struct Cache {
     generation: u64,
     /// Why the last fetch failed, if it did.
     last_failure: Option<String>,
+    /// Background refreshes of old keys that failed in a row, and when the next may start.
+    stale_failures: u32,
+    stale_retry_at: Option<Instant>,
 }
 
 /// Why the keys were fetched.
@@ -353,21 +371,19 @@ enum Reason {
 
 impl RemoteKeys {
     async fn find(
-        &self,
+        self: &Arc<Self>,
         kid: Option<&str>,
         alg: Algorithm,
     ) -> Result<Option<DecodingKey>, TokenRejection> {
         let seen = self.read().generation;
         let (found, fresh, cooling) = self.look(kid, alg);
-        if found.is_some() && fresh {
-            return Ok(found);
-        }
         if found.is_some() {
-            // Old keys are still good keys: use them if the refresh fails.
-            return match self.fetch(Reason::Stale, seen).await {
-                Ok(()) => Ok(self.look(kid, alg).0.or(found)),
-                Err(_) => Ok(found),
-            };
+            // Old keys are still good keys: the request uses them now, and the refresh runs
+            // beside it, so an authorization server that is slow or down delays no request.
+            if !fresh {
+                self.refresh_in_background(seen);
+            }
+            return Ok(found);
         }
         let reason = if self.has_fetched() {
             Reason::Miss
@@ -381,6 +397,56 @@ impl RemoteKeys {
             .await
             .map_err(TokenRejection::Unavailable)?;
         Ok(self.look(kid, alg).0)
+    }
+
+    /// Starts refreshing old keys on the runtime, unless a refresh is under way or the last one
+    /// failed less than its back-off ago.
+    fn refresh_in_background(self: &Arc<Self>, seen: u64) {
+        if self
+            .read()
+            .stale_retry_at
+            .is_some_and(|at| Instant::now() < at)
+        {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        if self.refreshing.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let remote = Arc::clone(self);
+        runtime.spawn(async move {
+            let refreshed = remote.fetch(Reason::Stale, seen).await;
+            {
+                let mut cache = remote.write();
+                match refreshed {
+                    Ok(()) => {
+                        cache.stale_failures = 0;
+                        cache.stale_retry_at = None;
+                    }
+                    Err(_) => {
+                        cache.stale_failures = cache.stale_failures.saturating_add(1);
+                        let backoff = remote.backoff(cache.stale_failures);
+                        cache.stale_retry_at = Instant::now().checked_add(backoff);
+                    }
+                }
+            }
+            remote.refreshing.store(false, Ordering::Release);
+        });
+    }
+
+    /// How long to wait after `failures` failed refreshes in a row: the cooldown, doubled for
+    /// each further failure, at most the max age.
+    fn backoff(&self, failures: u32) -> Duration {
+        let doublings = failures.saturating_sub(1).min(16);
+        self.cooldown
+            .saturating_mul(1 << doublings)
+            .min(self.max_age.max(self.cooldown))
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, Cache> {
+        self.cache.write().unwrap_or_else(|e| e.into_inner())
     }
 
     fn has_fetched(&self) -> bool {
@@ -537,5 +603,20 @@ mod tests {
         }))
         .unwrap();
         assert_eq!(spaced.aud.unwrap().into_vec(), ["https://other https://a"]);
+    }
+
+    #[test]
+    fn a_failed_refresh_backs_off_doubling_up_to_the_max_age() {
+        let verifier =
+            JwtVerifier::with_jwks("https://as.example.com", "https://as.example.com/jwks")
+                .unwrap()
+                .jwks_cooldown(Duration::from_secs(30))
+                .jwks_max_age(Duration::from_secs(600));
+        let Keys::Remote(remote) = &verifier.keys else {
+            panic!("remote keys");
+        };
+        let waits: Vec<u64> = (1..=7).map(|n| remote.backoff(n).as_secs()).collect();
+        assert_eq!(waits, [30, 60, 120, 240, 480, 600, 600]);
+        assert_eq!(remote.backoff(u32::MAX).as_secs(), 600);
     }
 }
