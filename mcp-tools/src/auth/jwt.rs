@@ -49,13 +49,20 @@ const DEFAULT_ALGORITHMS: &[Algorithm] = &[
     Algorithm::EdDSA,
 ];
 
-/// Verifies JWT access tokens: signature by an accepted algorithm with a key of the issuer,
-/// `iss`, `exp` and `nbf` (with leeway), and a `sub`. The audience is checked by the resource
-/// server against its canonical URI. Scopes come from `scope` (space separated) or `scp`.
+/// The `typ` headers of access tokens accepted by default (RFC 9068): an ID token or a logout
+/// token of the same issuer, whose audience may happen to match, is refused for its type.
+pub const ACCESS_TOKEN_TYPES: &[&str] = &["at+jwt", "application/at+jwt"];
+
+/// Verifies JWT access tokens: signature by an accepted algorithm with a key of the issuer, the
+/// `typ` header of an access token (RFC 9068; see [`token_types`](Self::token_types)), `iss`,
+/// `exp` and `nbf` (with leeway), and a `sub`. The audience is checked by the resource server
+/// against its canonical URI. Scopes come from `scope` (space separated) or `scp`.
 pub struct JwtVerifier {
     issuer: String,
     algorithms: Vec<Algorithm>,
     leeway: Duration,
+    /// The accepted `typ` headers, lowercase; `None` accepts any, or none.
+    types: Option<Vec<String>>,
     keys: Keys,
 }
 
@@ -74,6 +81,7 @@ impl JwtVerifier {
             issuer: issuer.into(),
             algorithms: DEFAULT_ALGORITHMS.to_vec(),
             leeway: DEFAULT_LEEWAY,
+            types: Some(default_types()),
             keys: Keys::Remote(Arc::new(RemoteKeys {
                 fetcher: Fetcher::new(jwks_url, "JWKS", MAX_JWKS_BYTES, DEFAULT_FETCH_TIMEOUT)?,
                 cooldown: DEFAULT_JWKS_COOLDOWN,
@@ -99,6 +107,7 @@ impl JwtVerifier {
             issuer: issuer.into(),
             algorithms: DEFAULT_ALGORITHMS.to_vec(),
             leeway: DEFAULT_LEEWAY,
+            types: Some(default_types()),
             keys: Keys::Fixed(keys),
         })
     }
@@ -125,6 +134,35 @@ impl JwtVerifier {
         }
         self.algorithms = algorithms;
         Ok(self)
+    }
+
+    /// The `typ` headers accepted (compared without case), replacing [`ACCESS_TOKEN_TYPES`]:
+    /// for an authorization server that types its access tokens otherwise. `typ` is then
+    /// required, and must be one of them.
+    pub fn token_types<I, S>(mut self, types: I) -> Result<Self, ConfigError>
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        let types: Vec<String> = types
+            .into_iter()
+            .map(|t| t.into().to_ascii_lowercase())
+            .collect();
+        if types.is_empty() {
+            return Err(ConfigError::Invalid(
+                "accept at least one token type, or call any_token_type".into(),
+            ));
+        }
+        self.types = Some(types);
+        Ok(self)
+    }
+
+    /// Accepts a token whatever its `typ` header says, or without one: for an authorization
+    /// server that does not type its access tokens (RFC 9068 asks it to). Then only the
+    /// audience keeps another token of the same issuer out.
+    pub fn any_token_type(mut self) -> Self {
+        self.types = None;
+        self
     }
 
     /// Clock skew tolerated on `exp` and `nbf` (default [`DEFAULT_LEEWAY`]).
@@ -173,6 +211,19 @@ impl JwtVerifier {
         // `alg: none` and unknown algorithms fail here: the header does not parse.
         let header = jsonwebtoken::decode_header(token)
             .map_err(|_| invalid("The bearer token is not a well-formed signed JWT"))?;
+        if let Some(types) = &self.types {
+            let typ = header.typ.as_deref().map(str::to_ascii_lowercase);
+            if !typ.as_ref().is_some_and(|typ| types.contains(typ)) {
+                return Err(TokenRejection::Invalid(format!(
+                    "The bearer token is not an access token: its `typ` header is {}, not {}",
+                    header
+                        .typ
+                        .as_deref()
+                        .map_or("missing".to_owned(), |typ| format!("{typ:?}")),
+                    types.first().map_or("", String::as_str)
+                )));
+            }
+        }
         if !self.algorithms.contains(&header.alg) {
             return Err(TokenRejection::Invalid(format!(
                 "The bearer token is signed with {:?}, which this server does not accept",
@@ -223,6 +274,10 @@ impl TokenVerifier for JwtVerifier {
     fn verify<'a>(&'a self, token: &'a str) -> VerifyFuture<'a> {
         Box::pin(self.check(token))
     }
+}
+
+fn default_types() -> Vec<String> {
+    ACCESS_TOKEN_TYPES.iter().map(|t| (*t).to_owned()).collect()
 }
 
 /// What a validation failure tells the caller.

@@ -34,8 +34,8 @@ pub use introspection::{
 };
 #[cfg(feature = "oauth")]
 pub use jwt::{
-    Algorithm, DEFAULT_JWKS_COOLDOWN, DEFAULT_JWKS_MAX_AGE, DEFAULT_LEEWAY, JwtVerifier,
-    MAX_JWKS_BYTES,
+    ACCESS_TOKEN_TYPES, Algorithm, DEFAULT_JWKS_COOLDOWN, DEFAULT_JWKS_MAX_AGE, DEFAULT_LEEWAY,
+    JwtVerifier, MAX_JWKS_BYTES,
 };
 pub use oauth::{DEFAULT_MAX_TOKEN_BYTES, OAuth};
 pub use principal::Principal;
