@@ -51,10 +51,10 @@ trap drop_database EXIT
 psql "$url" -qc "CREATE DATABASE $database" >/dev/null
 settings="$(psql "$bench_url" -Atc "SELECT 'fsync=' || current_setting('fsync') || ', synchronous_commit=' || current_setting('synchronous_commit')")"
 
-head -c 32 /dev/urandom >"$work/cursor.key"
+head -c 32 /dev/urandom >"$work/signing.key"
 declare -a urls=() replica_pids=()
 for i in 0 1 2; do
-  start basket "$((port + i))" --postgres "$bench_url" --cursor-key-file "$work/cursor.key"
+  start basket "$((port + i))" --postgres "$bench_url" --signing-key-file "$work/signing.key"
   replica_pids+=("$started_pid")
   urls+=("http://127.0.0.1:$((port + i))/mcp")
 done

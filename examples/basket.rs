@@ -6,7 +6,7 @@
 //! (and by the bare command) and `call`: `--db PATH` (another SQLite file), `--memory` (keep
 //! state in memory), `--postgres URL` (a PostgreSQL database shared by replicas on many hosts;
 //! a URL or libpq `key=value` string, completed from the `PG*` environment variables), and
-//! `--cursor-key-file PATH` (the secret replicas share to sign cursors, request states, validators
+//! `--signing-key-file PATH` (the secret replicas share to sign cursors, request states, validators
 //! and task ids), `--task-lease-ms MS` (how soon a task whose replica died is marked failed), and
 //! `--max-running-tasks N` / `--max-running-tasks-per-principal N` (the caps on running tasks).
 //! `schema`, `docs`, `list` and `contract` open no store.
@@ -48,10 +48,12 @@ struct Options {
     /// pairs; what it leaves out, a password say, comes from PGHOST, PGUSER, PGPASSWORD, ...).
     #[arg(long, value_name = "URL", conflicts_with = "db")]
     postgres: Option<String>,
-    /// Sign cursors, request states and validators with the secret in PATH: replicas behind one
-    /// load balancer share it (without it each process draws a random key).
-    #[arg(long, value_name = "PATH")]
-    cursor_key_file: Option<PathBuf>,
+    /// Sign cursors, request states, validators and task ids with the secret in PATH (32 bytes
+    /// or more): every replica behind one load balancer reads the same file. With a SQLite file
+    /// and no key file, the key is kept in `<db>.key` (made on the first start), so processes on
+    /// this host and restarts share it; PostgreSQL replicas must be given one.
+    #[arg(long, value_name = "PATH", env = "MCP_SIGNING_KEY_FILE")]
+    signing_key_file: Option<PathBuf>,
     /// How long a task's lease lasts past its last renewal, in milliseconds: a task whose
     /// replica died is marked failed this long after (default 10000).
     #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u64).range(100..))]
@@ -101,6 +103,24 @@ fn oauth(options: &Options) -> Result<Option<OAuth>, BuildFailure> {
     ))
 }
 
+/// Writes 32 random bytes to `path`, readable by this user only, unless the file exists.
+fn make_key_file(path: &std::path::Path) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create_new(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    match options.open(path) {
+        Ok(mut file) => {
+            let mut key = [0u8; 32];
+            getrandom::fill(&mut key).map_err(std::io::Error::other)?;
+            file.write_all(&key)
+        }
+        Err(error) if error.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        Err(error) => Err(error),
+    }
+}
+
 /// The basket server for what the command needs: only its declarations to describe it, its
 /// store and OAuth settings to serve or call it.
 async fn server(mode: Mode<Options>) -> Result<McpServer, BuildFailure> {
@@ -140,11 +160,25 @@ async fn server(mode: Mode<Options>) -> Result<McpServer, BuildFailure> {
         tasks = tasks.max_running_per_principal(usize::try_from(max).unwrap_or(usize::MAX));
     }
     let mut builder = builder.store(store).task_options(tasks);
-    if let Some(path) = &options.cursor_key_file {
-        let key = std::fs::read(path).map_err(|error| {
-            BuildFailure::from(format!("--cursor-key-file {}: {error}", path.display()))
+    let key_file = match &options.signing_key_file {
+        Some(path) => Some(path.clone()),
+        // One host: the key lives next to the database file, made once.
+        None if !options.memory && options.postgres.is_none() => {
+            let mut path = options.db.clone().into_os_string();
+            path.push(".key");
+            let path = PathBuf::from(path);
+            make_key_file(&path).map_err(|error| {
+                BuildFailure::from(format!("signing key {}: {error}", path.display()))
+            })?;
+            Some(path)
+        }
+        None => None,
+    };
+    if let Some(path) = key_file {
+        let key = std::fs::read(&path).map_err(|error| {
+            BuildFailure::from(format!("--signing-key-file {}: {error}", path.display()))
         })?;
-        builder = builder.cursor_key(key);
+        builder = builder.signing_key(key);
     }
     if let Some(oauth) = oauth(options)? {
         tracing::info!(

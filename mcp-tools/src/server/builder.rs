@@ -86,7 +86,22 @@ pub enum BuildError {
     /// The OAuth resource server settings are incomplete or contradictory.
     #[error("invalid OAuth settings: {0}")]
     InvalidOAuth(String),
+    /// A signing key shorter than [`MIN_SIGNING_KEY_BYTES`]: what it signs could be forged
+    /// offline by trying keys.
+    #[error(
+        "the signing key is {0} bytes long: use at least 32 bytes from a good random source (for example `head -c 32 /dev/urandom`)"
+    )]
+    WeakSigningKey(usize),
+    /// The store is shared by processes or outlives one, and no signing key was given: each
+    /// process would draw its own, and refuse what the others (or it before a restart) issued.
+    #[error(
+        "the store is shared by processes or outlives one: give every process the same signing key with `.signing_key(..)` (32 bytes or more), or accept a per-process key with `.per_process_signing_key()`"
+    )]
+    SigningKeyRequired,
 }
+
+/// The shortest signing key accepted: 32 bytes, the output size of the HMAC's hash.
+pub const MIN_SIGNING_KEY_BYTES: usize = 32;
 
 impl From<InvalidTool> for BuildError {
     fn from(invalid: InvalidTool) -> Self {
@@ -128,7 +143,8 @@ pub struct McpServerBuilder {
     catalog: Offer,
     state: http::Extensions,
     pub(crate) settings: ListSettings,
-    cursor_key: Option<Vec<u8>>,
+    signing_key: Option<Vec<u8>>,
+    per_process_key: bool,
     accepted_keys: Vec<(Vec<u8>, SystemTime)>,
     body_limit: usize,
     hosts: HostPolicy,
@@ -179,7 +195,8 @@ impl McpServerBuilder {
                 ttl_ms: 300_000,
                 scope: CacheScope::Public,
             },
-            cursor_key: None,
+            signing_key: None,
+            per_process_key: false,
             accepted_keys: Vec::new(),
             body_limit: DEFAULT_BODY_LIMIT,
             hosts: HostPolicy::loopback(),
@@ -285,25 +302,37 @@ impl McpServerBuilder {
         self
     }
 
-    /// The HMAC-SHA256 key that signs pagination cursors, multi-round request state, and the
-    /// validators and reconfirmations of stateful tools.
+    /// The HMAC-SHA256 key that signs what clients carry between requests: pagination cursors,
+    /// multi-round request state, the validators and confirmations of stateful tools, and task
+    /// ids. At least [`MIN_SIGNING_KEY_BYTES`] (32) bytes, from a good random source.
     ///
     /// Every replica behind one load balancer must use the same key, so a listing started on one
-    /// continues on another and a validator one issued is accepted by the next. Without a key
-    /// each process draws a random one at start-up, which suits a single process only (after a
-    /// restart, earlier validators are refused as `INVALID_VALIDATOR`: read again).
-    pub fn cursor_key(mut self, key: impl Into<Vec<u8>>) -> Self {
-        self.cursor_key = Some(key.into());
+    /// continues on another and a validator one issued is accepted by the next; and a durable
+    /// store needs the same key after a restart, or the validators and task ids issued before it
+    /// no longer open. So a server whose store is shared by processes or outlives one
+    /// ([`Store::shared_by_processes`], true of [`SqliteStore`](crate::SqliteStore) and
+    /// `PostgresStore`) does not build without one, unless told
+    /// [`per_process_signing_key`](Self::per_process_signing_key).
+    pub fn signing_key(mut self, key: impl Into<Vec<u8>>) -> Self {
+        self.signing_key = Some(key.into());
+        self
+    }
+
+    /// Draws a random signing key at start-up even though the store is shared or durable: for a
+    /// single process that may refuse what it issued before a restart (validators answer
+    /// `INVALID_VALIDATOR`: read again), in tests and development.
+    pub fn per_process_signing_key(mut self) -> Self {
+        self.per_process_key = true;
         self
     }
 
     /// Also accepts, until `until`, what `key` signed (cursors, request states, validators,
-    /// confirmations), while [`cursor_key`](Self::cursor_key) signs everything new. Rolling the
+    /// confirmations), while [`signing_key`](Self::signing_key) signs everything new. Rolling the
     /// key across replicas takes two deploys: first every replica accepts the new key while still
     /// signing with the old one; then every replica signs with the new key and accepts the old
     /// one for as long as values it signed may come back (a request state lives 15 minutes;
     /// cursors and validators as long as clients keep them). Several keys may be accepted.
-    pub fn accept_cursor_key(mut self, key: impl Into<Vec<u8>>, until: SystemTime) -> Self {
+    pub fn accept_signing_key(mut self, key: impl Into<Vec<u8>>, until: SystemTime) -> Self {
         self.accepted_keys.push((key.into(), until));
         self
     }
@@ -476,16 +505,24 @@ impl McpServerBuilder {
                 "endpoint_path must start with '/'",
             ));
         }
-        let key = match self.cursor_key {
-            Some(key) if key.is_empty() => {
-                return Err(BuildError::InvalidSetting("cursor_key must not be empty"));
+        let key = match self.signing_key {
+            Some(key) if key.len() < MIN_SIGNING_KEY_BYTES => {
+                return Err(BuildError::WeakSigningKey(key.len()));
             }
             Some(key) => key,
+            None if !self.per_process_key
+                && self
+                    .store
+                    .as_ref()
+                    .is_some_and(|store| store.shared_by_processes()) =>
+            {
+                return Err(BuildError::SigningKeyRequired);
+            }
             None => {
                 let mut key = vec![0; 32];
                 getrandom::fill(&mut key).map_err(|_| {
                     BuildError::InvalidSetting(
-                        "no system randomness for the cursor key; set cursor_key",
+                        "no system randomness for the signing key; set signing_key",
                     )
                 })?;
                 key
@@ -504,10 +541,8 @@ impl McpServerBuilder {
             .map_err(BuildError::InvalidSetting)?;
         let mut accepted = Vec::new();
         for (key, until) in self.accepted_keys {
-            if key.is_empty() {
-                return Err(BuildError::InvalidSetting(
-                    "an accepted cursor key must not be empty",
-                ));
+            if key.len() < MIN_SIGNING_KEY_BYTES {
+                return Err(BuildError::WeakSigningKey(key.len()));
             }
             let until = until
                 .duration_since(SystemTime::UNIX_EPOCH)

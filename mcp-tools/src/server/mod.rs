@@ -21,7 +21,8 @@ pub(crate) mod rate;
 
 pub use crate::protocol::result::CacheScope;
 pub use builder::{
-    BuildError, DEFAULT_BODY_LIMIT, DEFAULT_MAX_LISTENS_PER_PRINCIPAL, McpServerBuilder,
+    BuildError, DEFAULT_BODY_LIMIT, DEFAULT_MAX_LISTENS_PER_PRINCIPAL, MIN_SIGNING_KEY_BYTES,
+    McpServerBuilder,
 };
 pub(crate) use catalog::{Base, Listing, Offer, Snapshot, Visible};
 pub(crate) use edits::Change;

@@ -23,7 +23,7 @@ pub(crate) mod field {
 /// Records which state a stateful call acted on into the request's span (declared in
 /// `dispatch/trace.rs`): the handle, the version the caller expected, the version it ended at
 /// and the outcome. Where callers are anonymous a handle is a bearer capability, so the span
-/// gets a keyed digest of it instead (the same on every replica sharing the cursor key).
+/// gets a keyed digest of it instead (the same on every replica sharing the signing key).
 pub(super) fn record_state(
     cx: &Context,
     handle: Option<&str>,

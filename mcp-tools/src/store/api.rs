@@ -495,6 +495,14 @@ pub trait Store: super::tasks::TaskStore {
     /// expired longer ago than the ledger retention: until then an expired handle still answers
     /// `EXPIRED`, afterwards `NOT_FOUND`. Stores also prune now and then on their own.
     fn prune(&self) -> StoreFuture<'_, PruneReport>;
+
+    /// Whether other processes may share this store, or it outlives the process: then every
+    /// process that serves it needs the same signing key, and the server does not build without
+    /// one (see [`McpServerBuilder::signing_key`](crate::McpServerBuilder::signing_key)). False
+    /// by default, for a store that lives in one process.
+    fn shared_by_processes(&self) -> bool {
+        false
+    }
 }
 
 /// A shared store is a store: several servers (or a server and a maintenance task) can hold one.
@@ -517,6 +525,10 @@ impl<S: Store + ?Sized> Store for std::sync::Arc<S> {
 
     fn prune(&self) -> StoreFuture<'_, PruneReport> {
         (**self).prune()
+    }
+
+    fn shared_by_processes(&self) -> bool {
+        (**self).shared_by_processes()
     }
 }
 

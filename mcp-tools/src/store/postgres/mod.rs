@@ -882,6 +882,11 @@ impl boundary::CreateUnits for PostgresStore {
 }
 
 impl Store for PostgresStore {
+    /// A database replicas on many hosts share.
+    fn shared_by_processes(&self) -> bool {
+        true
+    }
+
     fn create<'a>(&'a self, request: CreateRequest<'a>) -> StoreFuture<'a, MutationOutcome> {
         Box::pin(boundary::create(self, request))
     }

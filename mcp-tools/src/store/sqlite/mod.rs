@@ -440,6 +440,11 @@ impl boundary::CreateUnits for SqliteStore {
 }
 
 impl Store for SqliteStore {
+    /// A file other processes may open, and that outlives this one.
+    fn shared_by_processes(&self) -> bool {
+        true
+    }
+
     fn create<'a>(&'a self, request: CreateRequest<'a>) -> StoreFuture<'a, MutationOutcome> {
         Box::pin(boundary::create(self, request))
     }
