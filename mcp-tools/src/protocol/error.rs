@@ -91,6 +91,42 @@ impl RpcError {
         .with_status(StatusCode::TOO_MANY_REQUESTS)
     }
 
+    /// `-32000`: the caller has `limit` requests in flight already, the most it may (HTTP 429,
+    /// `Retry-After`).
+    pub(crate) fn too_many_in_flight(limit: usize) -> Self {
+        Self::new(
+            codes::TOO_MANY_REQUESTS,
+            format!(
+                "This caller already has {limit} requests in flight, the most it may; retry once one has been answered"
+            ),
+        )
+        .with_data(json!({ "limit": limit }))
+        .with_status(StatusCode::TOO_MANY_REQUESTS)
+        .with_retry_after(std::time::Duration::from_secs(1))
+    }
+
+    /// `-32600` with HTTP 408: the request's body did not arrive within `timeout`.
+    pub(crate) fn body_timeout(timeout: std::time::Duration) -> Self {
+        Self::new(
+            codes::INVALID_REQUEST,
+            format!(
+                "The request body did not arrive within {} ms; send it at once after the headers",
+                timeout.as_millis()
+            ),
+        )
+        .with_status(StatusCode::REQUEST_TIMEOUT)
+    }
+
+    /// `-32603` with HTTP 503: the server buffers as many request bytes as it may right now.
+    pub(crate) fn body_budget_spent() -> Self {
+        Self::new(
+            codes::INTERNAL_ERROR,
+            "The server is receiving as many request bytes as it may at once; retry shortly",
+        )
+        .with_status(StatusCode::SERVICE_UNAVAILABLE)
+        .with_retry_after(std::time::Duration::from_secs(1))
+    }
+
     /// `-32000`: the caller made more `what` than its rate allows (HTTP 429, `Retry-After`).
     pub fn rate_limited(what: &str, wait: std::time::Duration) -> Self {
         let seconds = wait.as_secs_f64().ceil().max(1.0) as u64;

@@ -145,6 +145,8 @@ pub struct McpServerBuilder {
     pub(crate) settings: ListSettings,
     signing_key: Option<Vec<u8>>,
     per_process_key: bool,
+    max_in_flight: usize,
+    max_buffered_body_bytes: usize,
     accepted_keys: Vec<(Vec<u8>, SystemTime)>,
     body_limit: usize,
     hosts: HostPolicy,
@@ -197,6 +199,8 @@ impl McpServerBuilder {
             },
             signing_key: None,
             per_process_key: false,
+            max_in_flight: crate::server::DEFAULT_MAX_IN_FLIGHT_PER_PRINCIPAL,
+            max_buffered_body_bytes: crate::server::DEFAULT_MAX_BUFFERED_BODY_BYTES,
             accepted_keys: Vec::new(),
             body_limit: DEFAULT_BODY_LIMIT,
             hosts: HostPolicy::loopback(),
@@ -410,11 +414,49 @@ impl McpServerBuilder {
 
     /// How long [`McpServer::serve`] waits for a request's headers before closing the connection
     /// (default 10 s, [`DEFAULT_HEADER_READ_TIMEOUT`](crate::server::DEFAULT_HEADER_READ_TIMEOUT)); a
-    /// kept-alive connection idle that long between requests is closed too. A client that opens
-    /// connections and never finishes a request so costs a socket for this long, not forever.
-    /// Streams being answered (subscriptions, long calls) are not affected.
+    /// kept-alive connection idle that long between requests is closed too. With
+    /// [`body_read_timeout`](Self::body_read_timeout) and
+    /// [`write_timeout`](Self::write_timeout), a client that opens connections and then stalls,
+    /// sending or reading, costs a socket for a bounded time, not forever. Streams being answered
+    /// (subscriptions, long calls) are not affected while the client reads them.
     pub fn header_read_timeout(mut self, timeout: Duration) -> Self {
         self.connections.header_read_timeout = timeout;
+        self
+    }
+
+    /// How long a request's body may take to arrive once its headers have (default 30 s,
+    /// [`DEFAULT_BODY_READ_TIMEOUT`](crate::server::DEFAULT_BODY_READ_TIMEOUT)); a late one is
+    /// answered HTTP 408 and its connection closed.
+    pub fn body_read_timeout(mut self, timeout: Duration) -> Self {
+        self.connections.body_read_timeout = timeout;
+        self
+    }
+
+    /// How long a write to a client may make no progress before [`McpServer::serve`] closes the
+    /// connection (default 30 s, [`DEFAULT_WRITE_TIMEOUT`](crate::server::DEFAULT_WRITE_TIMEOUT)):
+    /// a client that stops reading its answer, or a stream it asked for, frees its connection.
+    pub fn write_timeout(mut self, timeout: Duration) -> Self {
+        self.connections.write_timeout = timeout;
+        self
+    }
+
+    /// How many requests one authenticated principal may have in flight at once, answers being
+    /// written included (default 64,
+    /// [`DEFAULT_MAX_IN_FLIGHT_PER_PRINCIPAL`](crate::server::DEFAULT_MAX_IN_FLIGHT_PER_PRINCIPAL)):
+    /// one more is refused with HTTP 429 and `-32000`, so that one token holder cannot take
+    /// every connection. Anonymous callers are one principal together and are not counted: the
+    /// connection cap and the read and write deadlines bound them.
+    pub fn max_in_flight_per_principal(mut self, requests: usize) -> Self {
+        self.max_in_flight = requests;
+        self
+    }
+
+    /// How many bytes of request bodies the server buffers at once, over all requests (default
+    /// 256 MiB, [`DEFAULT_MAX_BUFFERED_BODY_BYTES`](crate::server::DEFAULT_MAX_BUFFERED_BODY_BYTES)):
+    /// past it a request is answered HTTP 503 with `Retry-After`, rather than the process
+    /// running out of memory under many large uploads.
+    pub fn max_buffered_body_bytes(mut self, bytes: usize) -> Self {
+        self.max_buffered_body_bytes = bytes;
         self
     }
 
@@ -498,6 +540,26 @@ impl McpServerBuilder {
         if self.connections.header_read_timeout.is_zero() {
             return Err(BuildError::InvalidSetting(
                 "header_read_timeout must be longer than zero",
+            ));
+        }
+        if self.connections.body_read_timeout.is_zero() {
+            return Err(BuildError::InvalidSetting(
+                "body_read_timeout must be longer than zero",
+            ));
+        }
+        if self.connections.write_timeout.is_zero() {
+            return Err(BuildError::InvalidSetting(
+                "write_timeout must be longer than zero",
+            ));
+        }
+        if self.max_in_flight == 0 {
+            return Err(BuildError::InvalidSetting(
+                "max_in_flight_per_principal must be at least 1",
+            ));
+        }
+        if self.max_buffered_body_bytes < self.body_limit {
+            return Err(BuildError::InvalidSetting(
+                "max_buffered_body_bytes must be at least the body limit",
             ));
         }
         if !self.endpoint_path.starts_with('/') {
@@ -591,6 +653,8 @@ impl McpServerBuilder {
                 legacy_era: self.legacy_era,
                 keep_alive: self.keep_alive,
                 connections: self.connections,
+                in_flight: crate::server::limits::InFlight::new(self.max_in_flight),
+                body_budget: crate::server::limits::BodyBudget::new(self.max_buffered_body_bytes),
                 max_listens: self.max_listens,
                 #[cfg(feature = "rate-limits")]
                 limits,

@@ -27,7 +27,9 @@ pub use builder::{
 pub(crate) use catalog::{Base, Listing, Offer, Snapshot, Visible};
 pub(crate) use edits::Change;
 pub use limits::{
-    DEFAULT_DRAIN_TIMEOUT, DEFAULT_HEADER_READ_TIMEOUT, DEFAULT_MAX_CONNECTIONS, shutdown_signal,
+    DEFAULT_BODY_READ_TIMEOUT, DEFAULT_DRAIN_TIMEOUT, DEFAULT_HEADER_READ_TIMEOUT,
+    DEFAULT_MAX_BUFFERED_BODY_BYTES, DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_IN_FLIGHT_PER_PRINCIPAL,
+    DEFAULT_WRITE_TIMEOUT, shutdown_signal,
 };
 
 use std::sync::{Arc, Mutex};
@@ -60,6 +62,10 @@ pub(crate) struct Shared {
     pub(crate) legacy_era: bool,
     pub(crate) keep_alive: Duration,
     pub(crate) connections: limits::ConnectionLimits,
+    /// The requests each authenticated principal has in flight.
+    pub(crate) in_flight: Arc<limits::InFlight>,
+    /// The request-body bytes buffered at once, over all requests.
+    pub(crate) body_budget: Arc<limits::BodyBudget>,
     /// How many `subscriptions/listen` streams one principal may hold open at once.
     pub(crate) max_listens: usize,
     /// Rate limits on tool calls.

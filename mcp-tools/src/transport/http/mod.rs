@@ -1,5 +1,6 @@
 //! The Streamable HTTP transport: one POST endpoint, checked in the order the protocol pins.
 
+mod deadline;
 pub(crate) mod serve;
 pub(crate) mod sse;
 
@@ -10,6 +11,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get};
 use http::header::{ALLOW, CONTENT_LENGTH, CONTENT_TYPE};
 use http::{HeaderMap, HeaderValue, Method, StatusCode};
+use http_body_util::BodyExt;
 
 use crate::context::Caller;
 use crate::dispatch::{Outcome, Transport};
@@ -17,6 +19,7 @@ use crate::protocol::error::RpcError;
 use crate::protocol::{Envelope, RequestId};
 use crate::server::McpServer;
 use crate::server::access::Target;
+use crate::server::limits::{BodyBytes, InFlightSlot};
 
 const JSON: HeaderValue = HeaderValue::from_static("application/json");
 
@@ -109,22 +112,39 @@ impl McpServer {
             Ok(caller) => caller,
             Err(refusal) => return error_response(&refusal),
         };
+        // Held until the answer's body is written or dropped, so a client that stops reading
+        // still counts against its principal.
+        let slot = match self.shared.in_flight.enter(&caller.principal) {
+            Ok(slot) => slot,
+            Err(refusal) => return closing(error_response(&refusal)),
+        };
         if !is_json(&headers) {
             return error_response(
                 &RpcError::invalid_request("Content-Type must be application/json")
                     .with_status(StatusCode::UNSUPPORTED_MEDIA_TYPE),
             );
         }
-        let body = match self.read_body(&headers, body).await {
+        let (body, reserved) = match self.read_body(&headers, body).await {
             Ok(body) => body,
-            Err(error) => return error_response(&error),
+            // The rest of the body may still be on its way: the connection cannot be reused.
+            Err(error) => return closing(error_response(&error)),
         };
         let envelope = match Envelope::parse(&body) {
             Ok(envelope) => envelope,
             Err(error) => return error_response(&error),
         };
+        // The message is parsed: its bytes go back to the budget.
+        drop((body, reserved));
+        let response = self.answer(envelope, &headers, caller).await;
+        match slot {
+            Some(slot) => response.map(|body| Body::new(Holding { body, _slot: slot })),
+            None => response,
+        }
+    }
+
+    async fn answer(&self, envelope: Envelope, headers: &HeaderMap, caller: Caller) -> Response {
         let outcome =
-            crate::dispatch::handle(self, envelope, Transport::Http(&headers), caller).await;
+            crate::dispatch::handle(self, envelope, Transport::Http(headers), caller).await;
         match outcome {
             Outcome::Accepted => StatusCode::ACCEPTED.into_response(),
             Outcome::Result { id, result } => result_response(&id, &result),
@@ -176,7 +196,13 @@ impl McpServer {
         Ok(caller)
     }
 
-    async fn read_body(&self, headers: &HeaderMap, body: Body) -> Result<Bytes, RpcError> {
+    /// The request's body, within the body limit, the body-read deadline and the server's
+    /// budget of buffered bytes, with the bytes it holds of that budget.
+    async fn read_body(
+        &self,
+        headers: &HeaderMap,
+        body: Body,
+    ) -> Result<(Bytes, BodyBytes), RpcError> {
         let limit = self.shared.body_limit;
         let too_large = || {
             RpcError::invalid_request(format!("The request body exceeds the {limit}-byte limit"))
@@ -189,15 +215,86 @@ impl McpServer {
         if declared.is_some_and(|length| length > limit as u64) {
             return Err(too_large());
         }
-        axum::body::to_bytes(body, limit).await.map_err(|error| {
-            let length_limit = std::error::Error::source(&error)
-                .is_some_and(|source| source.is::<http_body_util::LengthLimitError>());
-            if length_limit {
-                too_large()
-            } else {
-                RpcError::invalid_request(format!("The request body could not be read: {error}"))
+        let timeout = self.shared.connections.body_read_timeout;
+        let mut reserved = self.shared.body_budget.reserve();
+        let read = async {
+            let mut body = http_body_util::Limited::new(body, limit);
+            let failed = |error: Box<dyn std::error::Error + Send + Sync>| {
+                if error.is::<http_body_util::LengthLimitError>() {
+                    too_large()
+                } else {
+                    RpcError::invalid_request(format!(
+                        "The request body could not be read: {error}"
+                    ))
+                }
+            };
+            // One frame is the usual whole body: kept as it came, without a copy.
+            let mut whole: Option<Bytes> = None;
+            let mut buffer = Vec::new();
+            // Bytes count against the budget as they arrive, not as a length promises them.
+            let (mut received, mut accounted) = (0, 0);
+            while let Some(frame) = body.frame().await {
+                let Ok(data) = frame.map_err(failed)?.into_data() else {
+                    continue;
+                };
+                received += data.len();
+                if received > accounted {
+                    if !reserved.grow(received - accounted) {
+                        return Err(RpcError::body_budget_spent());
+                    }
+                    accounted = received;
+                }
+                if whole.is_none() && buffer.is_empty() {
+                    whole = Some(data);
+                    continue;
+                }
+                if let Some(first) = whole.take() {
+                    buffer.extend_from_slice(&first);
+                }
+                buffer.extend_from_slice(&data);
             }
-        })
+            Ok(whole.unwrap_or_else(|| Bytes::from(buffer)))
+        };
+        match tokio::time::timeout(timeout, read).await {
+            Ok(Ok(bytes)) => Ok((bytes, reserved)),
+            Ok(Err(error)) => Err(error),
+            Err(_) => Err(RpcError::body_timeout(timeout)),
+        }
+    }
+}
+
+/// A response after which the connection closes: the request's body may not have been read
+/// whole, so nothing after it could be parsed.
+fn closing(mut response: Response) -> Response {
+    response
+        .headers_mut()
+        .insert(http::header::CONNECTION, HeaderValue::from_static("close"));
+    response
+}
+
+/// An answer's body that holds its request's in-flight slot until it is written or dropped.
+struct Holding {
+    body: Body,
+    _slot: InFlightSlot,
+}
+
+impl http_body::Body for Holding {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, axum::Error>>> {
+        std::pin::Pin::new(&mut self.body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.body.size_hint()
     }
 }
 

@@ -30,9 +30,11 @@ impl McpServer {
     /// past it (their callers see the connection close and may retry elsewhere).
     ///
     /// A connection that does not finish sending a request's headers within the header-read
-    /// timeout is closed, and so is a kept-alive connection idle that long between requests; at
-    /// most `max_connections` are served at once, further ones wait in the listen backlog
-    /// until one closes.
+    /// timeout is closed, and so is a kept-alive connection idle that long between requests; a
+    /// body that does not arrive within the body-read timeout is answered HTTP 408 and its
+    /// connection closed; a connection whose client reads nothing of what it is sent for the
+    /// write timeout is closed. At most `max_connections` are served at once, further ones wait
+    /// in the listen backlog until one closes.
     pub async fn serve_listener<F>(self, listener: TcpListener, shutdown: F) -> std::io::Result<()>
     where
         F: Future<Output = ()> + Send + 'static,
@@ -73,6 +75,7 @@ impl McpServer {
             };
             let _ = stream.set_nodelay(true);
             let service = TowerToHyperService::new(router.clone());
+            let stream = super::deadline::WriteDeadline::new(stream, limits.write_timeout);
             let served = graceful.watch(connection.serve_connection(TokioIo::new(stream), service));
             while connections.try_join_next().is_some() {}
             connections.spawn(async move {
