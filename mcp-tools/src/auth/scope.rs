@@ -16,6 +16,12 @@ pub(crate) fn is_scope_token(scope: &str) -> bool {
 pub(crate) struct Required(pub(crate) Vec<Cow<'static, str>>);
 
 impl Required {
+    /// Requires nothing: an item's own requirement when it names no scope.
+    pub(crate) fn none() -> &'static Required {
+        static NONE: Required = Required(Vec::new());
+        &NONE
+    }
+
     pub(crate) fn new<I, S>(scopes: I) -> Self
     where
         I: IntoIterator<Item = S>,

@@ -379,9 +379,16 @@ fn prepare(
     // Counted once the call is known to be well formed, and before any stream opens, so a
     // refusal is a real HTTP 429.
     #[cfg(feature = "rate-limits")]
-    if let (Route::CallTool, Some(tool)) = (route, tool) {
-        let name = &snapshot.catalog.tools[tool].definition.name;
-        server.shared.limits.check(principal, name)?;
+    match (route, tool) {
+        (Route::CallTool, Some(tool)) => {
+            let name = &snapshot.catalog.tools[tool].definition.name;
+            server.shared.limits.check(principal, name)?;
+        }
+        // Each of these reads the store (a stream, at every poll), so they count too.
+        (Route::Listen | Route::TaskGet | Route::TaskUpdate | Route::TaskCancel, _) => {
+            server.shared.limits.check(principal, method.as_str())?;
+        }
+        _ => {}
     }
     let listen_slot = match route {
         Route::Listen => Some(server.listen_slot(principal)?),

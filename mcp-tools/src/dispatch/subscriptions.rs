@@ -71,6 +71,19 @@ impl Filter {
         Value::Object(honoured)
     }
 
+    /// The subscribed URI that `uri` is, or is a sub-resource of.
+    fn subscribed_to(&self, uri: &str) -> Option<&str> {
+        self.uris
+            .iter()
+            .find(|subscribed| {
+                uri == subscribed.as_str()
+                    || uri
+                        .strip_prefix(subscribed.as_str())
+                        .is_some_and(|rest| rest.starts_with('/'))
+            })
+            .map(String::as_str)
+    }
+
     /// The notification for `change`, if this subscription asked for it.
     fn notification(
         &self,
@@ -86,20 +99,17 @@ impl Filter {
             Change::ResourceUpdated => {
                 let uri = uri?;
                 // A sub-resource of a subscribed URI counts too.
-                self.uris
-                    .iter()
-                    .any(|s| {
-                        uri == s
-                            || uri
-                                .strip_prefix(s.as_str())
-                                .is_some_and(|rest| rest.starts_with('/'))
-                    })
-                    .then(|| ("notifications/resources/updated", Some(uri.to_owned())))
+                self.subscribed_to(uri)
+                    .map(|_| ("notifications/resources/updated", Some(uri.to_owned())))
             }
             _ => None,
         }
     }
 }
+
+/// The most tasks one `subscriptions/listen` stream follows: each is read when the stream opens
+/// and at every poll.
+pub(crate) const MAX_WATCHED_TASKS: usize = 64;
 
 /// The tasks a stream follows: each id with the last (status, update time) sent for it.
 struct WatchedTasks {
@@ -175,6 +185,12 @@ async fn watched_tasks(
             ));
         }
     };
+    if ids.len() > MAX_WATCHED_TASKS {
+        return Err(RpcError::invalid_params(format!(
+            "`notifications.taskIds` names {} tasks: one stream follows at most {MAX_WATCHED_TASKS}; open another for the rest",
+            ids.len()
+        )));
+    }
     if !super::tasks::declared(cx) {
         return Err(RpcError::missing_capability(
             json!({ "extensions": { crate::tasks::TASKS_EXTENSION: {} } }),
@@ -210,14 +226,16 @@ pub(super) async fn listen(
     };
     let filter = Filter::honoured(requested, &snapshot.capabilities)?;
     let mut tasks = watched_tasks(server, snapshot, requested, &cx).await?;
-    // An update tells that a resource changed: only to callers who may read it.
+    // An update tells that a resource changed: only to callers who may read it, and the
+    // resource they subscribed to.
     let access = server.access(cx.granted_scopes());
     let may_read = |uri: &str| {
         access.is_none_or(|access| {
-            access.allows(
-                crate::server::access::Target::Resource(uri),
-                &server.shared.snapshot.load(),
-            )
+            let snapshot = server.shared.snapshot.load();
+            access.may_learn_of(uri, &snapshot)
+                && filter
+                    .subscribed_to(uri)
+                    .is_none_or(|subscribed| access.may_learn_of(subscribed, &snapshot))
         })
     };
     let subscription_id = json!(cx.request_id());

@@ -80,12 +80,24 @@ pub(super) async fn call(
     // arguments' fingerprint and a derived id.
     let operation = operation_id(&tool.definition.input_schema, &arguments)
         .map(|operation| (operation, Fingerprint::of_call(&name, &arguments).to_hex()));
+    // Anonymous callers share one owner: an id another could guess would hand it this call's
+    // task (and its result), as it would a stateful tool's recorded outcome.
+    if let Some((operation, _)) = &operation
+        && matches!(cx.principal(), crate::auth::Principal::Anonymous)
+        && !crate::stateful::is_unguessable(operation)
+    {
+        let refused = crate::store::Rejected::guessable_operation_id(operation);
+        let result = crate::protocol::tool_error::ToolError::new(refused.code, refused.message)
+            .with_recovery(crate::protocol::recovery::Recovery::NewOperationId)
+            .into_result();
+        return Ok(serialize_call_result(server, &result));
+    }
     let id = match &operation {
         Some((operation, _)) => shared.base.seal.task_id(&owner, &name, operation),
         None => Tasks::random_id()?,
     };
-    if let Some((_, fingerprint)) = &operation
-        && let Some(existing) = tasks.existing(&owner, &id).await?
+    if let Some((operation, fingerprint)) = &operation
+        && let Some(existing) = made_before(server, &owner, &name, operation, &id).await?
     {
         // A retry of a call that already made its task gets that task, never a second run.
         if existing.fingerprint.as_deref() != Some(fingerprint.as_str()) {
@@ -141,6 +153,32 @@ pub(super) async fn call(
         return Ok(serialize_call_result(server, &operation_id_reused()));
     }
     Ok(created(server, &record))
+}
+
+/// The task a call with this operation id already made: under the id the signing key gives it,
+/// or, while keys roll, under the id a key still accepted gave it.
+async fn made_before(
+    server: &McpServer,
+    owner: &str,
+    tool: &str,
+    operation: &str,
+    id: &str,
+) -> Result<Option<crate::tasks::TaskRecord>, RpcError> {
+    let tasks = &server.shared.tasks;
+    if let Some(existing) = tasks.existing(owner, id).await? {
+        return Ok(Some(existing));
+    }
+    for earlier in server
+        .shared
+        .base
+        .seal
+        .earlier_task_ids(owner, tool, operation)
+    {
+        if let Some(existing) = tasks.existing(owner, &earlier).await? {
+            return Ok(Some(existing));
+        }
+    }
+    Ok(None)
 }
 
 fn operation_id_reused() -> crate::protocol::content::CallToolResult {

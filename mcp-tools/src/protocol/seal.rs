@@ -155,12 +155,32 @@ impl Seal {
     /// The id of the task a call with an operation id makes: the same for every retry of that
     /// call on every replica sharing the key, and unguessable without the key.
     pub(crate) fn task_id(&self, owner: &str, tool: &str, operation_id: &str) -> String {
-        let tag = self.tag(
+        task_id_from(self.mac(
             TASK_DOMAIN,
             &[owner.as_bytes(), tool.as_bytes(), operation_id.as_bytes()],
-        );
-        let hex: String = tag[..16].iter().map(|byte| format!("{byte:02x}")).collect();
-        format!("tsk_{hex}")
+        ))
+    }
+
+    /// The ids the keys still accepted would have given the same call: during a key roll, a
+    /// retry finds the task the call made under the key it was made with.
+    pub(crate) fn earlier_task_ids(
+        &self,
+        owner: &str,
+        tool: &str,
+        operation_id: &str,
+    ) -> Vec<String> {
+        let now = now();
+        self.accepted
+            .iter()
+            .filter(|(_, until)| *until > now)
+            .map(|(key, _)| {
+                task_id_from(absorb(
+                    key.clone(),
+                    TASK_DOMAIN,
+                    &[owner.as_bytes(), tool.as_bytes(), operation_id.as_bytes()],
+                ))
+            })
+            .collect()
     }
 
     /// The validator of `version` of the resource `handle` of `kind`: an opaque string that
@@ -250,6 +270,16 @@ fn keyed(key: &[u8]) -> Hmac<Sha256> {
 
 /// `mac` fed the domain, then the parts, each but the last followed by a 0 byte, so no two
 /// sequences of parts give the same input.
+/// A task id from its MAC: `tsk_` and 32 hexadecimal digits.
+fn task_id_from(mac: Hmac<Sha256>) -> String {
+    let full = mac.finalize().into_bytes();
+    let hex: String = full[..16]
+        .iter()
+        .map(|byte| format!("{byte:02x}"))
+        .collect();
+    format!("tsk_{hex}")
+}
+
 fn absorb(mut mac: Hmac<Sha256>, domain: &[u8], parts: &[&[u8]]) -> Hmac<Sha256> {
     mac.update(domain);
     for (i, part) in parts.iter().enumerate() {
@@ -499,6 +529,27 @@ mod validator_tests {
 #[cfg(test)]
 mod rotation_tests {
     use super::*;
+
+    /// While keys roll, a task id a retry recomputes under the new key is not the one the call
+    /// got under the old key: the old one is found among the earlier ids, until its time.
+    #[test]
+    fn a_task_id_made_under_an_accepted_key_is_found_until_its_time() {
+        let old = Seal::new(b"old-key");
+        let made = old.task_id("alice", "slow", "op-1");
+        assert!(made.starts_with("tsk_") && made.len() == 4 + 32, "{made}");
+        let rolled = Seal::rotating(b"new-key", vec![(b"old-key".to_vec(), now() + 3600)]);
+        assert_ne!(rolled.task_id("alice", "slow", "op-1"), made);
+        assert_eq!(
+            rolled.earlier_task_ids("alice", "slow", "op-1"),
+            vec![made.clone()]
+        );
+        assert_ne!(
+            rolled.earlier_task_ids("alice", "slow", "op-2"),
+            vec![made.clone()]
+        );
+        let lapsed = Seal::rotating(b"new-key", vec![(b"old-key".to_vec(), now() - 1)]);
+        assert!(lapsed.earlier_task_ids("alice", "slow", "op-1").is_empty());
+    }
 
     /// Every kind of sealed value opens under a key accepted until later, not once its time
     /// passed, and what the rotating seal signs opens under its own key only.

@@ -124,11 +124,15 @@ pub(crate) struct Access<'a> {
 }
 
 impl Access<'_> {
-    /// Whether the caller may use `target` (an item that does not exist requires nothing).
-    pub(crate) fn allows(&self, target: Target<'_>, snapshot: &Snapshot) -> bool {
-        target
+    /// Whether the caller may learn of a change to the resource `uri`: what its resource or
+    /// template requires, or the server's default scopes for a URI neither names (an update
+    /// about a sub-resource the server never listed is not open to everyone).
+    pub(crate) fn may_learn_of(&self, uri: &str, snapshot: &Snapshot) -> bool {
+        let target = Target::Resource(uri);
+        let required = target
             .requirement(self.oauth, snapshot)
-            .is_none_or(|required| self.granted.satisfies(required))
+            .unwrap_or_else(|| self.oauth.requirement(Required::none()));
+        self.granted.satisfies(required)
     }
 
     /// Refuses with HTTP 403 when the token lacks a scope `target` requires. An item that does

@@ -488,8 +488,10 @@ impl McpServerBuilder {
     }
 
     /// At most `calls` tool calls per `period` for each principal, all tools together: `calls`
-    /// at once, then one more every `period / calls`. A call over the rate is refused before it
-    /// runs with HTTP 429, `-32000` and `Retry-After`. Without authentication every caller is the
+    /// at once, then one more every `period / calls`. `tasks/get`, `tasks/update`,
+    /// `tasks/cancel` and `subscriptions/listen` count as calls too, since each reads the
+    /// store. A call over the rate is refused before it runs with HTTP 429, `-32000` and
+    /// `Retry-After`. Without authentication every caller is the
     /// one anonymous principal, so the rate is that of all of them together. Off by default;
     /// needs the `rate-limits` feature.
     #[cfg(feature = "rate-limits")]

@@ -89,6 +89,7 @@ pub(crate) mod trace;
 pub use args::{
     ExpectedVersion, Injected, MAX_VERSION, PayloadArgument, WithRaw, fingerprint, input_schema,
 };
+pub(crate) use precondition::is_unguessable;
 pub use published::{PublishedPolicy, StatefulContract, ToolKind, no_domain_codes};
 pub use run::{CreateSpec, MutationSpec, create, mutate, read, read_result, tool_error};
 

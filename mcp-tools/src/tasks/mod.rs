@@ -100,7 +100,10 @@ impl TaskOptions {
     }
 
     /// Tasks one principal runs at once on one replica (default 16); past it that principal's
-    /// task-mode calls are refused with HTTP 429 and `Retry-After`.
+    /// task-mode calls are refused with HTTP 429 and `Retry-After`. Without authentication every
+    /// caller is the one anonymous principal, so this bounds the tasks of all of them together:
+    /// one anonymous client can hold every slot for as long as its tasks run. Authenticate
+    /// callers where that matters.
     pub fn max_running_per_principal(mut self, max: usize) -> Self {
         self.max_running_per_principal = max;
         self
