@@ -22,8 +22,9 @@ use crate::tools::BoxFuture;
 // The running counts change by counting up and down, which does not panic halfway.
 use crate::sync::lock;
 
-/// Milliseconds since the Unix epoch, by this replica's clock.
-pub(crate) fn now_ms() -> u64 {
+/// Milliseconds since the Unix epoch, by this replica's clock. Tasks read the store's clock
+/// instead ([`Tasks::now`]).
+fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |since| {
@@ -163,6 +164,13 @@ impl Tasks {
         Ok(format!("tsk_{hex}"))
     }
 
+    /// Milliseconds since the Unix epoch by the store's clock: this replica's clock corrected by
+    /// the offset the store last observed to its own (the database's, for PostgreSQL), so that
+    /// replicas whose clocks disagree still agree on when a task's time to live or lease ends.
+    pub(crate) fn now(&self) -> u64 {
+        now_ms().saturating_add_signed(self.store.clock_offset_millis())
+    }
+
     /// A place for one more running task of `owner`, or the refusal at the limits.
     pub(crate) fn permit(self: &Arc<Self>, owner: &str) -> Result<Permit, RpcError> {
         let mut running = lock(&self.running);
@@ -193,7 +201,7 @@ impl Tasks {
         tool: &str,
         operation: Option<(String, String)>,
     ) -> TaskRecord {
-        let now = now_ms();
+        let now = self.now();
         let (operation, fingerprint) = operation.unzip();
         TaskRecord {
             id,
@@ -253,10 +261,11 @@ impl Tasks {
     /// `-32602` for an unknown id, an expired task, and another principal's.
     pub(crate) async fn get(&self, owner: &str, id: &str) -> Result<TaskRecord, RpcError> {
         let record = self.visible(owner, id).await?;
-        if !record.lease_lapsed(now_ms()) {
+        if !record.lease_lapsed(self.now()) {
             return Ok(record);
         }
-        let change = TaskChange::new(|record| record.expire_lease(now_ms()));
+        let now = self.now();
+        let change = TaskChange::new(move |record| record.expire_lease(now));
         self.changed(id, change).await
     }
 
@@ -268,9 +277,10 @@ impl Tasks {
         responses: Map<String, Value>,
     ) -> Result<(), RpcError> {
         self.visible(owner, id).await?;
+        let now = self.now();
         self.changed(
             id,
-            TaskChange::new(move |record| record.deliver(&responses, now_ms())),
+            TaskChange::new(move |record| record.deliver(&responses, now)),
         )
         .await?;
         self.wake(id);
@@ -280,9 +290,10 @@ impl Tasks {
     /// Cancels a task; a task that already ended stays as it is.
     pub(crate) async fn cancel(&self, owner: &str, id: &str) -> Result<(), RpcError> {
         self.visible(owner, id).await?;
+        let now = self.now();
         self.changed(
             id,
-            TaskChange::new(|record| record.end(Ending::Cancelled, now_ms())),
+            TaskChange::new(move |record| record.end(Ending::Cancelled, now)),
         )
         .await?;
         self.wake(id);
@@ -304,7 +315,7 @@ impl Tasks {
             .load_task(id)
             .await
             .map_err(|error| unavailable(&error))?;
-        Ok(record.filter(|record| record.visible_to(owner, now_ms())))
+        Ok(record.filter(|record| record.visible_to(owner, self.now())))
     }
 
     async fn changed(&self, id: &str, change: TaskChange) -> Result<TaskRecord, RpcError> {
@@ -328,7 +339,7 @@ impl Tasks {
             loop {
                 every.tick().await;
                 let Some(tasks) = tasks.upgrade() else { break };
-                if let Err(error) = tasks.store.purge_tasks(now_ms()).await {
+                if let Err(error) = tasks.store.purge_tasks(tasks.now()).await {
                     tracing::warn!(%error, "could not purge expired tasks; the next purge retries");
                 }
             }
@@ -357,7 +368,7 @@ impl Tasks {
         let mut waiting: Option<Waiting> = None;
         let mut round = 0u32;
         // The end of the lease as last read: the record was inserted with a whole lease.
-        let mut lease_end = now_ms().saturating_add(millis(self.options.lease));
+        let mut lease_end = self.now().saturating_add(millis(self.options.lease));
         let margin = millis(self.options.poll_interval);
         let ending = loop {
             tokio::select! {
@@ -399,7 +410,7 @@ impl Tasks {
             }
             // A store that hangs must not keep the tool running past the lease: the heartbeat
             // gets only the time left before the lease's end, less a poll.
-            let left = lease_end.saturating_sub(now_ms().saturating_add(margin));
+            let left = lease_end.saturating_sub(self.now().saturating_add(margin));
             let heartbeat = tokio::time::timeout(Duration::from_millis(left), self.heartbeat(id));
             let answers = match heartbeat.await {
                 // Purged (its time to live ended) or ended elsewhere (cancelled, or failed
@@ -410,7 +421,7 @@ impl Tasks {
                     lease_end = record.lease_until_ms;
                     record.answers_for(&self.replica)
                 }
-                Ok(Err(error)) if now_ms().saturating_add(margin) < lease_end => {
+                Ok(Err(error)) if self.now().saturating_add(margin) < lease_end => {
                     tracing::warn!(%error, task = id, "could not read or renew a task; retrying at the next poll");
                     continue;
                 }
@@ -455,7 +466,8 @@ impl Tasks {
         // lease, which fails it later with a less precise message.
         for attempt in 0..5u32 {
             let ending = ending.clone();
-            let change = TaskChange::new(move |record| record.end(ending, now_ms()));
+            let now = self.now();
+            let change = TaskChange::new(move |record| record.end(ending, now));
             match self.store.update_task(id, change).await {
                 Ok(_) => return,
                 Err(error) => {
@@ -484,7 +496,7 @@ impl Tasks {
     /// One poll of the worker: reads the task, which brings answers and cancellations written
     /// on any replica, and extends the lease when [`TaskOptions::renewal_due`] says so.
     async fn heartbeat(&self, id: &str) -> Result<Option<TaskRecord>, StoreError> {
-        let now = now_ms();
+        let now = self.now();
         match self.store.load_task(id).await? {
             Some(record) if record.lease_due(&self.replica, self.options.renewal_due(now)) => {
                 let until = now.saturating_add(millis(self.options.lease));
@@ -523,7 +535,8 @@ impl Tasks {
             keys.push((wire.clone(), key));
             requests.insert(wire, request);
         }
-        let change = TaskChange::new(move |record| record.park(requests, now_ms()));
+        let now = self.now();
+        let change = TaskChange::new(move |record| record.park(requests, now));
         match self.store.update_task(id, change).await {
             Ok(_) => Ok(keys),
             Err(error) => Err(Ending::Failed {

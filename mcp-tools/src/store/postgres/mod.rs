@@ -197,6 +197,8 @@ struct Inner {
     writes: std::sync::atomic::AtomicU64,
     /// This process's units of one advisory lock key, in turn.
     turns: Turns,
+    /// How far the database's clock was ahead of this process's when it last told its time.
+    clock_offset: std::sync::atomic::AtomicI64,
 }
 
 /// The unit's locks, in one order for every unit: the resource's, then the operation id's (a
@@ -300,6 +302,7 @@ impl PostgresStore {
             sweep: Arc::new(tokio::sync::Notify::new()),
             writes: std::sync::atomic::AtomicU64::new(0),
             turns: Turns::new(),
+            clock_offset: std::sync::atomic::AtomicI64::new(0),
         });
         tokio::spawn(sweep_loop(
             Arc::downgrade(&inner),
@@ -429,7 +432,17 @@ impl Inner {
 
     fn now(&self, database: i64) -> i64 {
         match self.options.time {
-            TimeSource::Database => database,
+            TimeSource::Database => {
+                // Every reading of the database's clock also tells tasks how far it is from
+                // this process's (within a round trip), for free.
+                let local =
+                    crate::store::clock::Clock::now_millis(&crate::store::clock::SystemClock);
+                self.clock_offset.store(
+                    database.saturating_sub(local),
+                    std::sync::atomic::Ordering::Relaxed,
+                );
+                database
+            }
             TimeSource::StoreClock => self.config.clock.now_millis(),
         }
     }

@@ -37,6 +37,18 @@ impl Inner {
 }
 
 impl TaskStore for PostgresStore {
+    /// The offset to the database's clock the last state call observed (within its round trip),
+    /// or the store clock's offset under [`TimeSource::StoreClock`](super::TimeSource::StoreClock).
+    fn clock_offset_millis(&self) -> i64 {
+        match self.inner.options.time {
+            super::TimeSource::Database => self
+                .inner
+                .clock_offset
+                .load(std::sync::atomic::Ordering::Relaxed),
+            super::TimeSource::StoreClock => 0,
+        }
+    }
+
     fn insert_task(&self, task: TaskRecord) -> StoreFuture<'_, TaskInsert> {
         let inner = &self.inner;
         Box::pin(inner.bounded(async move {

@@ -81,6 +81,13 @@ pub trait TaskStore: Send + Sync + 'static {
     /// Deletes the tasks whose [`expires_at_ms`](TaskRecord::expires_at_ms) is before
     /// `now_ms`; how many it deleted.
     fn purge_tasks(&self, now_ms: u64) -> StoreFuture<'_, u64>;
+
+    /// How far the store's clock is ahead of this process's, in milliseconds, as last observed:
+    /// tasks judge time to live, purges and leases by the store's clock, so replicas whose clocks
+    /// disagree still agree. Zero (the default) for a store on this host.
+    fn clock_offset_millis(&self) -> i64 {
+        0
+    }
 }
 
 /// A shared task store is a task store.
@@ -103,5 +110,9 @@ impl<S: TaskStore + ?Sized> TaskStore for std::sync::Arc<S> {
 
     fn purge_tasks(&self, now_ms: u64) -> StoreFuture<'_, u64> {
         (**self).purge_tasks(now_ms)
+    }
+
+    fn clock_offset_millis(&self) -> i64 {
+        (**self).clock_offset_millis()
     }
 }
