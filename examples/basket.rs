@@ -39,14 +39,24 @@ use mcp_tools::{MemoryStore, PostgresStore, SqliteStore};
 #[derive(clap::Args, Debug)]
 struct Options {
     /// Keep state in the SQLite file PATH.
-    #[arg(long, value_name = "PATH", default_value = "basket.db")]
+    #[arg(
+        long,
+        value_name = "PATH",
+        default_value = "basket.db",
+        env = "BASKET_DB"
+    )]
     db: PathBuf,
     /// Keep state in memory (lost when the server stops).
-    #[arg(long, conflicts_with_all = ["db", "postgres"])]
+    #[arg(long, conflicts_with_all = ["db", "postgres"], env = "BASKET_MEMORY")]
     memory: bool,
     /// Keep state in the PostgreSQL database URL (a `postgres://` URL or libpq `key=value`
     /// pairs; what it leaves out, a password say, comes from PGHOST, PGUSER, PGPASSWORD, ...).
-    #[arg(long, value_name = "URL", conflicts_with = "db")]
+    #[arg(
+        long,
+        value_name = "URL",
+        conflicts_with = "db",
+        env = "BASKET_POSTGRES"
+    )]
     postgres: Option<String>,
     /// Sign cursors, request states, validators and task ids with the secret in PATH (32 bytes
     /// or more): every replica behind one load balancer reads the same file. With a SQLite file
@@ -56,25 +66,35 @@ struct Options {
     signing_key_file: Option<PathBuf>,
     /// How long a task's lease lasts past its last renewal, in milliseconds: a task whose
     /// replica died is marked failed this long after (default 10000).
-    #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u64).range(100..))]
+    #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u64).range(100..), env = "BASKET_TASK_LEASE_MS")]
     task_lease_ms: Option<u64>,
     /// How many tasks may run at once on this process (default 64); past it a new task is
     /// refused with 429 and Retry-After.
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..), env = "BASKET_MAX_RUNNING_TASKS")]
     max_running_tasks: Option<u64>,
     /// How many tasks one principal may have running at once on this process (default 16;
     /// without OAuth every caller is the one anonymous principal).
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..), env = "BASKET_MAX_RUNNING_TASKS_PER_PRINCIPAL")]
     max_running_tasks_per_principal: Option<u64>,
     /// OAuth: the issuer identifier of the authorization server whose tokens are accepted.
-    #[arg(long, value_name = "URL", requires_all = ["audience", "jwks_url"])]
+    #[arg(long, value_name = "URL", requires_all = ["audience", "jwks_url"], env = "BASKET_ISSUER")]
     issuer: Option<String>,
     /// OAuth: this server's canonical URI, the audience tokens must be for.
-    #[arg(long, value_name = "URI", requires_all = ["issuer", "jwks_url"])]
+    #[arg(long, value_name = "URI", requires_all = ["issuer", "jwks_url"], env = "BASKET_AUDIENCE")]
     audience: Option<String>,
     /// OAuth: where the issuer publishes its signing keys (JWKS).
-    #[arg(long, value_name = "URL", requires_all = ["issuer", "audience"])]
+    #[arg(long, value_name = "URL", requires_all = ["issuer", "audience"], env = "BASKET_JWKS_URL")]
     jwks_url: Option<String>,
+    /// A host name clients may reach this server by (`Host` and `Origin`), besides `localhost`,
+    /// `127.0.0.1` and `[::1]`: the public name behind a proxy or load balancer. Repeat it, or
+    /// give several separated by commas in the environment.
+    #[arg(
+        long = "allowed-host",
+        value_name = "HOST",
+        env = "BASKET_ALLOWED_HOSTS",
+        value_delimiter = ','
+    )]
+    allowed_hosts: Vec<String>,
 }
 
 /// `mcp.example.com` of `https://mcp.example.com:8443/mcp`.
@@ -186,11 +206,17 @@ async fn server(mode: Mode<Options>) -> Result<McpServer, BuildFailure> {
             issuer = options.issuer.as_deref().unwrap_or_default(),
             "OAuth resource server"
         );
-        // Behind a proxy, requests name the audience's host; loopback stays allowed for probes.
-        let host = audience_host(options.audience.as_deref().unwrap_or_default());
-        builder = builder
-            .oauth(oauth)
-            .allowed_hosts(["localhost", "127.0.0.1", "[::1]", host]);
+        builder = builder.oauth(oauth);
+    }
+    // Behind a proxy, requests name the public host (with OAuth, the audience's); loopback stays
+    // allowed for probes.
+    let mut hosts: Vec<String> = ["localhost", "127.0.0.1", "[::1]"].map(String::from).into();
+    hosts.extend(options.allowed_hosts.iter().cloned());
+    if let Some(audience) = &options.audience {
+        hosts.push(audience_host(audience).to_owned());
+    }
+    if hosts.len() > 3 {
+        builder = builder.allowed_hosts(hosts);
     }
     Ok(builder.build()?)
 }

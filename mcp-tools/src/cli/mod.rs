@@ -197,10 +197,15 @@ enum Action<A: Args> {
 #[derive(Args, Debug)]
 struct ServeArgs<A: Args> {
     /// The address to listen on.
-    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8080")]
+    #[arg(
+        long,
+        value_name = "ADDR",
+        default_value = "127.0.0.1:8080",
+        env = "MCP_BIND"
+    )]
     bind: String,
     /// Serve newline-delimited JSON-RPC on standard input and output instead of HTTP.
-    #[arg(long, conflicts_with = "bind")]
+    #[arg(long, conflicts_with = "bind", env = "MCP_STDIO")]
     stdio: bool,
     #[command(flatten)]
     options: A,
