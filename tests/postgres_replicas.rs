@@ -19,7 +19,10 @@ use serde_json::{Value, json};
 use basket_client::{Agent, operation_id, server};
 use common::children::{self, Child};
 
-const CHILD_TEST: &str = "a_child_process_serves_the_basket_from_the_database_it_is_given";
+const CHILD_TEST: &str = concat!(
+    module_path!(),
+    "::a_child_process_serves_the_basket_from_the_database_it_is_given"
+);
 
 /// The body of a child process; does nothing unless a parent test started it.
 #[test]

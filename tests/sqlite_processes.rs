@@ -21,7 +21,10 @@ use common::children::Child;
 const CHILD_DB: &str = "MCP_TOOLS_TEST_CHILD_DB";
 /// Set in a child's environment: `full` or `normal`.
 const CHILD_SYNCHRONOUS: &str = "MCP_TOOLS_TEST_CHILD_SYNCHRONOUS";
-const CHILD_TEST: &str = "a_child_process_serves_the_basket_from_the_file_it_is_given";
+const CHILD_TEST: &str = concat!(
+    module_path!(),
+    "::a_child_process_serves_the_basket_from_the_file_it_is_given"
+);
 
 const AGENTS: usize = 24;
 const INCREMENTS: u64 = 3;

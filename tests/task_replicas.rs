@@ -21,7 +21,10 @@ use basket_client::{remove_db, temp_db};
 use common::children::{self, Child};
 use common::{Call, tasks, within};
 
-const CHILD_TEST: &str = "a_child_process_serves_basket_tasks_from_the_store_it_is_given";
+const CHILD_TEST: &str = concat!(
+    module_path!(),
+    "::a_child_process_serves_basket_tasks_from_the_store_it_is_given"
+);
 const CHILD_DB: &str = "MCP_TOOLS_TEST_TASK_CHILD_DB";
 
 /// The lease the replicas hold on their tasks, and how often they poll them.
