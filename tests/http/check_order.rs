@@ -2,7 +2,7 @@
 //! first failing check answers; here every pair of checks is put in one request, and the request
 //! must get the answer of the check that comes first.
 
-mod common;
+use crate::common;
 
 use common::{Call, Reply, TestServer, assert_conforms};
 use mcp_tools::{

@@ -2,7 +2,7 @@
 //! definition (`info`) and its schemas are produced once, and the catalog (definitions,
 //! argument validators, listing pages) once per offer, not once per request.
 
-mod common;
+use crate::common;
 
 use std::borrow::Cow;
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -2,7 +2,7 @@
 //! request headers is closed after the header-read timeout, so is a kept-alive one left idle,
 //! and at most `max_connections` are served at once while the rest wait their turn.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -1,6 +1,6 @@
 //! End-to-end tests of the stateless 2026-07-28 HTTP core, over real HTTP on loopback.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};

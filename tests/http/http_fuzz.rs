@@ -31,10 +31,8 @@
 //! minutes a sealed `requestState` lives (some 300,000 cases in a debug build), since the one it
 //! sends is issued before it starts.
 
-#[path = "../examples/support/basket.rs"]
-mod basket;
-mod common;
-#[path = "http_fuzz/fixture.rs"]
+use crate::common;
+use crate::ensure;
 mod fixture;
 
 use std::collections::{BTreeMap, HashMap};

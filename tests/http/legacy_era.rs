@@ -1,6 +1,6 @@
 //! Clients of revision 2025-11-25 on the same endpoint, served statelessly.
 
-mod common;
+use crate::common;
 
 use common::tools::{Bump, tool_set};
 use common::{TestServer, assert_conforms};

@@ -3,7 +3,7 @@
 //! each bad field is its own violation in `details.violations`, whether the input schema or the
 //! decoding refused it.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeSet;
 

@@ -1,7 +1,7 @@
 //! Rate limits on tool calls over real HTTP: past the rate a call is refused before it runs with
 //! HTTP 429, `-32000` and `Retry-After`, per principal (all tools) and per principal and tool.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -4,7 +4,7 @@
 //! methods too, a sealed `requestState` opens only for the kind of target that sealed it, and the
 //! body limit is inclusive.
 
-mod common;
+use crate::common;
 
 use common::tools::tool_set;
 use common::{Call, TestServer, assert_conforms, within};

@@ -2,7 +2,7 @@
 //! pagination cursors. Each test changes what a value *says* while keeping it well-formed, so
 //! only the signature check, the binding or the expiry can refuse it.
 
-mod common;
+use crate::common;
 
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;

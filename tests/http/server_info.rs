@@ -3,7 +3,7 @@
 //! and the legacy era's `initialize`. The legacy era's empty results stay exactly `{}`, which
 //! the clients of that era require.
 
-mod common;
+use crate::common;
 
 use common::{Call, TestServer, assert_conforms, within};
 use mcp_tools::{

@@ -1,7 +1,7 @@
 //! The builder options the README names, each observed over real HTTP: caching hints, the
 //! endpoint path, the `Host`/`Origin` allow-list and the keep-alive interval of event streams.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -2,7 +2,7 @@
 //! cancellation), subscriptions, multi-round input, resources, prompts, completion, `Mcp-Param`
 //! headers, and changing what the server offers at run time.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -2,7 +2,7 @@
 //! answering its request, whether the answer is a plain one or a stream of progress, and the
 //! server goes on serving.
 
-mod common;
+use crate::common;
 
 use mcp_tools::{McpServer, tool, tools};
 use serde_json::{Value, json};

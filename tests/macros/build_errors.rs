@@ -1,8 +1,7 @@
 //! What the builder refuses, and what it merges: mistakes in the offer are errors when the server
 //! is built, naming what to fix, not failures of the first request that meets them.
 
-#[path = "../examples/support/basket.rs"]
-mod basket;
+use crate::basket;
 
 use mcp_tools::store::MemoryStore;
 use mcp_tools::{

@@ -1,6 +1,6 @@
 //! The `#[tool]` attribute, observed through the in-process client.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -2,7 +2,7 @@
 //! description and its `#[recovery]` hint, once per distinct code, and every converted error
 //! carries its variant's hint, in process and over real HTTP.
 
-mod common;
+use crate::common;
 
 use std::borrow::Cow;
 use std::fmt;

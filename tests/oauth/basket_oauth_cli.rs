@@ -1,7 +1,7 @@
 //! The basket example as its users run it, with `--issuer --audience --jwks-url`: a real process,
 //! a test authorization server on loopback, tokens with and without the basket scopes.
 
-mod common;
+use crate::common;
 
 use std::process::{Command, Stdio};
 

@@ -1,7 +1,7 @@
 //! The OAuth 2.1 resource server over real HTTP: tokens from a test authorization server whose
 //! JWKS is served on loopback.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::hash::{BuildHasher, RandomState};
@@ -29,8 +29,9 @@ fn server(issuer: &Issuer) -> McpServer {
         .unwrap()
 }
 
-/// The constructors of [`Guarded`] for JWTs from `issuer`.
-impl Guarded {
+/// The constructors of [`Guarded`] for JWTs from `issuer`. A trait of this module's own: the
+/// introspection tests, in the same binary, give `Guarded` constructors of the same names.
+trait JwtGuarded {
     async fn start(issuer: &Issuer) -> Guarded {
         Guarded::start_with(
             issuer,
@@ -52,6 +53,8 @@ impl Guarded {
         Guarded::serve("oauth-test", oauth, builder).await
     }
 }
+
+impl JwtGuarded for Guarded {}
 
 fn bump() -> Call {
     Call::call_tool("bump", json!({}))

@@ -39,7 +39,8 @@
 //! --nocapture` also prints the distribution); `PROPTEST_RNG_SEED=<n>` replays a run. Tokens are
 //! re-issued as they age, so a campaign may run for any length of time.
 
-mod common;
+use crate::common;
+use crate::ensure;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;

@@ -2,7 +2,7 @@
 //! introspection endpoint on loopback that counts its calls and checks this server's client
 //! credentials.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 
@@ -19,8 +19,9 @@ const ISSUER: &str = "https://auth.example.com";
 const CLIENT_ID: &str = "mcp server:1";
 const CLIENT_SECRET: &str = "s3=cr+t/é";
 
-/// The constructors of [`Guarded`] for tokens introspected at `url`.
-impl Guarded {
+/// The constructors of [`Guarded`] for tokens introspected at `url`. A trait of this module's
+/// own: the JWT tests, in the same binary, give `Guarded` constructors of the same names.
+trait IntrospectedGuarded {
     async fn start(url: &str) -> Guarded {
         Guarded::start_with(url, CLIENT_SECRET, |v| v, |o| o).await
     }
@@ -37,6 +38,8 @@ impl Guarded {
         Guarded::serve("introspection-test", oauth, |b| b).await
     }
 }
+
+impl IntrospectedGuarded for Guarded {}
 
 /// A 401 refusing the token, whose description says `because`, with no trace of the token.
 fn assert_invalid_token(reply: &Reply, token: &str, because: &str) {

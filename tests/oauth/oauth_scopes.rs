@@ -3,10 +3,9 @@
 //! body in every era), listings filtered per caller, default and implied scopes, the scopes a tool
 //! sees, and principals named by issuer and subject.
 
-#[path = "../examples/support/basket.rs"]
-mod basket;
-mod basket_client;
-mod common;
+use crate::basket;
+use crate::basket_client;
+use crate::common;
 
 use std::sync::{Arc, Mutex};
 

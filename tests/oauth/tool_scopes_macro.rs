@@ -1,6 +1,6 @@
 //! `#[tool(scopes = [...])]`, observed in the definitions `tools/list` shows.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 

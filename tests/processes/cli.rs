@@ -1,7 +1,7 @@
 //! The standard command line of `mcp_tools::cli`, as users run it: the example binaries as real
 //! processes, their output and exit statuses.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::{Command, Output, Stdio};

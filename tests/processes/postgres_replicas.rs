@@ -2,12 +2,9 @@
 //! real HTTP. The test binary starts copies of itself as the replicas (each with its own pool
 //! and its own process), so nothing but the database is shared, as across hosts.
 
-#[path = "../examples/support/basket.rs"]
-mod basket;
-mod basket_client;
-mod common;
-#[path = "../mcp-tools/tests/pg/mod.rs"]
-mod pg;
+use crate::basket_client;
+use crate::common;
+use crate::pg;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -3,10 +3,8 @@
 //! workload across them. Only real processes exercise SQLite's file locking between processes
 //! (two stores in one process share nothing of it but the file, yet run in one address space).
 
-#[path = "../examples/support/basket.rs"]
-mod basket;
-mod basket_client;
-mod common;
+use crate::basket_client;
+use crate::common;
 
 use std::path::Path;
 

@@ -2,7 +2,7 @@
 //! quickstart example as a real child process, and every line the server writes checked against
 //! the official schema.
 
-mod common;
+use crate::common;
 
 use std::io::{BufRead, Read, Write};
 use std::process::{Command, Stdio};

@@ -3,10 +3,9 @@
 //! and pruned history. Every result is checked against the official schema and the tool's
 //! published output schema.
 
-#[path = "../examples/support/basket.rs"]
-mod basket;
-mod basket_client;
-mod common;
+use crate::basket;
+use crate::basket_client;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -4,10 +4,9 @@
 //! the store. Every response is checked against the official schema and the tool's published
 //! output schema.
 
-#[path = "../examples/support/basket.rs"]
-mod basket;
-mod basket_client;
-mod common;
+use crate::basket;
+use crate::basket_client;
+use crate::common;
 
 use std::collections::{BTreeSet, HashMap};
 

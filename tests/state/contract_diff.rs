@@ -2,9 +2,8 @@
 //! table row per rule, each built from a realistic stateful tool (outcome union, `$defs`,
 //! state `_meta`, scopes) and asserting exactly which changes are found, at which severity.
 
-#[path = "../examples/support/basket.rs"]
-mod basket;
-mod common;
+use crate::basket;
+use crate::common;
 
 use mcp_tools::contract::{Contract, ContractError, FORMAT_VERSION, Severity};
 use serde_json::{Value, json};

@@ -4,10 +4,8 @@
 //! version check switched off, the same workload loses updates, which proves the check is what
 //! keeps them.
 
-#[path = "../examples/support/basket.rs"]
-mod basket;
-mod basket_client;
-mod common;
+use crate::basket_client;
+use crate::common;
 
 use mcp_tools::store::{MemoryStore, SqliteStore, StoreConfig};
 

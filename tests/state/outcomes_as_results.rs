@@ -1,7 +1,7 @@
 //! A hand-written tool may return the store's outcomes as they are: their output schema is
 //! published and every result matches it.
 
-mod common;
+use crate::common;
 
 use common::{Call, TestServer, assert_conforms, assert_matches_schema};
 use mcp_tools::store::{

@@ -5,10 +5,9 @@
 //! Every response is checked against the official schema, and every result against the tool's
 //! own output schema.
 
-#[path = "../examples/support/basket.rs"]
-mod basket;
-mod basket_client;
-mod common;
+use crate::basket_client;
+use crate::common;
+use crate::on_every_store;
 
 use mcp_tools::store::{CONFIRMATION_META_KEY, RECONFIRM_INPUT_KEY, Store};
 use serde_json::{Value, json};

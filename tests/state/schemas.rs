@@ -2,10 +2,9 @@
 //! them with `MCP_TOOLS_UPDATE_CONTRACTS=1 cargo test --test schemas`), and the Markdown page
 //! `docs` prints (review it with `cargo insta review`, or `INSTA_UPDATE=always`).
 
-#[path = "../examples/support/basket.rs"]
-mod basket;
-mod common;
-#[path = "../examples/quickstart.rs"]
+use crate::basket;
+use crate::common;
+#[path = "../../examples/quickstart.rs"]
 #[allow(dead_code)]
 mod quickstart;
 

@@ -5,10 +5,9 @@
 //! the entity's view. Every response is checked against the official schema and the tool's
 //! published output schema.
 
-#[path = "../examples/support/basket.rs"]
-mod basket;
-mod basket_client;
-mod common;
+use crate::basket;
+use crate::basket_client;
+use crate::common;
 
 use std::collections::HashSet;
 use std::path::PathBuf;

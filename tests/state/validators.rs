@@ -5,10 +5,10 @@
 //! change nothing. Revalidation: a read given a basis version (or validator) says what changed
 //! since, without a write.
 
-#[path = "../examples/support/basket.rs"]
-mod basket;
-mod basket_client;
-mod common;
+use crate::basket;
+use crate::basket_client;
+use crate::common;
+use crate::on_every_store;
 
 use mcp_tools::McpServer;
 use mcp_tools::store::{MemoryStore, SqliteStore, Store, StoreConfig, VALIDATOR_META_KEY};

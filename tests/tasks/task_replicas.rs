@@ -3,12 +3,10 @@
 //! another; the replica running a task is killed with SIGKILL and its task turns `failed` once
 //! the lease lapses; a replica started later still answers for finished tasks.
 
-#[path = "../examples/support/basket.rs"]
-mod basket;
-mod basket_client;
-mod common;
-#[path = "../mcp-tools/tests/pg/mod.rs"]
-mod pg;
+use crate::basket;
+use crate::basket_client;
+use crate::common;
+use crate::pg;
 
 use std::time::{Duration, Instant};
 

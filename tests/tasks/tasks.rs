@@ -2,9 +2,8 @@
 //! through the context, cancellation dropping the tool's future, the limits, the refusals, and
 //! two servers sharing one store as replicas.
 
-mod common;
-#[path = "../mcp-tools/tests/pg/mod.rs"]
-mod pg;
+use crate::common;
+use crate::pg;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
