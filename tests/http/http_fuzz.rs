@@ -1,5 +1,5 @@
 //! Model-based fuzzing of the HTTP endpoint, against a server that offers every feature
-//! (`tests/http_fuzz/fixture.rs`).
+//! (`tests/http/http_fuzz/fixture.rs`).
 //!
 //! Every case starts as a valid request of some method family, of either era, and may then be
 //! mutated at any layer: the HTTP method, `Content-Type`, `Host`/`Origin`, the body size, the
@@ -26,8 +26,8 @@
 //! a separate bounded test follows whole subscriptions to their final result.
 //!
 //! The default 1,500 cases take a few seconds, so CI runs them. Outside CI, raise the count with
-//! `MCP_FUZZ_CASES` (`MCP_FUZZ_CASES=20000 cargo test --test http_fuzz -- --nocapture` also prints
-//! the distribution); `PROPTEST_RNG_SEED=<n>` replays a run. A campaign must end within the 15
+//! `MCP_FUZZ_CASES` (`MCP_FUZZ_CASES=20000 cargo test --test http -- http_fuzz:: --nocapture` also
+//! prints the distribution); `PROPTEST_RNG_SEED=<n>` replays a run. A campaign must end within the 15
 //! minutes a sealed `requestState` lives (some 300,000 cases in a debug build), since the one it
 //! sends is issued before it starts.
 

@@ -35,8 +35,8 @@
 //! refresh age and the 30 s cooldown on unknown key ids allow.
 //!
 //! The default 2,000 cases take a few seconds, so CI runs them. Outside CI, raise the count with
-//! `MCP_OAUTH_FUZZ_CASES` (`MCP_OAUTH_FUZZ_CASES=100000 cargo test --release --test oauth_fuzz --
-//! --nocapture` also prints the distribution); `PROPTEST_RNG_SEED=<n>` replays a run. Tokens are
+//! `MCP_OAUTH_FUZZ_CASES` (`MCP_OAUTH_FUZZ_CASES=100000 cargo test --release --test oauth --
+//! oauth_fuzz:: --nocapture` also prints the distribution); `PROPTEST_RNG_SEED=<n>` replays a run. Tokens are
 //! re-issued as they age, so a campaign may run for any length of time.
 
 use crate::common;

@@ -1,5 +1,5 @@
 //! The examples' contracts, committed in `examples/contracts/` and kept current here (rewrite
-//! them with `MCP_TOOLS_UPDATE_CONTRACTS=1 cargo test --test schemas`), and the Markdown page
+//! them with `MCP_TOOLS_UPDATE_CONTRACTS=1 cargo test --test state -- schemas::`), and the Markdown page
 //! `docs` prints (review it with `cargo insta review`, or `INSTA_UPDATE=always`).
 
 use crate::basket;
