@@ -23,7 +23,10 @@ use serde_json::{Value, json};
 use basket_client::{Agent, operation_id, server};
 use common::children;
 
-const CHILD_TEST: &str = "a_child_process_serves_the_basket_through_restarts";
+const CHILD_TEST: &str = concat!(
+    module_path!(),
+    "::a_child_process_serves_the_basket_through_restarts"
+);
 
 /// The body of a child process; does nothing unless a parent test started it.
 #[test]

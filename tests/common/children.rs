@@ -56,8 +56,14 @@ fn reaped(mut process: std::process::Child) -> bool {
 }
 
 /// Starts `count` children running the ignored test `child_test` with `env`, all at once, and
-/// waits until each one listens.
+/// waits until each one listens. `child_test` is the test's path as `module_path!()` spells it,
+/// `concat!(module_path!(), "::name")`, so it stays right wherever the test's module sits.
 pub fn start(child_test: &str, env: &[(&str, String)], count: usize) -> Vec<Child> {
+    // libtest names a test by its path without the crate's name; with `--exact` the child runs
+    // that one test and no other.
+    let (_, child_test) = child_test
+        .split_once("::")
+        .unwrap_or_else(|| panic!("not a test's path: {child_test}"));
     let mut children = Vec::new();
     let mut ready = Vec::new();
     for _ in 0..count {
