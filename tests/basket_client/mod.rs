@@ -357,7 +357,7 @@ macro_rules! on_every_store {
             $(
                 #[tokio::test]
                 async fn $case() {
-                    super::$case(::mcp_tools::store::MemoryStore::default()).await;
+                    super::$case(::mcp_tools::MemoryStore::default()).await;
                 }
             )*
         }
@@ -366,7 +366,7 @@ macro_rules! on_every_store {
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $case() {
                     let path = $crate::basket_client::temp_db(stringify!($case));
-                    let store = ::mcp_tools::store::SqliteStore::open(
+                    let store = ::mcp_tools::SqliteStore::open(
                         &path,
                         ::mcp_tools::store::StoreConfig::default(),
                     )

@@ -170,7 +170,7 @@ fn postgres_target() -> Option<(String, String)> {
 /// and schema its parent gave it (`options` with that schema); does nothing unless a parent
 /// started it.
 pub fn serve_postgres(
-    make: fn(mcp_tools::store::PostgresStore) -> mcp_tools::McpServer,
+    make: fn(mcp_tools::PostgresStore) -> mcp_tools::McpServer,
     config: mcp_tools::store::StoreConfig,
     options: mcp_tools::store::PostgresOptions,
 ) {
@@ -179,7 +179,7 @@ pub fn serve_postgres(
     };
     run(async move {
         let options = mcp_tools::store::PostgresOptions { schema, ..options };
-        let store = mcp_tools::store::PostgresStore::connect_with(&url, config, options)
+        let store = mcp_tools::PostgresStore::connect_with(&url, config, options)
             .await
             .unwrap();
         serve(make(store)).await;

@@ -17,7 +17,8 @@ use axum::routing::get;
 use jsonwebtoken::jwk::Jwk;
 use jsonwebtoken::{Algorithm, EncodingKey, Header};
 use mcp_tools::auth::OAuth;
-use mcp_tools::{McpServer, McpServerBuilder, ToolSet};
+use mcp_tools::tools::ToolSet;
+use mcp_tools::{McpServer, McpServerBuilder};
 use serde_json::{Value, json};
 use tokio::sync::oneshot;
 

@@ -1,6 +1,7 @@
 //! Hand-written tools the end-to-end tests serve.
 
-use mcp_tools::{Context, NoArgs, Structured, Tool, ToolError, ToolInfo, ToolSet};
+use mcp_tools::tools::{NoArgs, Tool, ToolInfo, ToolSet};
+use mcp_tools::{Context, Structured, ToolError};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -103,12 +104,12 @@ impl Tool for Bump {
 #[allow(clippy::result_large_err)]
 pub fn bearer_subject(
     headers: &axum::http::HeaderMap,
-) -> Result<mcp_tools::Principal, mcp_tools::Unauthorized> {
+) -> Result<mcp_tools::auth::Principal, mcp_tools::auth::Unauthorized> {
     match headers.get("authorization").and_then(|v| v.to_str().ok()) {
-        Some(token) if token.starts_with("Bearer ") => {
-            Ok(mcp_tools::Principal::subject(&token["Bearer ".len()..]))
-        }
-        _ => Err(mcp_tools::Unauthorized::new(
+        Some(token) if token.starts_with("Bearer ") => Ok(mcp_tools::auth::Principal::subject(
+            &token["Bearer ".len()..],
+        )),
+        _ => Err(mcp_tools::auth::Unauthorized::new(
             "Bearer",
             "A bearer token is required",
         )),

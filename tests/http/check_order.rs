@@ -5,9 +5,9 @@
 use crate::common;
 
 use common::{Call, Reply, TestServer, assert_conforms};
-use mcp_tools::{
-    Context, InputRequired, McpServer, Principal, Tool, ToolInfo, ToolSet, Unauthorized,
-};
+use mcp_tools::auth::{Principal, Unauthorized};
+use mcp_tools::tools::{InputRequired, Tool, ToolInfo, ToolSet};
+use mcp_tools::{Context, McpServer};
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -312,11 +312,17 @@ async fn of_two_failing_checks_the_earlier_one_answers() {
 #[tokio::test]
 async fn an_unknown_prompt_is_answered_before_its_request_state_is_opened() {
     let server = McpServer::builder("order", "1")
-        .prompts(mcp_tools::PromptSet::new().with(mcp_tools::Prompt::new(
-            "greet",
-            "Greets.",
-            |_, _| async { Ok::<_, mcp_tools::RpcError>(Vec::<mcp_tools::PromptMessage>::new()) },
-        )))
+        .prompts(
+            mcp_tools::prompts::PromptSet::new().with(mcp_tools::prompts::Prompt::new(
+                "greet",
+                "Greets.",
+                |_, _| async {
+                    Ok::<_, mcp_tools::protocol::RpcError>(
+                        Vec::<mcp_tools::prompts::PromptMessage>::new(),
+                    )
+                },
+            )),
+        )
         .build()
         .unwrap();
     let server = TestServer::start(server).await;

@@ -8,7 +8,8 @@ use std::borrow::Cow;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use common::{Call, TestServer, assert_conforms};
-use mcp_tools::{Context, McpServer, Tool, ToolInfo, ToolSet};
+use mcp_tools::tools::{Tool, ToolInfo, ToolSet};
+use mcp_tools::{Context, McpServer};
 use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 use serde::Deserialize;
 use serde_json::json;

@@ -600,15 +600,15 @@ fn paged_server(key: &[u8]) -> McpServer {
     McpServer::builder("e2e", "1")
         .tools(tool_set(5))
         .page_size(2)
-        .cursor_key(key.to_vec())
+        .signing_key(key.to_vec())
         .build()
         .unwrap()
 }
 
 #[tokio::test]
 async fn a_listing_started_on_one_replica_continues_on_another() {
-    let a = TestServer::start(paged_server(b"shared-secret")).await;
-    let b = TestServer::start(paged_server(b"shared-secret")).await;
+    let a = TestServer::start(paged_server(b"shared-secret, padded to thirty-two bytes")).await;
+    let b = TestServer::start(paged_server(b"shared-secret, padded to thirty-two bytes")).await;
     // Alternate replicas page by page: only the cursor carries the position.
     let names = list_all(|page| if page % 2 == 0 { a.url() } else { b.url() }, 2).await;
     let expected = [
@@ -625,8 +625,8 @@ async fn a_listing_started_on_one_replica_continues_on_another() {
 
 #[tokio::test]
 async fn cursors_signed_by_another_key_or_altered_are_refused() {
-    let a = TestServer::start(paged_server(b"key-a")).await;
-    let other = TestServer::start(paged_server(b"key-b")).await;
+    let a = TestServer::start(paged_server(b"key-a, padded to thirty-two bytes")).await;
+    let other = TestServer::start(paged_server(b"key-b, padded to thirty-two bytes")).await;
     let first = Call::new("tools/list", json!(1), json!({}))
         .send(&a)
         .await
@@ -812,7 +812,8 @@ async fn allowed_hosts_replace_the_loopback_default() {
 
 #[test]
 fn invalid_configurations_are_refused_with_a_reason() {
-    use mcp_tools::{BuildError, ToolSet};
+    use mcp_tools::BuildError;
+    use mcp_tools::tools::ToolSet;
     let duplicate = McpServer::builder("x", "1")
         .tools(
             ToolSet::new()
@@ -852,13 +853,13 @@ struct Held {
     release: Arc<tokio::sync::Notify>,
 }
 
-impl mcp_tools::Tool for Held {
-    type Args = mcp_tools::NoArgs;
+impl mcp_tools::tools::Tool for Held {
+    type Args = mcp_tools::tools::NoArgs;
     type Output = &'static str;
-    fn info(&self) -> mcp_tools::ToolInfo {
-        mcp_tools::ToolInfo::new("held", "Answers once the test releases it.")
+    fn info(&self) -> mcp_tools::tools::ToolInfo {
+        mcp_tools::tools::ToolInfo::new("held", "Answers once the test releases it.")
     }
-    async fn call(&self, _: mcp_tools::NoArgs, _: mcp_tools::Context) -> &'static str {
+    async fn call(&self, _: mcp_tools::tools::NoArgs, _: mcp_tools::Context) -> &'static str {
         let _ = self.started.send(());
         self.release.notified().await;
         "done"
@@ -878,7 +879,7 @@ async fn held_call_in_flight(builder: mcp_tools::McpServerBuilder) -> InFlight {
     let (started, mut has_started) = tokio::sync::mpsc::unbounded_channel();
     let release = Arc::new(tokio::sync::Notify::new());
     let server = builder
-        .tools(mcp_tools::ToolSet::new().with(Held {
+        .tools(mcp_tools::tools::ToolSet::new().with(Held {
             started,
             release: release.clone(),
         }))
@@ -1015,13 +1016,13 @@ struct WhoAmI {
     runs: Arc<AtomicUsize>,
 }
 
-impl mcp_tools::Tool for WhoAmI {
-    type Args = mcp_tools::NoArgs;
+impl mcp_tools::tools::Tool for WhoAmI {
+    type Args = mcp_tools::tools::NoArgs;
     type Output = String;
-    fn info(&self) -> mcp_tools::ToolInfo {
-        mcp_tools::ToolInfo::new("whoami", "Names the caller.")
+    fn info(&self) -> mcp_tools::tools::ToolInfo {
+        mcp_tools::tools::ToolInfo::new("whoami", "Names the caller.")
     }
-    async fn call(&self, _: mcp_tools::NoArgs, cx: mcp_tools::Context) -> String {
+    async fn call(&self, _: mcp_tools::tools::NoArgs, cx: mcp_tools::Context) -> String {
         self.runs.fetch_add(1, Ordering::SeqCst);
         format!("{:?}", cx.principal())
     }
@@ -1031,18 +1032,18 @@ impl mcp_tools::Tool for WhoAmI {
 /// the scope, anyone else is asked for a token.
 fn authenticated_server(runs: Arc<AtomicUsize>) -> McpServer {
     McpServer::builder("e2e", "1")
-        .tools(mcp_tools::ToolSet::new().with(WhoAmI { runs }))
+        .tools(mcp_tools::tools::ToolSet::new().with(WhoAmI { runs }))
         .body_limit(1024)
         .authenticate(
             |headers| match headers.get("authorization").and_then(|v| v.to_str().ok()) {
-                Some("Bearer reader") => Err(mcp_tools::Unauthorized::insufficient_scope(
+                Some("Bearer reader") => Err(mcp_tools::auth::Unauthorized::insufficient_scope(
                     SCOPE_CHALLENGE,
                     "The token lacks the mcp:tools scope",
                 )),
-                Some(token) if token.starts_with("Bearer ") => {
-                    Ok(mcp_tools::Principal::subject(&token["Bearer ".len()..]))
-                }
-                _ => Err(mcp_tools::Unauthorized::new(
+                Some(token) if token.starts_with("Bearer ") => Ok(
+                    mcp_tools::auth::Principal::subject(&token["Bearer ".len()..]),
+                ),
+                _ => Err(mcp_tools::auth::Unauthorized::new(
                     TOKEN_CHALLENGE,
                     "A bearer token is required",
                 )),
@@ -1191,11 +1192,11 @@ struct RegionArgs {
 /// A tool whose `region` argument is mirrored in `Mcp-Param-Region`.
 struct Regional;
 
-impl mcp_tools::Tool for Regional {
+impl mcp_tools::tools::Tool for Regional {
     type Args = RegionArgs;
     type Output = String;
-    fn info(&self) -> mcp_tools::ToolInfo {
-        mcp_tools::ToolInfo::new("regional", "Answers with its region.")
+    fn info(&self) -> mcp_tools::tools::ToolInfo {
+        mcp_tools::tools::ToolInfo::new("regional", "Answers with its region.")
     }
     async fn call(&self, args: RegionArgs, _: mcp_tools::Context) -> String {
         args.region
@@ -1245,12 +1246,12 @@ async fn a_routing_header_sent_twice_is_refused_even_with_the_same_value() {
 
 #[tokio::test]
 async fn a_non_ascii_name_is_accepted_only_in_base64_form() {
-    let prompts = mcp_tools::PromptSet::new().with(mcp_tools::Prompt::new(
+    let prompts = mcp_tools::prompts::PromptSet::new().with(mcp_tools::prompts::Prompt::new(
         "café",
         "Names the café.",
         |_, _| async {
-            Ok::<_, mcp_tools::RpcError>(vec![mcp_tools::PromptMessage::user(
-                mcp_tools::Content::text("Welcome to the café"),
+            Ok::<_, mcp_tools::protocol::RpcError>(vec![mcp_tools::prompts::PromptMessage::user(
+                mcp_tools::tools::Content::text("Welcome to the café"),
             )])
         },
     ));
@@ -1460,7 +1461,7 @@ async fn a_declared_length_over_the_limit_is_refused_before_the_body_is_sent() {
 async fn the_default_body_limit_is_4_mib() {
     // The number the README states, written out rather than read from the crate.
     const README_LIMIT: usize = 4 * 1024 * 1024;
-    assert_eq!(mcp_tools::DEFAULT_BODY_LIMIT, README_LIMIT);
+    assert_eq!(mcp_tools::server::DEFAULT_BODY_LIMIT, README_LIMIT);
     let server = McpServer::builder("e2e", "1")
         .tools(tool_set(0))
         .build()

@@ -4,7 +4,8 @@ use crate::common;
 
 use common::tools::{Bump, tool_set};
 use common::{TestServer, assert_conforms};
-use mcp_tools::{Context, McpServer, NoArgs, Tool, ToolInfo};
+use mcp_tools::tools::{NoArgs, Tool, ToolInfo};
+use mcp_tools::{Context, McpServer};
 use serde_json::{Value, json};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, LazyLock};

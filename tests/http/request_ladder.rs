@@ -8,11 +8,12 @@ use crate::common;
 
 use common::tools::tool_set;
 use common::{Call, TestServer, assert_conforms, within};
-use mcp_tools::{
-    CompletionTarget, Completions, Content, Context, InputRequired, McpServer, NoArgs, Prompt,
-    PromptMessage, PromptSet, Resource, ResourceContents, ResourceSet, ResourceTemplate, RpcError,
-    Tool, ToolInfo, ToolReply, ToolSet,
-};
+use mcp_tools::completion::{CompletionTarget, Completions};
+use mcp_tools::prompts::{Prompt, PromptMessage, PromptSet};
+use mcp_tools::protocol::RpcError;
+use mcp_tools::resources::{Resource, ResourceContents, ResourceSet, ResourceTemplate};
+use mcp_tools::tools::{Content, InputRequired, NoArgs, Tool, ToolInfo, ToolReply, ToolSet};
+use mcp_tools::{Context, McpServer};
 use serde_json::{Value, json};
 
 const README: &str = "docs://readme";

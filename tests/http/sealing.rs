@@ -8,14 +8,13 @@ use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use common::{Call, TestServer, assert_conforms};
 use hmac::{Hmac, KeyInit, Mac};
-use mcp_tools::{
-    Context, InputRequired, McpServer, NoArgs, Principal, Tool, ToolInfo, ToolReply, ToolSet,
-    Unauthorized,
-};
+use mcp_tools::auth::{Principal, Unauthorized};
+use mcp_tools::tools::{InputRequired, NoArgs, Tool, ToolInfo, ToolReply, ToolSet};
+use mcp_tools::{Context, McpServer};
 use serde_json::{Value, json};
 use sha2::Sha256;
 
-const KEY: &[u8] = b"a key every replica shares";
+const KEY: &[u8] = b"a key every replica shares, padded to thirty-two bytes";
 const TAG_LEN: usize = 16;
 
 /// Asks for a confirmation, carrying a quote through the sealed state.
@@ -48,7 +47,7 @@ impl Tool for Book {
 fn server(key: &[u8]) -> McpServer {
     McpServer::builder("sealing", "1")
         .tools(ToolSet::new().with(Book))
-        .cursor_key(key)
+        .signing_key(key)
         .authenticate(
             |headers| match headers.get("authorization").and_then(|v| v.to_str().ok()) {
                 Some(token) => Ok(Principal::subject(token)),
@@ -194,7 +193,7 @@ fn paged(key: &[u8], tools: usize) -> McpServer {
     McpServer::builder("paged", "1")
         .tools(set)
         .page_size(2)
-        .cursor_key(key)
+        .signing_key(key)
         .build()
         .unwrap()
 }
@@ -264,17 +263,19 @@ async fn a_cursor_of_one_listing_does_not_page_another() {
         .tools((0..4).fold(ToolSet::new(), |set, i| {
             set.with(common::tools::Named(["t0", "t1", "t2", "t3"][i]))
         }))
-        .prompts((0..4).fold(mcp_tools::PromptSet::new(), |set, i| {
-            set.with(mcp_tools::Prompt::new(
+        .prompts((0..4).fold(mcp_tools::prompts::PromptSet::new(), |set, i| {
+            set.with(mcp_tools::prompts::Prompt::new(
                 ["p0", "p1", "p2", "p3"][i],
                 "A prompt.",
                 |_, _| async {
-                    Ok::<_, mcp_tools::RpcError>(Vec::<mcp_tools::PromptMessage>::new())
+                    Ok::<_, mcp_tools::protocol::RpcError>(
+                        Vec::<mcp_tools::prompts::PromptMessage>::new(),
+                    )
                 },
             ))
         }))
         .page_size(2)
-        .cursor_key(KEY)
+        .signing_key(KEY)
         .build()
         .unwrap();
     let live = TestServer::start(server).await;

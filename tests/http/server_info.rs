@@ -6,10 +6,12 @@
 use crate::common;
 
 use common::{Call, TestServer, assert_conforms, within};
-use mcp_tools::{
-    CompletionTarget, Completions, Context, InputRequired, McpServer, NoArgs, Prompt,
-    PromptMessage, PromptSet, Resource, ResourceSet, RpcError, Tool, ToolInfo, ToolSet,
-};
+use mcp_tools::completion::{CompletionTarget, Completions};
+use mcp_tools::prompts::{Prompt, PromptMessage, PromptSet};
+use mcp_tools::protocol::RpcError;
+use mcp_tools::resources::{Resource, ResourceSet};
+use mcp_tools::tools::{InputRequired, NoArgs, Tool, ToolInfo, ToolSet};
+use mcp_tools::{Context, McpServer};
 use serde_json::{Value, json};
 
 /// Asks the user something.

@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use common::tools::tool_set;
 use common::{Call, Reply, TestServer, assert_conforms, within, within_for};
-use mcp_tools::{CacheScope, McpServer, McpServerBuilder};
+use mcp_tools::server::CacheScope;
+use mcp_tools::{McpServer, McpServerBuilder};
 use serde_json::{Value, json};
 
 fn builder() -> McpServerBuilder {

@@ -10,11 +10,12 @@ use std::time::Duration;
 
 use common::events::Events;
 use common::{Call, TestServer, assert_conforms, within};
-use mcp_tools::{
-    CompletionTarget, Completions, Content, Context, InputRequired, LogLevel, McpServer, NoArgs,
-    Prompt, PromptMessage, PromptSet, Resource, ResourceContents, ResourceSet, ResourceTemplate,
-    RpcError, Tool, ToolInfo, ToolReply, ToolSet,
-};
+use mcp_tools::completion::{CompletionTarget, Completions};
+use mcp_tools::prompts::{Prompt, PromptMessage, PromptSet};
+use mcp_tools::protocol::{LogLevel, RpcError};
+use mcp_tools::resources::{Resource, ResourceContents, ResourceSet, ResourceTemplate};
+use mcp_tools::tools::{Content, InputRequired, NoArgs, Tool, ToolInfo, ToolReply, ToolSet};
+use mcp_tools::{Context, McpServer};
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Value, json};

@@ -3,11 +3,12 @@
 
 use crate::basket;
 
-use mcp_tools::store::MemoryStore;
-use mcp_tools::{
-    BuildError, McpServer, Prompt, PromptMessage, PromptSet, Resource, ResourceSet, RpcError,
-    ToolSet,
-};
+use mcp_tools::MemoryStore;
+use mcp_tools::prompts::{Prompt, PromptMessage, PromptSet};
+use mcp_tools::protocol::RpcError;
+use mcp_tools::resources::{Resource, ResourceSet};
+use mcp_tools::tools::ToolSet;
+use mcp_tools::{BuildError, McpServer};
 
 fn prompt(name: &str) -> Prompt {
     Prompt::new(name, "A prompt.", |_, _| async {
@@ -189,11 +190,13 @@ mod mirrored {
     /// A tool taking `A`, named `name`.
     pub struct Mirroring<A>(pub &'static str, pub std::marker::PhantomData<fn() -> A>);
 
-    impl<A: for<'de> Deserialize<'de> + JsonSchema + Send + 'static> mcp_tools::Tool for Mirroring<A> {
+    impl<A: for<'de> Deserialize<'de> + JsonSchema + Send + 'static> mcp_tools::tools::Tool
+        for Mirroring<A>
+    {
         type Args = A;
         type Output = String;
-        fn info(&self) -> mcp_tools::ToolInfo {
-            mcp_tools::ToolInfo::new(self.0, "Mirrors an argument in a header.")
+        fn info(&self) -> mcp_tools::tools::ToolInfo {
+            mcp_tools::tools::ToolInfo::new(self.0, "Mirrors an argument in a header.")
         }
         async fn call(&self, _: A, _: mcp_tools::Context) -> String {
             String::new()

@@ -7,7 +7,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use common::within;
 use mcp_tools::testing::TestClient;
-use mcp_tools::{Content, Context, McpServer, State, ToolError, ToolSet, tool, toolbox, tools};
+use mcp_tools::tools::{Content, ToolSet};
+use mcp_tools::{Context, McpServer, State, ToolError, tool, toolbox, tools};
 use schemars::JsonSchema;
 use serde::Serialize;
 use serde_json::{Value, json};
@@ -41,7 +42,7 @@ async fn echo(
     text.repeat(times.unwrap_or(1) as usize)
 }
 
-#[derive(Debug, mcp_tools::ToolError)]
+#[derive(Debug, mcp_tools::IntoToolError)]
 enum DivideError {
     #[code = "DIVISION_BY_ZERO"]
     ByZero,
@@ -342,7 +343,10 @@ async fn missing_state_is_a_tool_error_naming_the_type() {
     let client = TestClient::new(server);
     let err = call_tool(&client, "count", json!({"step": 1})).await;
     assert_eq!(err["isError"], true);
-    assert_eq!(err["structuredContent"]["code"], mcp_tools::MISSING_STATE);
+    assert_eq!(
+        err["structuredContent"]["code"],
+        mcp_tools::protocol::framework::code::MISSING_STATE
+    );
     assert!(
         err["content"][0]["text"]
             .as_str()
@@ -400,7 +404,7 @@ fn ticket_open_once(title: String) -> Ticket {
 
 #[tokio::test]
 async fn creates_take_an_operation_id_unless_they_opt_out() {
-    use mcp_tools::store::MemoryStore;
+    use mcp_tools::MemoryStore;
     let store = MemoryStore::default();
     let server = McpServer::builder("tickets", "0.0.0")
         .tools(tools![ticket_open, ticket_open_once])

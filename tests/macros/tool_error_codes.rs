@@ -1,4 +1,4 @@
-//! `#[derive(ToolError)]` declares its codes: each variant's code with its doc comment as the
+//! `#[derive(IntoToolError)]` declares its codes: each variant's code with its doc comment as the
 //! description and its `#[recovery]` hint, once per distinct code, and every converted error
 //! carries its variant's hint, in process and over real HTTP.
 
@@ -7,14 +7,15 @@ use crate::common;
 use std::borrow::Cow;
 use std::fmt;
 
-use mcp_tools::{DomainCode, IntoToolError, McpServer, Recovery, ToolError, tool, tools};
+use mcp_tools::tools::DomainCode;
+use mcp_tools::{IntoToolError, McpServer, Recovery, ToolError, tool, tools};
 use schemars::JsonSchema;
 use serde::Serialize;
 use serde_json::{Value, json};
 
 use common::{Call, TestServer, assert_conforms, assert_matches_schema};
 
-#[derive(Debug, mcp_tools::ToolError)]
+#[derive(Debug, mcp_tools::IntoToolError)]
 enum BookingError {
     /// The room is taken for those nights; look at what is free and book again.
     #[recovery = "refresh_and_replan"]
@@ -48,7 +49,7 @@ impl fmt::Display for BookingError {
 }
 
 /// The front desk is closed until the morning.
-#[derive(Debug, mcp_tools::ToolError)]
+#[derive(Debug, mcp_tools::IntoToolError)]
 #[code = "DESK_CLOSED"]
 #[recovery = "retry_later"]
 struct DeskClosed;
@@ -60,7 +61,7 @@ impl fmt::Display for DeskClosed {
 }
 
 /// One variant per hint the framework knows, in the order of `Recovery::known_names()`.
-#[derive(Debug, mcp_tools::ToolError)]
+#[derive(Debug, mcp_tools::IntoToolError)]
 enum EveryKnownHint {
     #[recovery = "refresh_and_replan"]
     A,

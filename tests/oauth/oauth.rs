@@ -16,14 +16,15 @@ use common::oauth::{
 use common::tools;
 use common::{Call, Reply, TestServer, assert_conforms, client, within};
 use mcp_tools::auth::{Algorithm, ConfigError, JwtVerifier, OAuth};
-use mcp_tools::{BuildError, Context, McpServer, NoArgs, Tool, ToolInfo, ToolSet};
+use mcp_tools::tools::{NoArgs, Tool, ToolInfo, ToolSet};
+use mcp_tools::{BuildError, Context, McpServer};
 use serde_json::{Value, json};
 use tokio::task::JoinSet;
 
 fn server(issuer: &Issuer) -> McpServer {
     let verifier = JwtVerifier::with_jwks(&issuer.url, &issuer.jwks_url()).unwrap();
     McpServer::builder("oauth-test", "1.0.0")
-        .tools(mcp_tools::ToolSet::new().with(tools::Echo))
+        .tools(mcp_tools::tools::ToolSet::new().with(tools::Echo))
         .oauth(OAuth::new(RESOURCE, verifier).authorization_server(&issuer.url))
         .build()
         .unwrap()

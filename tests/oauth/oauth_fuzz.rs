@@ -59,7 +59,8 @@ use mcp_tools::auth::{
     DEFAULT_JWKS_COOLDOWN, DEFAULT_JWKS_MAX_AGE, DEFAULT_LEEWAY, DEFAULT_MAX_TOKEN_BYTES,
     JwtVerifier, OAuth,
 };
-use mcp_tools::{Context, McpServer, NoArgs, Tool, ToolInfo, ToolSet};
+use mcp_tools::tools::{NoArgs, Tool, ToolInfo, ToolSet};
+use mcp_tools::{Context, McpServer};
 use proptest::prelude::*;
 use proptest::sample::{Index, select};
 use proptest::test_runner::{Config, TestCaseError, TestRunner};

@@ -13,13 +13,14 @@ use basket_client::{Agent, operation_id, outcome};
 use common::events::Events;
 use common::oauth::{Challenge, Issuer, METADATA_URL, RESOURCE};
 use common::{Call, Reply, TestServer, assert_conforms, within};
+use mcp_tools::MemoryStore;
 use mcp_tools::auth::{JwtVerifier, OAuth, TokenRejection, TokenVerifier, VerifyFuture};
-use mcp_tools::store::MemoryStore;
-use mcp_tools::{
-    CompletionTarget, Completions, Content, Context, McpServer, McpServerBuilder, NoArgs, Prompt,
-    PromptMessage, PromptSet, Resource, ResourceContents, ResourceSet, ResourceTemplate, RpcError,
-    Tool, ToolInfo, ToolSet,
-};
+use mcp_tools::completion::{CompletionTarget, Completions};
+use mcp_tools::prompts::{Prompt, PromptMessage, PromptSet};
+use mcp_tools::protocol::RpcError;
+use mcp_tools::resources::{Resource, ResourceContents, ResourceSet, ResourceTemplate};
+use mcp_tools::tools::{Content, NoArgs, Tool, ToolInfo, ToolSet};
+use mcp_tools::{Context, McpServer, McpServerBuilder};
 use serde_json::{Value, json};
 
 /// What ran on a server: tool calls, resource reads, prompt renderings and completions, by name,
@@ -953,12 +954,12 @@ async fn an_authenticate_check_after_oauth_may_refuse_but_not_rename_the_caller(
         .oauth(oauth(&issuer))
         .authenticate(|headers| {
             if headers.contains_key("x-banned") {
-                Err(mcp_tools::Unauthorized::insufficient_scope(
+                Err(mcp_tools::auth::Unauthorized::insufficient_scope(
                     "Bearer error=\"insufficient_scope\"",
                     "This account is suspended",
                 ))
             } else {
-                Ok(mcp_tools::Principal::subject("someone-else"))
+                Ok(mcp_tools::auth::Principal::subject("someone-else"))
             }
         })
         .build()

@@ -6,7 +6,8 @@ use std::sync::Arc;
 
 use common::{assert_conforms, within};
 use mcp_tools::testing::TestClient;
-use mcp_tools::{McpServer, ToolSet, tool, toolbox, tools};
+use mcp_tools::tools::ToolSet;
+use mcp_tools::{McpServer, tool, toolbox, tools};
 use serde_json::{Value, json};
 
 const SCOPES: &str = "io.github.mcp-tools/scopes";

@@ -10,7 +10,8 @@ use std::path::Path;
 
 use serde_json::json;
 
-use mcp_tools::store::{SqliteOptions, SqliteStore, StoreConfig, Synchronous};
+use mcp_tools::SqliteStore;
+use mcp_tools::store::{SqliteOptions, StoreConfig, Synchronous};
 
 use basket_client::{Agent, assert_no_lost_update, remove_db, server, temp_db, workload};
 use common::children::Child;

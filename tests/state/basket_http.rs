@@ -10,7 +10,8 @@ use crate::common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use mcp_tools::store::{ManualClock, MemoryStore, SqliteStore, Store, StoreConfig};
+use mcp_tools::store::{ManualClock, Store, StoreConfig};
+use mcp_tools::{MemoryStore, SqliteStore};
 use serde_json::{Value, json};
 
 use basket_client::{Agent, authenticated_server, operation_id, outcome, server, show};

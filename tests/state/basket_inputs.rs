@@ -10,8 +10,9 @@ use crate::common;
 
 use std::collections::{BTreeSet, HashMap};
 
-use mcp_tools::store::{Entity, MemoryStore, SqliteStore, Store, StoreConfig};
+use mcp_tools::store::{Entity, Store, StoreConfig};
 use mcp_tools::{McpServer, tool, tools};
+use mcp_tools::{MemoryStore, SqliteStore};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};

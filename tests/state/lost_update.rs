@@ -7,7 +7,8 @@
 use crate::basket_client;
 use crate::common;
 
-use mcp_tools::store::{MemoryStore, SqliteStore, StoreConfig};
+use mcp_tools::store::StoreConfig;
+use mcp_tools::{MemoryStore, SqliteStore};
 
 use basket_client::{Counts, remove_db, server, temp_db};
 use common::TestServer;

@@ -4,11 +4,13 @@
 use crate::common;
 
 use common::{Call, TestServer, assert_conforms, assert_matches_schema};
+use mcp_tools::MemoryStore;
+use mcp_tools::auth::Principal;
 use mcp_tools::store::{
-    CreateRequest, Entity, Fingerprint, MemoryStore, MutationOutcome, ReadOutcome, ReadRequest,
-    Store,
+    CreateRequest, Entity, Fingerprint, MutationOutcome, ReadOutcome, ReadRequest, Store,
 };
-use mcp_tools::{Context, McpServer, NoArgs, Principal, Tool, ToolInfo, ToolSet};
+use mcp_tools::tools::{NoArgs, Tool, ToolInfo, ToolSet};
+use mcp_tools::{Context, McpServer};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};

@@ -9,7 +9,8 @@ use crate::basket_client;
 use crate::common;
 use crate::on_every_store;
 
-use mcp_tools::store::{CONFIRMATION_META_KEY, RECONFIRM_INPUT_KEY, Store};
+use mcp_tools::protocol::framework::{CONFIRMATION_META_KEY, RECONFIRM_INPUT_KEY};
+use mcp_tools::store::Store;
 use serde_json::{Value, json};
 
 use basket_client::{Agent, operation_id, outcome, server};

@@ -14,8 +14,9 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use mcp_tools::store::{Entity, Lifecycle, MemoryStore, SqliteStore, Store, StoreConfig};
+use mcp_tools::store::{Entity, Lifecycle, Store, StoreConfig};
 use mcp_tools::{McpServer, State, ToolError, tool, tools};
+use mcp_tools::{MemoryStore, SqliteStore};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};

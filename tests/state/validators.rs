@@ -11,7 +11,9 @@ use crate::common;
 use crate::on_every_store;
 
 use mcp_tools::McpServer;
-use mcp_tools::store::{MemoryStore, SqliteStore, Store, StoreConfig, VALIDATOR_META_KEY};
+use mcp_tools::protocol::framework::VALIDATOR_META_KEY;
+use mcp_tools::store::{Store, StoreConfig};
+use mcp_tools::{MemoryStore, SqliteStore};
 use serde_json::{Value, json};
 
 use basket_client::{Agent, operation_id, outcome, remove_db, temp_db};
@@ -21,7 +23,7 @@ fn keyed_server(store: impl Store, key: &[u8]) -> McpServer {
     McpServer::builder("basket", "0.0.0")
         .tools(basket::tool_set())
         .store(store)
-        .cursor_key(key.to_vec())
+        .signing_key(key.to_vec())
         .build()
         .unwrap()
 }
@@ -63,7 +65,11 @@ fn code(result: &Value) -> &str {
 }
 
 async fn validators_stand_for_their_version(store: impl Store) {
-    let server = TestServer::start(keyed_server(store, b"replica-key")).await;
+    let server = TestServer::start(keyed_server(
+        store,
+        b"replica-key, padded to thirty-two bytes",
+    ))
+    .await;
     let agent = Agent::connect(&server.url(), None).await;
     let handle = agent.create().await;
     let other = agent.create().await;
@@ -133,7 +139,11 @@ async fn validators_stand_for_their_version(store: impl Store) {
     assert_eq!(read(&agent, &handle).await.0, 2, "nothing was applied");
 
     // A replica with another key issued none of these.
-    let elsewhere = TestServer::start(keyed_server(MemoryStore::default(), b"another-key")).await;
+    let elsewhere = TestServer::start(keyed_server(
+        MemoryStore::default(),
+        b"another-key, padded to thirty-two bytes",
+    ))
+    .await;
     let stranger = Agent::connect(&elsewhere.url(), None).await;
     let theirs = stranger.create().await;
     let (_, their_validator) = read(&stranger, &theirs).await;
@@ -147,7 +157,11 @@ async fn validators_stand_for_their_version(store: impl Store) {
 }
 
 async fn the_meta_route_is_the_argument(store: impl Store) {
-    let server = TestServer::start(keyed_server(store, b"replica-key")).await;
+    let server = TestServer::start(keyed_server(
+        store,
+        b"replica-key, padded to thirty-two bytes",
+    ))
+    .await;
     let agent = Agent::connect(&server.url(), None).await;
     let handle = agent.create().await;
     let (_, validator) = read(&agent, &handle).await;
@@ -236,7 +250,11 @@ async fn the_meta_route_is_the_argument(store: impl Store) {
 }
 
 async fn a_read_says_what_changed_since_a_basis(store: impl Store) {
-    let server = TestServer::start(keyed_server(store, b"replica-key")).await;
+    let server = TestServer::start(keyed_server(
+        store,
+        b"replica-key, padded to thirty-two bytes",
+    ))
+    .await;
     let agent = Agent::connect(&server.url(), None).await;
     let handle = agent.create().await;
     let (_, first) = read(&agent, &handle).await;
@@ -319,7 +337,11 @@ async fn a_read_says_what_changed_since_a_basis(store: impl Store) {
 
 /// Once a basis's history is pruned the read says so rather than guess.
 async fn a_pruned_basis_has_no_delta(store: impl Store) {
-    let server = TestServer::start(keyed_server(store, b"replica-key")).await;
+    let server = TestServer::start(keyed_server(
+        store,
+        b"replica-key, padded to thirty-two bytes",
+    ))
+    .await;
     let agent = Agent::connect(&server.url(), None).await;
     let handle = agent.create().await;
     for version in 1..=3u32 {
@@ -363,13 +385,14 @@ async fn a_rolled_key_still_opens_what_the_old_one_sealed() {
         let mut builder = McpServer::builder("basket", "0.0.0")
             .tools(basket::tool_set())
             .store(std::sync::Arc::clone(&store))
-            .cursor_key(key.to_vec());
+            .signing_key(key.to_vec());
         if let Some(until) = accepted {
-            builder = builder.accept_cursor_key(b"key-one".to_vec(), until);
+            builder =
+                builder.accept_signing_key(b"key-one, padded to thirty-two bytes".to_vec(), until);
         }
         builder.build().unwrap()
     };
-    let old = TestServer::start(replica(b"key-one", None)).await;
+    let old = TestServer::start(replica(b"key-one, padded to thirty-two bytes", None)).await;
     let agent = Agent::connect(&old.url(), None).await;
     let handle = agent.create().await;
     let (_, sealed_by_old) = read(&agent, &handle).await;
@@ -380,7 +403,8 @@ async fn a_rolled_key_still_opens_what_the_old_one_sealed() {
         ("after the old key's time", Some(past), "rejected"),
         ("with the old key accepted", Some(in_an_hour), "applied"),
     ] {
-        let rolled = TestServer::start(replica(b"key-two", accepted)).await;
+        let rolled =
+            TestServer::start(replica(b"key-two, padded to thirty-two bytes", accepted)).await;
         let agent = Agent::connect(&rolled.url(), None).await;
         let result = agent
             .call(
@@ -395,9 +419,9 @@ async fn a_rolled_key_still_opens_what_the_old_one_sealed() {
     }
     assert!(matches!(
         McpServer::builder("x", "1")
-            .accept_cursor_key(Vec::new(), in_an_hour)
+            .accept_signing_key(b"short".to_vec(), in_an_hour)
             .build(),
-        Err(mcp_tools::BuildError::InvalidSetting(_))
+        Err(mcp_tools::BuildError::WeakSigningKey(5))
     ));
 }
 
@@ -405,7 +429,11 @@ async fn a_rolled_key_still_opens_what_the_old_one_sealed() {
 /// is that number, as JSON Schema counts it.
 #[tokio::test]
 async fn version_arguments_refuse_what_is_no_version() {
-    let server = TestServer::start(keyed_server(MemoryStore::default(), b"replica-key")).await;
+    let server = TestServer::start(keyed_server(
+        MemoryStore::default(),
+        b"replica-key, padded to thirty-two bytes",
+    ))
+    .await;
     let agent = Agent::connect(&server.url(), None).await;
     let handle = agent.create().await;
     for (label, basis, violation) in [

@@ -11,7 +11,8 @@ use crate::pg;
 use std::time::{Duration, Instant};
 
 use mcp_tools::McpServer;
-use mcp_tools::store::{PostgresOptions, SqliteStore, Store, StoreConfig};
+use mcp_tools::SqliteStore;
+use mcp_tools::store::{PostgresOptions, Store, StoreConfig};
 use mcp_tools::tasks::TaskOptions;
 use serde_json::{Value, json};
 

@@ -9,14 +9,17 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use mcp_tools::MemoryStore;
+use mcp_tools::auth::{Principal, Unauthorized};
 use mcp_tools::store::{
-    CreateRequest, MemoryStore, MutationOutcome, MutationRequest, PostgresOptions, PruneReport,
-    ReadOutcome, ReadRequest, Store, StoreConfig, StoreError, StoreFuture, Transition,
+    CreateRequest, MutationOutcome, MutationRequest, PostgresOptions, PruneReport, ReadOutcome,
+    ReadRequest, Store, StoreConfig, StoreError, StoreFuture, Transition,
 };
 use mcp_tools::tasks::{
     TASKS_EXTENSION, TaskChange, TaskInsert, TaskOptions, TaskRecord, TaskStore,
 };
-use mcp_tools::{Context, InputRequired, McpServer, Principal, ToolError, ToolReply, Unauthorized};
+use mcp_tools::tools::{InputRequired, ToolReply};
+use mcp_tools::{Context, McpServer, ToolError};
 use mcp_tools::{tool, tools};
 use serde_json::{Value, json};
 use tokio::sync::{Notify, mpsc};

@@ -3,12 +3,13 @@
 //! versioned stateful tools, resources, a template, prompts, completion, logging), plus what a
 //! request generator has to know about it to predict every answer.
 
-use mcp_tools::store::MemoryStore;
-use mcp_tools::{
-    CompletionTarget, Completions, Content, Context, InputRequired, LogLevel, McpServer, NoArgs,
-    Prompt, PromptMessage, PromptSet, Resource, ResourceContents, ResourceSet, ResourceTemplate,
-    RpcError, Tool, ToolInfo, ToolReply,
-};
+use mcp_tools::MemoryStore;
+use mcp_tools::completion::{CompletionTarget, Completions};
+use mcp_tools::prompts::{Prompt, PromptMessage, PromptSet};
+use mcp_tools::protocol::{LogLevel, RpcError};
+use mcp_tools::resources::{Resource, ResourceContents, ResourceSet, ResourceTemplate};
+use mcp_tools::tools::{Content, InputRequired, NoArgs, Tool, ToolInfo, ToolReply};
+use mcp_tools::{Context, McpServer};
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::json;
@@ -201,7 +202,7 @@ pub fn server() -> McpServer {
         .completions(completions())
         .logging()
         .page_size(PAGE_SIZE)
-        .cursor_key(b"fuzz fixture key".to_vec())
+        .signing_key(b"fuzz fixture key, padded to thirty-two bytes".to_vec())
         .body_limit(BODY_LIMIT)
         .build()
         .unwrap()
