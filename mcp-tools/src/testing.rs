@@ -90,7 +90,12 @@ impl TestClient {
         self
     }
 
-    /// Sends `method` with `params` (an object; `_meta` is added) and returns the `result`.
+    /// Sends `method` with `params` (an object) and returns the `result`.
+    ///
+    /// The request's `_meta` gets the protocol version and the client's capabilities; entries
+    /// you put in `params._meta` yourself are kept (a validator under
+    /// [`VALIDATOR_META_KEY`](crate::protocol::framework::VALIDATOR_META_KEY), say), and yours
+    /// win over the client's.
     pub async fn request(&self, method: &str, params: Value) -> Result<Value, RpcError> {
         let mut params = match params {
             Value::Object(params) => params,
@@ -101,13 +106,20 @@ impl TestClient {
                 )));
             }
         };
-        params.insert(
-            "_meta".into(),
-            json!({
-                meta_keys::PROTOCOL_VERSION_KEY: PROTOCOL_VERSION,
-                meta_keys::CLIENT_CAPABILITIES: self.capabilities,
-            }),
-        );
+        let mut meta = match params.remove("_meta") {
+            Some(Value::Object(meta)) => meta,
+            None | Some(Value::Null) => Map::new(),
+            Some(other) => {
+                return Err(RpcError::invalid_params(format!(
+                    "params._meta must be an object, got {other}"
+                )));
+            }
+        };
+        meta.entry(meta_keys::PROTOCOL_VERSION_KEY)
+            .or_insert_with(|| PROTOCOL_VERSION.into());
+        meta.entry(meta_keys::CLIENT_CAPABILITIES)
+            .or_insert_with(|| self.capabilities.clone());
+        params.insert("_meta".into(), Value::Object(meta));
         let envelope = Envelope {
             id: Some(RequestId::Number(
                 self.next_id.fetch_add(1, Ordering::Relaxed),
@@ -708,6 +720,41 @@ mod tests {
                 matches!(outcome, Err(TestError::Decode { .. })),
                 "{outcome:?}"
             );
+        });
+    }
+
+    /// A tool that answers with the `_meta` its request carried.
+    struct Meta;
+
+    impl Tool for Meta {
+        type Args = NoArgs;
+        type Output = CallToolResult;
+        fn info(&self) -> ToolInfo {
+            ToolInfo::new("meta", "Shows the request's _meta.")
+        }
+        async fn call(&self, _: NoArgs, cx: Context) -> CallToolResult {
+            CallToolResult::structured(Value::Object(cx.meta().raw().clone()))
+        }
+    }
+
+    #[test]
+    fn entries_of_meta_the_caller_sends_are_kept_next_to_the_clients() {
+        run(async {
+            let server = McpServer::builder("test", "0.0.0")
+                .tools(ToolSet::new().with(Meta))
+                .build()
+                .unwrap();
+            let client = TestClient::new(server).with_capabilities(json!({ "roots": {} }));
+            let params = json!({ "name": "meta", "_meta": { "example.com/trace": "t-1" } });
+            let result = client.request("tools/call", params).await.unwrap();
+            let meta = &result["structuredContent"];
+            assert_eq!(meta["example.com/trace"], "t-1");
+            assert_eq!(meta[meta_keys::PROTOCOL_VERSION_KEY], PROTOCOL_VERSION);
+            assert_eq!(meta[meta_keys::CLIENT_CAPABILITIES], json!({ "roots": {} }));
+            let refused = client
+                .request("tools/call", json!({ "name": "meta", "_meta": 3 }))
+                .await;
+            assert_eq!(refused.unwrap_err().code(), -32602);
         });
     }
 
