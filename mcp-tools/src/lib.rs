@@ -59,6 +59,7 @@ pub mod completion;
 mod context;
 pub mod contract;
 mod dispatch;
+pub mod guide;
 pub mod prompts;
 pub mod protocol;
 pub mod resources;
