@@ -1087,7 +1087,7 @@ async fn round_trips_per_call_are_those_documented() {
             .iter()
             .map(|(call, _)| {
                 let row = documented.get(*call);
-                (*call, *row.unwrap_or_else(|| panic!("the README has no row {call:?}")))
+                (*call, *row.unwrap_or_else(|| panic!("the documented table has no row {call:?}")))
             })
             .collect();
         assert_eq!(counted, expected, "(round trips, statements) per call");
@@ -1095,19 +1095,24 @@ async fn round_trips_per_call_are_those_documented() {
             .keys()
             .filter(|row| !counted.iter().any(|(call, _)| call == row))
             .collect();
-        assert!(unmeasured.is_empty(), "README rows no call measures: {unmeasured:?}");
+        assert!(unmeasured.is_empty(), "documented rows no call measures: {unmeasured:?}");
     })
     .await;
 }
 
-/// The README's "round trips / statements" table of the PostgreSQL store: each row's call and
+/// The "round trips / statements" table of `PostgresStore`'s documentation: each row's call and
 /// the leading number of its two other cells.
 fn documented_round_trips() -> std::collections::BTreeMap<String, (u64, u64)> {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md");
-    let readme = std::fs::read_to_string(path).unwrap_or_else(|error| panic!("{path}: {error}"));
-    let (_, table) = readme
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/src/store/postgres/mod.rs");
+    let source = std::fs::read_to_string(path).unwrap_or_else(|error| panic!("{path}: {error}"));
+    let docs: String = source
+        .lines()
+        .filter_map(|line| line.trim_start().strip_prefix("/// "))
+        .map(|line| format!("{line}\n"))
+        .collect();
+    let (_, table) = docs
         .split_once("| call | round trips | statements |\n")
-        .expect("the README's round-trip table");
+        .expect("the round-trip table of PostgresStore's documentation");
     let leading = |cell: &str| -> u64 {
         let number = cell.split_whitespace().next().unwrap_or_default();
         number

@@ -28,6 +28,7 @@ pub fn server(store: impl Store) -> McpServer {
     McpServer::builder("basket", "0.0.0")
         .tools(basket::tool_set())
         .store(store)
+        .signing_key(crate::common::SIGNING_KEY)
         .build()
         .unwrap()
 }
@@ -37,6 +38,7 @@ pub fn authenticated_server(store: impl Store) -> McpServer {
     McpServer::builder("basket", "0.0.0")
         .tools(basket::tool_set())
         .store(store)
+        .signing_key(crate::common::SIGNING_KEY)
         .authenticate(crate::common::tools::bearer_subject)
         .build()
         .unwrap()

@@ -442,3 +442,7 @@ pub fn fuzz_cases(var: &str, default: u32) -> u32 {
         .and_then(|v| v.parse().ok())
         .unwrap_or(default)
 }
+
+/// The signing key of the tests' servers: one for every replica and restart, as a deployment
+/// has, since servers on a durable store do not build without one.
+pub const SIGNING_KEY: &[u8] = b"the end-to-end tests' signing key, shared by every replica";

@@ -107,7 +107,10 @@ pub const RSA_A_PUBLIC_PEM: &[u8] = include_bytes!("../fixtures/oauth/rsa-a.pub.
 struct Shared {
     published: Mutex<Vec<Key>>,
     fetches: AtomicUsize,
+    /// The fetches so far, for a test to wait on.
+    fetched: tokio::sync::watch::Sender<usize>,
     down: AtomicBool,
+    hanging: AtomicBool,
 }
 
 /// The test authorization server, on a loopback port until dropped.
@@ -125,7 +128,9 @@ impl Issuer {
         let shared = Arc::new(Shared {
             published: Mutex::new(vec![Key::RsaA, Key::EcC]),
             fetches: AtomicUsize::new(0),
+            fetched: tokio::sync::watch::channel(0).0,
             down: AtomicBool::new(false),
+            hanging: AtomicBool::new(false),
         });
         let (addr, tx) = serve(
             Router::new()
@@ -159,6 +164,23 @@ impl Issuer {
         self.shared.down.store(down, Ordering::SeqCst);
     }
 
+    /// Makes the JWKS endpoint take requests and never answer them (or answer again).
+    pub fn set_hanging(&self, hanging: bool) {
+        self.shared.hanging.store(hanging, Ordering::SeqCst);
+    }
+
+    /// Waits until the JWKS was fetched at least `count` times, for at most 10 s.
+    pub async fn fetched(&self, count: usize) {
+        let mut fetched = self.shared.fetched.subscribe();
+        tokio::time::timeout(
+            std::time::Duration::from_secs(10),
+            fetched.wait_for(|fetches| *fetches >= count),
+        )
+        .await
+        .unwrap_or_else(|_| panic!("the JWKS was not fetched {count} times within 10 s"))
+        .expect("the issuer is running");
+    }
+
     /// Claims of a valid token for `subject` granting `scopes`, valid for an hour.
     pub fn claims(&self, subject: &str, scopes: &str) -> BTreeMap<String, Value> {
         let now = now();
@@ -179,9 +201,11 @@ impl Issuer {
     }
 }
 
-/// `claims` signed with `key`, its header naming the key's `kid`.
+/// `claims` signed with `key` as an access token (`typ: at+jwt`, RFC 9068), its header naming
+/// the key's `kid`.
 pub fn sign(key: Key, claims: &BTreeMap<String, Value>) -> String {
     let mut header = Header::new(key.algorithm());
+    header.typ = Some("at+jwt".to_owned());
     header.kid = Some(key.kid().to_owned());
     jsonwebtoken::encode(&header, claims, &key.encoding_key()).unwrap()
 }
@@ -195,7 +219,11 @@ pub fn now() -> u64 {
 }
 
 async fn jwks(State(shared): State<Arc<Shared>>) -> Response {
-    shared.fetches.fetch_add(1, Ordering::SeqCst);
+    let fetches = shared.fetches.fetch_add(1, Ordering::SeqCst) + 1;
+    shared.fetched.send_replace(fetches);
+    if shared.hanging.load(Ordering::SeqCst) {
+        std::future::pending::<()>().await;
+    }
     if shared.down.load(Ordering::SeqCst) {
         return StatusCode::SERVICE_UNAVAILABLE.into_response();
     }

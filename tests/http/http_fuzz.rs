@@ -1496,8 +1496,9 @@ fn predict_legacy(
     predict_route(p, case, route, &rest, &Map::new(), true, true, world)
 }
 
-/// Whether each `Mcp-Param-*` header of `route` mirrors its argument.
-fn param_headers_agree(case: &Case, arguments: Option<&Value>) -> bool {
+/// Whether each `Mcp-Param-*` header of `route` mirrors its argument. A legacy client need not
+/// send them, but one it sends must agree.
+fn param_headers_agree(case: &Case, arguments: Option<&Value>, legacy: bool) -> bool {
     let arguments = arguments.and_then(Value::as_object);
     fixture::ROUTE_HEADERS.iter().all(|(header, argument)| {
         let name = format!("mcp-param-{}", header.to_ascii_lowercase());
@@ -1507,7 +1508,8 @@ fn param_headers_agree(case: &Case, arguments: Option<&Value>) -> bool {
         match (header_text(case, &name), value) {
             (Err(()), _) => false,
             (Ok(None), None) => true,
-            (Ok(None), Some(_)) | (Ok(Some(_)), None) => false,
+            (Ok(None), Some(_)) => legacy,
+            (Ok(Some(_)), None) => false,
             (Ok(Some(header)), Some(value)) => match value {
                 Value::String(s) => header == *s,
                 Value::Bool(b) => header == b.to_string(),
@@ -1609,7 +1611,7 @@ fn predict_route(
             }
             p.tool = Some(name.clone());
             let disagree =
-                !legacy && name == "route" && !param_headers_agree(case, params.get("arguments"));
+                name == "route" && !param_headers_agree(case, params.get("arguments"), legacy);
             match (arguments_malformed, disagree) {
                 (true, true) => {
                     p.answers = vec![in_band, Answer::Error(400, HEADER_MISMATCH)];

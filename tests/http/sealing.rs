@@ -147,7 +147,8 @@ async fn a_state_is_bound_to_the_caller_it_was_issued_to() {
 async fn a_state_opens_on_any_replica_with_the_same_key_and_no_other() {
     let issuer = TestServer::start(server(KEY)).await;
     let replica = TestServer::start(server(KEY)).await;
-    let stranger = TestServer::start(server(b"another key")).await;
+    let stranger =
+        TestServer::start(server(b"another key, also of thirty-two bytes or more")).await;
     let state = issued_state(&issuer, "alice").await;
     let done = retry("alice", &state).send(&replica).await.result();
     assert_eq!(done["content"][0]["text"], "booked at 420");
@@ -237,7 +238,8 @@ async fn a_cursor_with_a_changed_position_is_refused_by_its_signature() {
 async fn a_cursor_continues_on_a_replica_with_the_same_key_and_no_other() {
     let issuer = TestServer::start(paged(KEY, 6)).await;
     let replica = TestServer::start(paged(KEY, 6)).await;
-    let stranger = TestServer::start(paged(b"another key", 6)).await;
+    let stranger =
+        TestServer::start(paged(b"another key, also of thirty-two bytes or more", 6)).await;
     let (first, next) = names(&issuer, None).await;
     assert_eq!(first, ["t0", "t1"]);
     let cursor = next.unwrap();

@@ -766,6 +766,41 @@ async fn mirrored_parameters_must_agree_with_their_headers() {
     }
 }
 
+/// A client of an earlier revision sends no mirror of an argument, and is served without one;
+/// but a mirror it does send must agree with the body, as a current client's must, so a gateway
+/// that routes or authorizes on `Mcp-Param-Region` sees the region that runs.
+#[tokio::test]
+async fn a_legacy_request_is_held_to_the_mirrors_it_sends() {
+    let server = TestServer::start(fixture().server).await;
+    let legacy = |args: Value| {
+        Call::call_tool("route", args)
+            .without_header("mcp-protocol-version")
+            .without_meta("io.modelcontextprotocol/protocolVersion")
+    };
+    let unmirrored = legacy(json!({ "region": "us-east-1" })).send(&server).await;
+    assert_eq!(unmirrored.status, 200, "{}", unmirrored.text);
+    let agreeing = legacy(json!({ "region": "us-east-1" }))
+        .header("mcp-param-region", "us-east-1")
+        .send(&server)
+        .await;
+    assert_eq!(agreeing.status, 200, "{}", agreeing.text);
+    for (args, header) in [
+        (json!({ "region": "us-east-1" }), "eu-west-1"),
+        (json!({}), "eu-west-1"),
+    ] {
+        let reply = legacy(args.clone())
+            .header("mcp-param-region", header)
+            .send(&server)
+            .await;
+        assert_eq!(
+            (reply.status, reply.error_code()),
+            (400, Some(-32020)),
+            "{args} with Mcp-Param-Region {header}: {}",
+            reply.text
+        );
+    }
+}
+
 /// Clients drop a tool whose mirrored property does not have one `type` string, and an `Option`
 /// argument's schema says `["string", "null"]`: `tools/list` publishes the single type (with
 /// the safe integer range), while the server still takes an explicit `null` as no value.

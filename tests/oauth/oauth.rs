@@ -65,9 +65,10 @@ fn bearer(token: &str) -> String {
     format!("Bearer {token}")
 }
 
-/// `claims` signed with `key` under any key id.
+/// `claims` signed with `key` as an access token under any key id.
 fn sign_with_kid(key: Key, kid: &str, claims: &BTreeMap<String, Value>) -> String {
     let mut header = jsonwebtoken::Header::new(key.algorithm());
+    header.typ = Some("at+jwt".to_owned());
     header.kid = Some(kid.to_owned());
     jsonwebtoken::encode(&header, claims, &key.encoding_key()).unwrap()
 }
@@ -226,6 +227,80 @@ async fn a_malformed_authorization_header_is_an_invalid_token_and_not_run() {
     );
 }
 
+/// `claims` signed with [`Key::RsaA`] under the `typ` header `typ` (none when `None`).
+fn sign_typed(typ: Option<&str>, claims: &BTreeMap<String, Value>) -> String {
+    let mut header = jsonwebtoken::Header::new(Key::RsaA.algorithm());
+    header.typ = typ.map(str::to_owned);
+    header.kid = Some(Key::RsaA.kid().to_owned());
+    jsonwebtoken::encode(&header, claims, &Key::RsaA.encoding_key()).unwrap()
+}
+
+/// Only access tokens are accepted (RFC 9068): an ID token or a logout token of the same issuer,
+/// whose audience may match, is refused for its type; a server told its authorization server
+/// types tokens otherwise, or not at all, accepts those.
+#[tokio::test]
+async fn only_tokens_typed_as_access_tokens_are_served() {
+    let issuer = Issuer::start().await;
+    let strict = Guarded::start(&issuer).await;
+    let claims = issuer.claims("alice", "");
+    for typ in ["at+jwt", "application/at+jwt", "AT+JWT"] {
+        assert_served(&strict.bump_with(&sign_typed(Some(typ), &claims)).await);
+    }
+    for (typ, because) in [
+        (Some("JWT"), "not an access token"),
+        (Some("logout+jwt"), "not an access token"),
+        (None, "not an access token"),
+    ] {
+        assert_invalid_token(
+            &strict.bump_with(&sign_typed(typ, &claims)).await,
+            None,
+            because,
+        );
+    }
+    assert_eq!(strict.bumps(), 3, "a refused token runs nothing");
+
+    let lenient = Guarded::start_with(
+        &issuer,
+        |verifier| verifier.any_token_type(),
+        |oauth| oauth,
+        |builder| builder,
+    )
+    .await;
+    for typ in [Some("JWT"), None] {
+        assert_served(&lenient.bump_with(&sign_typed(typ, &claims)).await);
+    }
+    let custom = Guarded::start_with(
+        &issuer,
+        |verifier| {
+            verifier
+                .token_types(["application/okta-internal-at+jwt"])
+                .unwrap()
+        },
+        |oauth| oauth,
+        |builder| builder,
+    )
+    .await;
+    assert_served(
+        &custom
+            .bump_with(&sign_typed(
+                Some("application/okta-internal-at+jwt"),
+                &claims,
+            ))
+            .await,
+    );
+    assert_invalid_token(
+        &custom.bump_with(&sign_typed(Some("at+jwt"), &claims)).await,
+        None,
+        "not an access token",
+    );
+    assert!(matches!(
+        JwtVerifier::with_jwks(&issuer.url, &issuer.jwks_url())
+            .unwrap()
+            .token_types(Vec::<String>::new()),
+        Err(ConfigError::Invalid(_))
+    ));
+}
+
 #[tokio::test]
 async fn tokens_that_fail_verification_are_invalid_tokens_and_not_run() {
     let issuer = Issuer::start().await;
@@ -245,6 +320,7 @@ async fn tokens_that_fail_verification_are_invalid_tokens_and_not_run() {
     let alg_none_header = json!({ "alg": "none", "typ": "JWT", "kid": "rsa-a" });
     let hs256 = {
         let mut header = jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS256);
+        header.typ = Some("at+jwt".to_owned());
         header.kid = Some("rsa-a".into());
         let secret = jsonwebtoken::EncodingKey::from_secret(RSA_A_PUBLIC_PEM);
         jsonwebtoken::encode(&header, &claims, &secret).unwrap()
@@ -722,11 +798,15 @@ async fn concurrent_requests_while_the_keys_are_unreachable_share_the_failed_fet
 }
 
 #[tokio::test]
-async fn old_keys_are_refreshed_after_their_max_age_and_kept_while_a_refresh_fails() {
+async fn old_keys_are_used_at_once_refreshed_beside_the_requests_and_backed_off_after_a_failure() {
     let issuer = Issuer::start().await;
     let server = Guarded::start_with(
         &issuer,
-        |verifier| verifier.jwks_max_age(Duration::ZERO),
+        |verifier| {
+            verifier
+                .jwks_max_age(Duration::ZERO)
+                .jwks_cooldown(Duration::from_secs(3600))
+        },
         |oauth| oauth,
         |builder| builder,
     )
@@ -734,15 +814,46 @@ async fn old_keys_are_refreshed_after_their_max_age_and_kept_while_a_refresh_fai
     let token = issuer.token("alice", "");
     assert_served(&server.bump_with(&token).await);
     assert_served(&server.bump_with(&token).await);
-    assert_eq!(issuer.fetches(), 2, "keys past their age are fetched again");
+    issuer.fetched(2).await;
+    // Keys past their age are fetched again, beside the request that found them old.
+    assert_eq!(issuer.fetches(), 2);
     issuer.set_down(true);
     assert_served(&server.bump_with(&token).await);
-    assert_eq!(
-        issuer.fetches(),
-        3,
-        "the refresh was tried, and its failure left the old keys in use"
-    );
-    assert_eq!(server.bumps(), 3);
+    issuer.fetched(3).await;
+    // The refresh failed: the old keys stay in use, and no request tries again before the
+    // back-off (an hour here), however many come.
+    for _ in 0..20 {
+        assert_served(&server.bump_with(&token).await);
+    }
+    assert_eq!(issuer.fetches(), 3, "one failed refresh, then the back-off");
+    assert_eq!(server.bumps(), 23);
+
+    // An authorization server that hangs delays no request that has keys: each is served at
+    // once while one refresh waits for the fetch timeout beside them.
+    let hanging = Issuer::start().await;
+    let server = Guarded::start_with(
+        &hanging,
+        |verifier| {
+            verifier
+                .jwks_max_age(Duration::ZERO)
+                .fetch_timeout(Duration::from_secs(30))
+                .unwrap()
+        },
+        |oauth| oauth,
+        |builder| builder,
+    )
+    .await;
+    let token = hanging.token("alice", "");
+    assert_served(&server.bump_with(&token).await);
+    hanging.set_hanging(true);
+    for _ in 0..10 {
+        let reply = tokio::time::timeout(Duration::from_secs(2), server.bump_with(&token))
+            .await
+            .expect("a request with cached keys waits for no refresh");
+        assert_served(&reply);
+    }
+    hanging.fetched(2).await;
+    assert_eq!(hanging.fetches(), 2, "one refresh at a time");
 
     let fresh = Issuer::start().await;
     let cached = Guarded::start(&fresh).await;

@@ -48,6 +48,7 @@ fn server(store: impl Store) -> McpServer {
     McpServer::builder("basket", "0.0.0")
         .tools(basket::tool_set().merge(tools![voucher_create, voucher_get]))
         .store(store)
+        .signing_key(crate::common::SIGNING_KEY)
         .build()
         .unwrap()
 }

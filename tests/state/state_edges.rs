@@ -204,6 +204,7 @@ fn server(store: impl Store, theatre: Arc<Theatre>) -> McpServer {
         )
         .state(theatre)
         .store(store)
+        .signing_key(crate::common::SIGNING_KEY)
         .build()
         .unwrap()
 }

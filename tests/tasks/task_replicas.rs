@@ -34,6 +34,7 @@ fn server(store: impl Store) -> McpServer {
     McpServer::builder("basket", "0.0.0")
         .tools(basket::tool_set_with_quote())
         .store(store)
+        .signing_key(crate::common::SIGNING_KEY)
         .task_options(TaskOptions::default().lease(LEASE).poll_interval(POLL))
         .build()
         .unwrap()

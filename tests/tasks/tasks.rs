@@ -184,6 +184,7 @@ fn server_on(probe: &Probe, store: impl Store, options: TaskOptions) -> McpServe
         ])
         .state(probe.clone())
         .store(store)
+        .signing_key(crate::common::SIGNING_KEY)
         .task_options(options)
         .authenticate(
             |headers| match headers.get("authorization").map(|value| value.as_bytes()) {

@@ -138,6 +138,40 @@ impl Default for PostgresOptions {
 /// transaction back and lets its locks go once it notices, within the statement and lock
 /// timeouts at worst.
 ///
+/// Call by call, the flights of messages the store waits on (round trips) and the statements it
+/// asks the server to run:
+///
+/// | call | round trips | statements |
+/// |---|---|---|
+/// | read (`basket_get`) | 1 | 1 |
+/// | mutation, `applied` | 2 | 5 |
+/// | mutation, `stale_view` with its delta | 3 | 6 |
+/// | mutation, rebased over a concurrent change | 3 | 6 |
+/// | mutation, `stale_view` past the history limit, or a recorded rejection | 2 | 5 |
+/// | replay | 2 | 4 |
+/// | an operation id recorded about another resource | 3 | 5 |
+/// | create, state known up front | 2 | 5 |
+/// | create whose function makes the state | 4 (claim, then store) | 11 |
+/// | mutation or create without an operation id | 3 | 5 |
+///
+/// `round_trips_per_call_are_those_documented` (`mcp-tools/tests/postgres_store.rs`) holds this
+/// table: it runs each call through a proxy that reads the PostgreSQL protocol on its way to the
+/// database and compares what it counts with the table, read from this file.
+///
+/// # Connecting
+///
+/// The connection string is a `postgres://` URL or libpq `key=value` pairs; what it leaves out
+/// comes from libpq's environment variables (`PGHOST`, `PGPORT`, `PGUSER`, `PGPASSWORD`,
+/// `PGDATABASE`, `PGSSLMODE`, `PGSSLROOTCERT`, `PGAPPNAME`, `PGCONNECT_TIMEOUT`, `PGOPTIONS`), so a
+/// password need not appear on a command line. TLS goes through rustls as `sslmode` says:
+/// `disable`, `prefer` (the default, as libpq: encrypted if offered, unverified), `require`
+/// (encrypted; verified against `sslrootcert` when one is given), `verify-ca` (the chain, against
+/// `sslrootcert`, which it requires) and `verify-full` (the chain and the host name, against
+/// `sslrootcert` or, without it or with `sslrootcert=system`, the system's roots).
+/// [`PostgresOptions`] sets the schema (default `public`, created if missing) and a table prefix
+/// (default `mcp_`), both always quoted, the pool size (16) and the one `timeout` (10 s) that
+/// bounds each store call.
+///
 /// # Connections while a resource is busy
 ///
 /// A unit holds its pooled connection while it waits for its locks. So that calls piling up
