@@ -72,6 +72,12 @@ pub mod testing;
 pub mod tools;
 mod transport;
 
+// The repository's README is compiled and run with the doctests, so it cannot drift from the
+// API. It lives outside the package, which is built without `doctest` and never reads it.
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+struct ReadmeDoctests;
+
 #[doc(hidden)]
 #[path = "private.rs"]
 pub mod __private;

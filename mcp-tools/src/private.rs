@@ -41,7 +41,7 @@ impl<T: Serialize + JsonSchema> ToolOutput for T {}
 #[diagnostic::on_unimplemented(
     message = "`{Self}` cannot be a tool error",
     label = "the error type must implement `IntoToolError`",
-    note = "implement `mcp_tools::IntoToolError` (or `#[derive(mcp_tools::ToolError)]`) to choose stable codes, or return `ToolError` or `String`"
+    note = "implement `mcp_tools::IntoToolError` (or `#[derive(mcp_tools::IntoToolError)]`) to choose stable codes, or return `ToolError` or `String`"
 )]
 pub trait ToolErrorType {}
 

@@ -1,4 +1,3 @@
-use mcp_tools::ToolError;
 use mcp_tools::IntoToolError;
 
 #[derive(Debug, IntoToolError)]
