@@ -190,3 +190,15 @@ pub fn derive_tool_error(input: TokenStream) -> TokenStream {
 pub fn derive_entity(input: TokenStream) -> TokenStream {
     expand::resource(input.into()).into()
 }
+
+/// The recovery hints the macros know, as `[(wire name, variant name), ..]`: the runtime's test
+/// compares them with `mcp_tools::Recovery`'s, so the two lists cannot drift apart. Not API.
+#[doc(hidden)]
+#[proc_macro]
+pub fn __known_recoveries(_: TokenStream) -> TokenStream {
+    let pairs = model::KNOWN_RECOVERIES.iter().map(|(name, variant)| {
+        let variant = proc_macro2::Ident::new(variant, proc_macro2::Span::call_site());
+        quote::quote!((#name, ::mcp_tools::Recovery::#variant))
+    });
+    quote::quote!([#(#pairs),*]).into()
+}

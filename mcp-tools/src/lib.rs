@@ -52,6 +52,9 @@
 #![forbid(unsafe_code)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+// The macros name the runtime `::mcp_tools`, inside this crate too (its own tests use them).
+extern crate self as mcp_tools;
+
 pub mod auth;
 #[cfg(feature = "cli")]
 pub mod cli;

@@ -165,4 +165,17 @@ mod tests {
         }
         assert_eq!(Recovery::schema_name(), "Recovery");
     }
+
+    /// The hints `#[derive(IntoToolError)]` and `#[recovery]` accept are exactly the ones this
+    /// type knows, each naming the variant that serializes to its name.
+    #[test]
+    fn the_macros_know_the_hints_the_runtime_knows() {
+        let macros = mcp_tools_derive::__known_recoveries!();
+        let names: Vec<&str> = macros.iter().map(|(name, _)| *name).collect();
+        assert_eq!(names, Recovery::known_names().collect::<Vec<_>>());
+        for (name, recovery) in macros {
+            assert_eq!(recovery.as_str(), name);
+            assert_eq!(Recovery::from_name(name), recovery);
+        }
+    }
 }
