@@ -39,8 +39,40 @@ impl McpServer {
     where
         F: Future<Output = ()> + Send + 'static,
     {
-        let limits = self.shared.connections;
         let router = self.router();
+        self.serve_app(router, listener, shutdown).await
+    }
+
+    /// Serves `app` on an already bound listener as [`serve_listener`](Self::serve_listener)
+    /// serves this server's own router, with every connection limit and deadline of this server
+    /// and its graceful shutdown: for an application that mounts [`router`](Self::router) among
+    /// its own routes or wraps it in tower layers (CORS, tracing, compression).
+    ///
+    /// ```no_run
+    /// # async fn run(server: mcp_tools::McpServer) -> std::io::Result<()> {
+    /// use axum::Router;
+    /// use axum::routing::get;
+    ///
+    /// let app = Router::new()
+    ///     .route("/", get(|| async { "a page of the application" }))
+    ///     .merge(server.router());
+    /// let listener = tokio::net::TcpListener::bind("127.0.0.1:8080").await?;
+    /// server
+    ///     .serve_app(app, listener, mcp_tools::server::shutdown_signal())
+    ///     .await
+    /// # }
+    /// ```
+    pub async fn serve_app<F>(
+        self,
+        app: axum::Router,
+        listener: TcpListener,
+        shutdown: F,
+    ) -> std::io::Result<()>
+    where
+        F: Future<Output = ()> + Send + 'static,
+    {
+        let limits = self.shared.connections;
+        let router = app;
         let mut connection = hyper::server::conn::http1::Builder::new();
         connection
             .timer(TokioTimer::new())
