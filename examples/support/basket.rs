@@ -270,9 +270,13 @@ pub async fn basket_quote(
         basket.model, basket.memory_gib, basket.storage_gib
     );
     let price_eur = 900 + basket.memory_gib * 6 + basket.storage_gib / 4;
-    // A zero-length sleep still waits for the timer's next tick (a millisecond): none is taken.
+    // Pricing runs in four steps, each reported to a client that asked for progress. A
+    // zero-length sleep still waits for the timer's next tick (a millisecond): none is taken.
     if seconds > 0.0 {
-        tokio::time::sleep(std::time::Duration::from_secs_f64(seconds)).await;
+        for step in 1..=4u32 {
+            tokio::time::sleep(std::time::Duration::from_secs_f64(seconds / 4.0)).await;
+            cx.progress(f64::from(step), Some(4.0), Some("pricing"));
+        }
     }
     let mut accepted = true;
     if confirm == Some(true) {

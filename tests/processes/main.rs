@@ -15,6 +15,7 @@ mod common;
 mod pg;
 
 mod cli;
+mod deployment;
 mod postgres_replicas;
 mod sqlite_processes;
 mod stdio;
