@@ -334,3 +334,49 @@ async fn tasks_are_shared_by_replicas_on_one_postgres_schema() {
     })
     .await;
 }
+
+/// This host's clock, two hours fast.
+#[derive(Debug)]
+struct TwoHoursFast;
+
+impl mcp_tools::store::Clock for TwoHoursFast {
+    fn now_millis(&self) -> i64 {
+        mcp_tools::store::SystemClock.now_millis() + 2 * 3_600_000
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_whose_clocks_disagree_judge_tasks_by_the_databases() {
+    use mcp_tools::store::Clock;
+    let Some(schema) = pg::Schema::new() else {
+        return;
+    };
+    let options = PostgresOptions {
+        schema: schema.name.clone(),
+        time: mcp_tools::store::TimeSource::Database,
+        ..PostgresOptions::default()
+    };
+    let right = pg::connect_to(&schema.url, StoreConfig::default(), options.clone()).await;
+    let fast = pg::connect_to(
+        &schema.url,
+        StoreConfig {
+            clock: std::sync::Arc::new(TwoHoursFast),
+            ..StoreConfig::default()
+        },
+        options,
+    )
+    .await;
+    assert!(TwoHoursFast.now_millis() > mcp_tools::store::SystemClock.now_millis());
+    let (a, b) = (
+        common::TestServer::start(server(right)).await,
+        common::TestServer::start(server(fast)).await,
+    );
+    let basket = new_basket(&a.url()).await;
+    // A task made and run on A, with a lease of 1.5 s and a time to live under two hours: by
+    // B's own clock both ended long ago.
+    let id = quote(&a.url(), &basket, 2.0, false).await;
+    let seen_on_b = task_method(&b.url(), "tasks/get", &id, json!({})).await;
+    assert_eq!(seen_on_b["status"], "working", "{seen_on_b}");
+    let done = until_status(&b.url(), &id, "completed").await;
+    assert_eq!(done["taskId"], id, "{done}");
+}

@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use serde_json::{Map, Value};
 use tokio::sync::{Notify, mpsc, oneshot, watch};
@@ -21,16 +21,6 @@ use crate::tasks::{TaskChange, TaskInsert, TaskOptions, TaskRecord, TaskStatus, 
 use crate::tools::BoxFuture;
 // The running counts change by counting up and down, which does not panic halfway.
 use crate::sync::lock;
-
-/// Milliseconds since the Unix epoch, by this replica's clock. Tasks read the store's clock
-/// instead ([`Tasks::now`]).
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |since| {
-            u64::try_from(since.as_millis()).unwrap_or(u64::MAX)
-        })
-}
 
 fn millis(duration: Duration) -> u64 {
     u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
@@ -164,11 +154,11 @@ impl Tasks {
         Ok(format!("tsk_{hex}"))
     }
 
-    /// Milliseconds since the Unix epoch by the store's clock: this replica's clock corrected by
-    /// the offset the store last observed to its own (the database's, for PostgreSQL), so that
-    /// replicas whose clocks disagree still agree on when a task's time to live or lease ends.
+    /// Milliseconds since the Unix epoch by the store's clock (the database's, for PostgreSQL),
+    /// so that replicas whose clocks disagree still agree on when a task's time to live or lease
+    /// ends.
     pub(crate) fn now(&self) -> u64 {
-        now_ms().saturating_add_signed(self.store.clock_offset_millis())
+        self.store.now_millis()
     }
 
     /// A place for one more running task of `owner`, or the refusal at the limits.

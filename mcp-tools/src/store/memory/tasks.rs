@@ -48,6 +48,11 @@ impl TaskStore for MemoryStore {
         Box::pin(std::future::ready(Ok(found)))
     }
 
+    /// [`StoreConfig::clock`](crate::store::StoreConfig::clock), the clock resources expire by.
+    fn now_millis(&self) -> u64 {
+        crate::store::tasks::clock_millis(&*self.inner.config.clock)
+    }
+
     fn purge_tasks(&self, now_ms: u64) -> StoreFuture<'_, u64> {
         let mut purged = 0;
         for shard in &self.inner.tasks {

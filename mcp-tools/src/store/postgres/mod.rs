@@ -316,10 +316,18 @@ impl PostgresStore {
             let mut object = pool.get().await.map_err(pool_error)?;
             let client: &mut Client = &mut object;
             let key = lock_key(&["migrate", &options.schema, &options.table_prefix]);
-            schema::migrate(client, &sql, &options.schema, &options.table_prefix, key).await
+            schema::migrate(client, &sql, &options.schema, &options.table_prefix, key).await?;
+            // The database's clock from the start, for tasks read before any state call.
+            let local = config.clock.now_millis();
+            let database: i64 = client
+                .query_one(&format!("SELECT {}", schema::NOW_MS), &[])
+                .await
+                .map_err(backend)?
+                .get(0);
+            Ok::<_, StoreError>(database.saturating_sub(local))
         })
         .await;
-        match migrated {
+        let clock_offset = match migrated {
             Ok(result) => result?,
             Err(_) => {
                 return Err(StoreError::Backend(format!(
@@ -327,7 +335,7 @@ impl PostgresStore {
                     options.timeout
                 )));
             }
-        }
+        };
         let inner = Arc::new(Inner {
             pool,
             config,
@@ -336,7 +344,7 @@ impl PostgresStore {
             sweep: Arc::new(tokio::sync::Notify::new()),
             writes: std::sync::atomic::AtomicU64::new(0),
             turns: Turns::new(),
-            clock_offset: std::sync::atomic::AtomicI64::new(0),
+            clock_offset: std::sync::atomic::AtomicI64::new(clock_offset),
         });
         tokio::spawn(sweep_loop(
             Arc::downgrade(&inner),
@@ -469,8 +477,7 @@ impl Inner {
             TimeSource::Database => {
                 // Every reading of the database's clock also tells tasks how far it is from
                 // this process's (within a round trip), for free.
-                let local =
-                    crate::store::clock::Clock::now_millis(&crate::store::clock::SystemClock);
+                let local = self.config.clock.now_millis();
                 self.clock_offset.store(
                     database.saturating_sub(local),
                     std::sync::atomic::Ordering::Relaxed,

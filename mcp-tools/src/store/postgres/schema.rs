@@ -316,8 +316,9 @@ impl Sql {
                  SELECT count(*) FROM gone"
             ),
             resource_count: format!("SELECT count(*) FROM {resources}"),
-            task_load: format!("SELECT record FROM {tasks} WHERE id = $1"),
-            task_lock: format!("SELECT record FROM {tasks} WHERE id = $1 FOR UPDATE"),
+            // One row even for an unknown id, for the clock reading it carries.
+            task_load: format!("SELECT (SELECT record FROM {tasks} WHERE id = $1), {NOW_MS}"),
+            task_lock: format!("SELECT record, {NOW_MS} FROM {tasks} WHERE id = $1 FOR UPDATE"),
             task_insert: format!(
                 "INSERT INTO {tasks} AS t (id, expires_at, record) VALUES ($1, $2, $3)
                  ON CONFLICT (id) DO UPDATE

@@ -31,22 +31,33 @@ impl Inner {
             .query_opt(&statement, &[&id])
             .await
             .map_err(backend)?;
-        row.map(|row| TaskRecord::decode(row.get::<_, &[u8]>(0)))
+        let Some(row) = row else { return Ok(None) };
+        // Each read also tells how far the database's clock is from this process's.
+        self.now(row.get::<_, i64>(1));
+        row.get::<_, Option<&[u8]>>(0)
+            .map(TaskRecord::decode)
             .transpose()
     }
 }
 
 impl TaskStore for PostgresStore {
-    /// The offset to the database's clock the last state call observed (within its round trip),
-    /// or the store clock's offset under [`TimeSource::StoreClock`](super::TimeSource::StoreClock).
-    fn clock_offset_millis(&self) -> i64 {
-        match self.inner.options.time {
-            super::TimeSource::Database => self
-                .inner
-                .clock_offset
-                .load(std::sync::atomic::Ordering::Relaxed),
-            super::TimeSource::StoreClock => 0,
-        }
+    /// The database's clock: this process's ([`StoreConfig::clock`]) corrected by the offset
+    /// to the database's last observed (within a round trip) when the store connected, by every
+    /// state call and by every task read; [`StoreConfig::clock`] itself under
+    /// [`TimeSource::StoreClock`](super::TimeSource::StoreClock).
+    ///
+    /// [`StoreConfig::clock`]: crate::store::StoreConfig::clock
+    fn now_millis(&self) -> u64 {
+        let local = self.inner.config.clock.now_millis();
+        let now = match self.inner.options.time {
+            super::TimeSource::Database => local.saturating_add(
+                self.inner
+                    .clock_offset
+                    .load(std::sync::atomic::Ordering::Relaxed),
+            ),
+            super::TimeSource::StoreClock => local,
+        };
+        u64::try_from(now).unwrap_or(0)
     }
 
     fn insert_task(&self, task: TaskRecord) -> StoreFuture<'_, TaskInsert> {

@@ -86,6 +86,11 @@ impl TaskStore for SqliteStore {
         })
     }
 
+    /// [`StoreConfig::clock`](crate::store::StoreConfig::clock), the clock resources expire by.
+    fn now_millis(&self) -> u64 {
+        crate::store::tasks::clock_millis(&*self.inner.config.clock)
+    }
+
     fn purge_tasks(&self, now_ms: u64) -> StoreFuture<'_, u64> {
         let writer = Arc::clone(&self.inner.writer);
         Box::pin(async move {

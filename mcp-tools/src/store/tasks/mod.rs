@@ -82,11 +82,11 @@ pub trait TaskStore: Send + Sync + 'static {
     /// `now_ms`; how many it deleted.
     fn purge_tasks(&self, now_ms: u64) -> StoreFuture<'_, u64>;
 
-    /// How far the store's clock is ahead of this process's, in milliseconds, as last observed:
-    /// tasks judge time to live, purges and leases by the store's clock, so replicas whose clocks
-    /// disagree still agree. Zero (the default) for a store on this host.
-    fn clock_offset_millis(&self) -> i64 {
-        0
+    /// The store's clock, in milliseconds since the Unix epoch: tasks judge time to live,
+    /// purges and leases by it, so replicas whose own clocks disagree still agree. This host's
+    /// clock by default, for a store on this host.
+    fn now_millis(&self) -> u64 {
+        clock_millis(&crate::store::clock::SystemClock)
     }
 }
 
@@ -112,7 +112,12 @@ impl<S: TaskStore + ?Sized> TaskStore for std::sync::Arc<S> {
         (**self).purge_tasks(now_ms)
     }
 
-    fn clock_offset_millis(&self) -> i64 {
-        (**self).clock_offset_millis()
+    fn now_millis(&self) -> u64 {
+        (**self).now_millis()
     }
+}
+
+/// A clock's reading as tasks count time: milliseconds since the Unix epoch, none before it.
+pub(crate) fn clock_millis(clock: &dyn crate::store::clock::Clock) -> u64 {
+    u64::try_from(clock.now_millis()).unwrap_or(0)
 }
