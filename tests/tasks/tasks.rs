@@ -19,7 +19,7 @@ use mcp_tools::tasks::{
     TASKS_EXTENSION, TaskChange, TaskInsert, TaskOptions, TaskRecord, TaskStore,
 };
 use mcp_tools::tools::{InputRequired, ToolReply};
-use mcp_tools::{Context, McpServer, ToolError};
+use mcp_tools::{Context, McpServer, McpServerBuilder, ToolError};
 use mcp_tools::{tool, tools};
 use serde_json::{Value, json};
 use tokio::sync::{Notify, mpsc};
@@ -170,6 +170,11 @@ fn server_with(probe: &Probe, store: Arc<MemoryStore>, options: TaskOptions) -> 
 
 /// The tools of these tests on `store`, with `options` as they are.
 fn server_on(probe: &Probe, store: impl Store, options: TaskOptions) -> McpServer {
+    builder_on(probe, store, options).build().unwrap()
+}
+
+/// [`server_on`], still to be built.
+fn builder_on(probe: &Probe, store: impl Store, options: TaskOptions) -> McpServerBuilder {
     McpServer::builder("tasks", "1")
         .tools(tools![
             gated,
@@ -193,8 +198,6 @@ fn server_on(probe: &Probe, store: impl Store, options: TaskOptions) -> McpServe
                 _ => Err(Unauthorized::new("Bearer", "A bearer token is required")),
             },
         )
-        .build()
-        .unwrap()
 }
 
 async fn start(probe: &Probe) -> TestServer {
@@ -446,6 +449,76 @@ async fn a_retry_with_the_same_operation_id_gets_the_same_task_and_runs_nothing_
     assert_eq!(reused["structuredContent"]["code"], "OPERATION_ID_REUSED");
     h.probe.gate.notify_one();
     until(&server, &first, "completed").await;
+}
+
+#[tokio::test]
+async fn a_retry_during_a_signing_key_roll_finds_the_task_made_under_the_old_key() {
+    let h = harness();
+    let store = Arc::new(MemoryStore::default());
+    let options = || TaskOptions::default().poll_interval(POLL);
+    let old_key = crate::common::SIGNING_KEY;
+    let new_key = b"the key the replicas roll to, thirty-two bytes or more".as_slice();
+    let before = TestServer::start(server_on(&h.probe, Arc::clone(&store), options())).await;
+    let arguments = json!({ "operation_id": "op-5d1c0e9a7b", "n": 1 });
+    let first = created(&before, "keyed", arguments.clone()).await;
+
+    // The replicas now sign with the new key and still accept the old one.
+    let hour_from_now = std::time::SystemTime::now() + Duration::from_secs(3600);
+    let rolled = TestServer::start(
+        builder_on(&h.probe, Arc::clone(&store), options())
+            .signing_key(new_key)
+            .accept_signing_key(old_key, hour_from_now)
+            .build()
+            .unwrap(),
+    )
+    .await;
+    let retried = created(&rolled, "keyed", arguments.clone()).await;
+    assert_eq!(retried, first, "the retry found the task made under the old key");
+    assert_eq!(h.probe.runs.load(Ordering::SeqCst), 1, "the tool ran once");
+
+    // Other arguments under the same operation id are refused there too.
+    let reused = tool_call("keyed", json!({ "operation_id": "op-5d1c0e9a7b", "n": 2 }))
+        .send(&rolled)
+        .await
+        .result();
+    assert_eq!(reused["structuredContent"]["code"], "OPERATION_ID_REUSED", "{reused}");
+    h.probe.gate.notify_one();
+    until(&rolled, &first, "completed").await;
+}
+
+#[tokio::test]
+async fn anonymous_callers_must_send_an_unguessable_operation_id_to_make_a_task() {
+    let h = harness();
+    let anonymous = TestServer::start(
+        McpServer::builder("tasks", "1")
+            .tools(tools![keyed])
+            .state(h.probe.clone())
+            .task_options(TaskOptions::default().poll_interval(POLL))
+            .build()
+            .unwrap(),
+    )
+    .await;
+    // Anyone could send `op-1` and be handed the task another anonymous caller made with it.
+    let guessable = within(
+        "a call with a guessable operation id",
+        tasks::tool_call("keyed", json!({ "operation_id": "op-1", "n": 1 })).send(&anonymous),
+    )
+    .await
+    .result();
+    assert_eq!(guessable["isError"], true, "{guessable}");
+    assert_eq!(guessable["structuredContent"]["code"], "GUESSABLE_OPERATION_ID", "{guessable}");
+    assert_eq!(guessable["structuredContent"]["recovery"], "new_operation_id", "{guessable}");
+    assert_eq!(h.probe.runs.load(Ordering::SeqCst), 0, "nothing ran");
+
+    let unguessable = json!({ "operation_id": "6f1d2c3b-8a4e-4f7a-9c0b-1e2d3f4a5b6c", "n": 1 });
+    let reply = within(
+        "a call with a UUID",
+        tasks::tool_call("keyed", unguessable).send(&anonymous),
+    )
+    .await
+    .result();
+    assert_eq!(reply["resultType"], "task", "{reply}");
+    h.probe.gate.notify_one();
 }
 
 #[tokio::test]
