@@ -932,6 +932,75 @@ async fn a_resource_update_reaches_only_the_listeners_whose_token_may_read_it() 
     assert_eq!(first["params"]["uri"], "basket://public");
 }
 
+#[tokio::test]
+async fn updates_to_unlisted_uris_and_default_scoped_resources_reach_only_who_may_read_them() {
+    let issuer = Issuer::start().await;
+    let ran = Ran::default();
+    let server = builder()
+        .tools(ToolSet::new().with(WhoAmI))
+        .resources(scoped_resources(&ran))
+        .oauth(oauth(&issuer).default_scopes(["mcp:use"]))
+        .build()
+        .unwrap();
+    let handle = server.clone();
+    let server = TestServer::start(server).await;
+    let listen = |token: &str| {
+        bearer(
+            Call::new(
+                "subscriptions/listen",
+                json!(9),
+                json!({ "notifications": {
+                    "toolsListChanged": true,
+                    "resourceSubscriptions": ["basket://catalog", "basket://public", "basket://drafts"]
+                } }),
+            ),
+            token,
+        )
+    };
+    let url = server.url();
+    let mut listeners = [
+        ("ann", "basket:read mcp:use"),
+        ("bob", "mcp:use"),
+        ("eve", ""),
+    ]
+    .map(|(name, scopes)| (name, issuer.token(name, scopes)));
+    let mut streams = Vec::new();
+    for (name, token) in &mut listeners {
+        let mut events = Events::open(&url, &listen(token)).await;
+        let ack = events.next().await;
+        assert_conforms("SubscriptionsAcknowledgedNotification", &ack);
+        streams.push((*name, events));
+    }
+    // Under the catalog (which needs `basket:read`) though no resource lists it; a resource of no
+    // scopes of its own, so of the default ones; a URI no resource or template names, so of the
+    // default scopes too; then the tool list, which every listener hears and so closes what
+    // each was told.
+    handle.notify_resource_updated("basket://catalog/items/7");
+    handle.notify_resource_updated("basket://public");
+    handle.notify_resource_updated("basket://drafts/3");
+    handle.notify_tools_changed();
+    for (name, mut events) in streams {
+        let mut heard = Vec::new();
+        loop {
+            let event = events.next().await;
+            match event["params"]["uri"].as_str() {
+                Some(uri) => heard.push(uri.to_owned()),
+                None => break,
+            }
+        }
+        let expected: &[&str] = match name {
+            "ann" => &[
+                "basket://catalog/items/7",
+                "basket://public",
+                "basket://drafts/3",
+            ],
+            "bob" => &["basket://public", "basket://drafts/3"],
+            _ => &[],
+        };
+        assert_eq!(heard, expected, "what {name} heard");
+    }
+}
+
 /// Returns the caller's principal key.
 struct WhoAmI;
 
