@@ -1,5 +1,6 @@
-//! Rate limits on tool calls over real HTTP: past the rate a call is refused before it runs with
-//! HTTP 429, `-32000` and `Retry-After`, per principal (all tools) and per principal and tool.
+//! Rate limits over real HTTP: past the rate a tool call, task request or listen is refused before
+//! it runs with HTTP 429, `-32000` and `Retry-After`, per principal (all of them) and per
+//! principal and tool.
 
 use crate::common;
 
@@ -100,4 +101,90 @@ async fn a_tool_with_a_rate_of_its_own_is_limited_alone() {
             .build(),
         Err(mcp_tools::BuildError::InvalidSetting(_))
     ));
+}
+
+/// A tool that may run as a task, so the server takes the Tasks extension's requests.
+#[mcp_tools::tool(task = optional)]
+async fn later() -> String {
+    "later".into()
+}
+
+/// A server with a task tool, rate limited as `limit` says.
+fn tasks_server(
+    limit: impl FnOnce(mcp_tools::McpServerBuilder) -> mcp_tools::McpServerBuilder,
+) -> McpServer {
+    limit(
+        McpServer::builder("limits", "1")
+            .tools(mcp_tools::tools![later])
+            .authenticate(common::tools::bearer_subject),
+    )
+    .build()
+    .unwrap()
+}
+
+#[tokio::test]
+async fn task_reads_and_listens_count_against_the_principals_rate() {
+    let live = TestServer::start(tasks_server(|b| b.rate_limit(3, Duration::from_secs(60)))).await;
+    let as_carol = |call: Call| call.header("authorization", "Bearer carol");
+    // Each reads the store, answered or not: an unknown task is still a lookup.
+    for _ in 0..3 {
+        let reply = as_carol(common::tasks::method_call(
+            "tasks/get",
+            "tsk_unknown",
+            json!({}),
+        ))
+        .send(&live)
+        .await;
+        assert_eq!(reply.error_code(), Some(-32602), "{}", reply.text);
+    }
+    let reply = as_carol(common::tasks::method_call(
+        "tasks/get",
+        "tsk_unknown",
+        json!({}),
+    ))
+    .send(&live)
+    .await;
+    assert_limited("the fourth tasks/get", &reply);
+    let listen = as_carol(Call::new(
+        "subscriptions/listen",
+        json!(5),
+        json!({ "notifications": { "toolsListChanged": true } }),
+    ))
+    .send(&live)
+    .await;
+    assert_limited("a listen past the rate", &listen);
+    // Another principal's allowance is its own.
+    let reply = common::tasks::method_call("tasks/get", "tsk_unknown", json!({}))
+        .header("authorization", "Bearer dave")
+        .send(&live)
+        .await;
+    assert_eq!(reply.error_code(), Some(-32602), "{}", reply.text);
+}
+
+#[tokio::test]
+async fn one_listen_follows_at_most_64_tasks() {
+    let live = TestServer::start(tasks_server(|b| b)).await;
+    let ids: Vec<String> = (0..65).map(|n| format!("tsk_{n:032x}")).collect();
+    let reply = Call::new(
+        "subscriptions/listen",
+        json!(6),
+        json!({ "notifications": { "taskIds": ids } }),
+    )
+    .capabilities(common::tasks::taking_tasks())
+    .header("authorization", "Bearer erin")
+    .send(&live)
+    .await;
+    // Refused before a stream opens: one JSON answer.
+    assert_eq!(
+        (reply.status, reply.error_code()),
+        (200, Some(-32602)),
+        "{}",
+        reply.text
+    );
+    assert_eq!(reply.headers["content-type"], "application/json");
+    let message = reply.json()["error"]["message"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(message.contains("at most 64"), "{message}");
 }

@@ -473,7 +473,10 @@ async fn a_retry_during_a_signing_key_roll_finds_the_task_made_under_the_old_key
     )
     .await;
     let retried = created(&rolled, "keyed", arguments.clone()).await;
-    assert_eq!(retried, first, "the retry found the task made under the old key");
+    assert_eq!(
+        retried, first,
+        "the retry found the task made under the old key"
+    );
     assert_eq!(h.probe.runs.load(Ordering::SeqCst), 1, "the tool ran once");
 
     // Other arguments under the same operation id are refused there too.
@@ -481,7 +484,10 @@ async fn a_retry_during_a_signing_key_roll_finds_the_task_made_under_the_old_key
         .send(&rolled)
         .await
         .result();
-    assert_eq!(reused["structuredContent"]["code"], "OPERATION_ID_REUSED", "{reused}");
+    assert_eq!(
+        reused["structuredContent"]["code"], "OPERATION_ID_REUSED",
+        "{reused}"
+    );
     h.probe.gate.notify_one();
     until(&rolled, &first, "completed").await;
 }
@@ -506,8 +512,14 @@ async fn anonymous_callers_must_send_an_unguessable_operation_id_to_make_a_task(
     .await
     .result();
     assert_eq!(guessable["isError"], true, "{guessable}");
-    assert_eq!(guessable["structuredContent"]["code"], "GUESSABLE_OPERATION_ID", "{guessable}");
-    assert_eq!(guessable["structuredContent"]["recovery"], "new_operation_id", "{guessable}");
+    assert_eq!(
+        guessable["structuredContent"]["code"], "GUESSABLE_OPERATION_ID",
+        "{guessable}"
+    );
+    assert_eq!(
+        guessable["structuredContent"]["recovery"], "new_operation_id",
+        "{guessable}"
+    );
     assert_eq!(h.probe.runs.load(Ordering::SeqCst), 0, "nothing ran");
 
     let unguessable = json!({ "operation_id": "6f1d2c3b-8a4e-4f7a-9c0b-1e2d3f4a5b6c", "n": 1 });

@@ -136,8 +136,9 @@ struct Prepared {
     params: Map<String, Value>,
     cx: Context,
     snapshot: Arc<Snapshot>,
-    /// The principal's slot, held for as long as a `subscriptions/listen` stream is open.
-    listen_slot: Option<crate::server::ListenSlot>,
+    /// A `subscriptions/listen` request, with the principal's slot, held for as long as its
+    /// stream is open.
+    listen: Option<(subscriptions::Listen, crate::server::ListenSlot)>,
 }
 
 /// Serves one parsed message, in its request span (see [`trace`]). A request whose handling
@@ -390,10 +391,6 @@ fn prepare(
         }
         _ => {}
     }
-    let listen_slot = match route {
-        Route::Listen => Some(server.listen_slot(principal)?),
-        _ => None,
-    };
     // Only requests that run user code and opted in get a stream; everything else is one
     // JSON answer.
     let (notifier, notifications) = if route == Route::Listen {
@@ -429,6 +426,13 @@ fn prepare(
         notifier,
         input,
     );
+    let listen = match route {
+        Route::Listen => Some((
+            subscriptions::Listen::parse(&params, &snapshot, &cx)?,
+            server.listen_slot(cx.principal())?,
+        )),
+        _ => None,
+    };
     Ok((
         Prepared {
             legacy,
@@ -437,7 +441,7 @@ fn prepare(
             params,
             cx,
             snapshot,
-            listen_slot,
+            listen,
         },
         notifications,
     ))
@@ -451,7 +455,7 @@ async fn execute(server: &McpServer, prepared: Prepared) -> Result<Bytes, RpcErr
         mut params,
         cx,
         snapshot,
-        listen_slot: _listen_slot,
+        listen,
     } = prepared;
     let visible = |listing| visible(server, &cx, listing);
     match route {
@@ -489,7 +493,12 @@ async fn execute(server: &McpServer, prepared: Prepared) -> Result<Bytes, RpcErr
         Route::ReadResource => resources::read_resource(server, &snapshot, &params, cx).await,
         Route::GetPrompt => prompts::get_prompt(server, &snapshot, &mut params, cx).await,
         Route::Complete => completion::complete(server, &snapshot, &params, &cx),
-        Route::Listen => subscriptions::listen(server, &snapshot, &params, cx).await,
+        Route::Listen => match listen {
+            Some((listen, _slot)) => subscriptions::listen(server, listen, cx).await,
+            None => Err(RpcError::internal(
+                "A listen request was not read before it ran",
+            )),
+        },
     }
 }
 

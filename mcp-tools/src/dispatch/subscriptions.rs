@@ -155,35 +155,55 @@ impl WatchedTasks {
     }
 }
 
-/// The tasks a `subscriptions/listen` filter names in `taskIds`: those the caller may see,
-/// each with its state now, so only later changes are sent. Naming any needs the extension;
+/// A `subscriptions/listen` request, read and checked before its stream opens, so that a
+/// malformed one is answered as one JSON error with its HTTP status.
+pub(super) struct Listen {
+    filter: Filter,
+    /// The task ids to follow, at most [`MAX_WATCHED_TASKS`].
+    task_ids: Vec<String>,
+}
+
+impl Listen {
+    pub(super) fn parse(
+        params: &Map<String, Value>,
+        snapshot: &Snapshot,
+        cx: &Context,
+    ) -> Result<Listen, RpcError> {
+        let requested = match params.get("notifications") {
+            Some(Value::Object(filter)) => filter,
+            _ => {
+                return Err(RpcError::invalid_params(
+                    "`params.notifications` must be a subscription filter object",
+                ));
+            }
+        };
+        Ok(Listen {
+            filter: Filter::honoured(requested, &snapshot.capabilities)?,
+            task_ids: task_ids(snapshot, requested, cx)?,
+        })
+    }
+}
+
+/// The ids a `subscriptions/listen` filter names in `taskIds`. Naming any needs the extension;
 /// a server without task tools leaves `taskIds` out, as any kind it does not serve.
-async fn watched_tasks(
-    server: &McpServer,
+fn task_ids(
     snapshot: &Snapshot,
     requested: &Map<String, Value>,
     cx: &Context,
-) -> Result<WatchedTasks, RpcError> {
-    let none = WatchedTasks {
-        watched: Vec::new(),
-    };
+) -> Result<Vec<String>, RpcError> {
     if !super::has_tasks(&snapshot.capabilities) {
-        return Ok(none);
+        return Ok(Vec::new());
     }
+    let not_ids =
+        || RpcError::invalid_params("`notifications.taskIds` must be an array of task ids");
     let ids = match requested.get("taskIds") {
-        None | Some(Value::Null) => return Ok(none),
+        None | Some(Value::Null) => return Ok(Vec::new()),
         Some(Value::Array(ids)) => ids
             .iter()
             .map(|id| id.as_str().map(str::to_owned))
             .collect::<Option<Vec<_>>>()
-            .ok_or_else(|| {
-                RpcError::invalid_params("`notifications.taskIds` must be an array of task ids")
-            })?,
-        Some(_) => {
-            return Err(RpcError::invalid_params(
-                "`notifications.taskIds` must be an array of task ids",
-            ));
-        }
+            .ok_or_else(not_ids)?,
+        Some(_) => return Err(not_ids()),
     };
     if ids.len() > MAX_WATCHED_TASKS {
         return Err(RpcError::invalid_params(format!(
@@ -191,11 +211,21 @@ async fn watched_tasks(
             ids.len()
         )));
     }
-    if !super::tasks::declared(cx) {
+    if !ids.is_empty() && !super::tasks::declared(cx) {
         return Err(RpcError::missing_capability(
             json!({ "extensions": { crate::tasks::TASKS_EXTENSION: {} } }),
         ));
     }
+    Ok(ids)
+}
+
+/// Of `ids`, the tasks the caller may see, each with its state now, so only later changes are
+/// sent.
+async fn watched_tasks(
+    server: &McpServer,
+    ids: Vec<String>,
+    cx: &Context,
+) -> Result<WatchedTasks, RpcError> {
     let mut watched = Vec::new();
     for id in ids {
         if let Some(record) = server
@@ -212,20 +242,11 @@ async fn watched_tasks(
 
 pub(super) async fn listen(
     server: &McpServer,
-    snapshot: &Snapshot,
-    params: &Map<String, Value>,
+    listen: Listen,
     cx: Context,
 ) -> Result<Bytes, RpcError> {
-    let requested = match params.get("notifications") {
-        Some(Value::Object(filter)) => filter,
-        _ => {
-            return Err(RpcError::invalid_params(
-                "`params.notifications` must be a subscription filter object",
-            ));
-        }
-    };
-    let filter = Filter::honoured(requested, &snapshot.capabilities)?;
-    let mut tasks = watched_tasks(server, snapshot, requested, &cx).await?;
+    let Listen { filter, task_ids } = listen;
+    let mut tasks = watched_tasks(server, task_ids, &cx).await?;
     // An update tells that a resource changed: only to callers who may read it, and the
     // resource they subscribed to.
     let access = server.access(cx.granted_scopes());

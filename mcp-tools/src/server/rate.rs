@@ -110,7 +110,7 @@ impl<C: Clock + Clone> RateLimits<C> {
             && let Err(not_until) = limiter.check_key(principal)
         {
             return Err(RpcError::rate_limited(
-                "tool calls",
+                "calls (tools/call, tasks/* and subscriptions/listen)",
                 not_until.wait_time_from(now),
             ));
         }
