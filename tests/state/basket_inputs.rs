@@ -263,6 +263,30 @@ async fn bad_inputs_leave_the_basket_unchanged(store: impl Store) {
             Expect::Rejected("FUTURE_VERSION", Some("refresh_and_replan")),
         ),
         (
+            "expected_version 2^63 - 1, the largest every store holds",
+            "basket_upgrade_memory",
+            with(&|a| a["expected_version"] = json!(i64::MAX)),
+            Expect::Rejected("FUTURE_VERSION", Some("refresh_and_replan")),
+        ),
+        (
+            "expected_version 2^63, past what every store holds",
+            "basket_upgrade_memory",
+            with(&|a| a["expected_version"] = json!(1u64 << 63)),
+            Expect::Schema(&["/expected_version"], "maximum of 9223372036854775807"),
+        ),
+        (
+            "basis_version 2^64 - 1",
+            "basket_get",
+            json!({"basket_id": handle, "basis_version": u64::MAX}),
+            Expect::Schema(&["/basis_version"], "maximum of 9223372036854775807"),
+        ),
+        (
+            "basis_version 2^63 - 1, from the future",
+            "basket_get",
+            json!({"basket_id": handle, "basis_version": i64::MAX}),
+            Expect::Rejected("FUTURE_VERSION", Some("refresh_and_replan")),
+        ),
+        (
             "expected_version null, which is no version",
             "basket_upgrade_memory",
             with(&|a| a["expected_version"] = Value::Null),
@@ -444,6 +468,14 @@ async fn bad_inputs_get_their_exact_answer_and_leave_the_basket_unchanged_in_sql
     let store = SqliteStore::open(&path, StoreConfig::default()).unwrap();
     bad_inputs_leave_the_basket_unchanged(store).await;
     remove_db(&path);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_inputs_get_their_exact_answer_and_leave_the_basket_unchanged_in_postgres() {
+    let Some(schema) = crate::pg::Schema::new() else {
+        return;
+    };
+    bad_inputs_leave_the_basket_unchanged(schema.connect(StoreConfig::default()).await).await;
 }
 
 /// A version the basket never had was not read: its own code, with a "read first" recovery, and

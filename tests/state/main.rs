@@ -12,6 +12,8 @@ mod basket;
 mod basket_client;
 #[path = "../common/mod.rs"]
 mod common;
+#[path = "../../mcp-tools/tests/pg/mod.rs"]
+mod pg;
 
 mod basket_http;
 mod basket_inputs;
