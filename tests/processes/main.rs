@@ -1,5 +1,6 @@
 //! Servers as real processes: the stdio transport, the standard command line of the example
-//! binaries, and server processes sharing one SQLite file or one PostgreSQL database.
+//! binaries, and server processes sharing one SQLite file or one PostgreSQL database, through
+//! faults.
 //!
 //! One test binary for the area, each module a former binary of its own: every test binary
 //! links the whole runtime, and linking dominated the suite's build. The fixtures are modules
@@ -11,11 +12,14 @@ mod basket;
 mod basket_client;
 #[path = "../common/mod.rs"]
 mod common;
+#[path = "../faults/mod.rs"]
+mod faults;
 #[path = "../../mcp-tools/tests/pg/mod.rs"]
 mod pg;
 
 mod cli;
 mod deployment;
+mod faults_postgres;
 mod postgres_replicas;
 mod sqlite_processes;
 mod stdio;

@@ -918,22 +918,38 @@ impl boundary::CreateUnits for PostgresStore {
         let store = self.clone();
         let (principal, operation_id) = (principal.clone(), operation_id.to_owned());
         runtime.spawn(async move {
-            let released = boundary::CreateUnits::unit(
-                &store,
-                &principal.clone(),
-                Some(&operation_id.clone()),
-                move |txn, _, _| boundary::abandon(txn, &principal, &operation_id, token),
-            )
-            .await;
-            if let Err(error) = released {
-                tracing::warn!(
-                    %error,
-                    "could not give up an abandoned create's claim; it lapses on its own"
-                );
+            // The claim's own failure is often the connection's: a few tries on fresh ones,
+            // spaced out, before leaving the claim to lapse (which holds retries off that long).
+            let mut pause = ABANDON_FIRST_PAUSE;
+            for attempt in 1..=ABANDON_ATTEMPTS {
+                let (who, id) = (principal.clone(), operation_id.clone());
+                let released = boundary::CreateUnits::unit(
+                    &store,
+                    &principal,
+                    Some(&operation_id),
+                    move |txn, _, _| boundary::abandon(txn, &who, &id, token),
+                )
+                .await;
+                match released {
+                    Ok(()) => return,
+                    Err(error) if attempt == ABANDON_ATTEMPTS => tracing::warn!(
+                        %error,
+                        "could not give up an abandoned create's claim; it lapses on its own"
+                    ),
+                    Err(_) => {
+                        tokio::time::sleep(pause).await;
+                        pause *= 2;
+                    }
+                }
             }
         });
     }
 }
+
+/// How many times an abandoned create's claim is given up before it is left to lapse, and the
+/// pause after the first failure (doubling after each).
+const ABANDON_ATTEMPTS: u32 = 5;
+const ABANDON_FIRST_PAUSE: std::time::Duration = std::time::Duration::from_millis(50);
 
 impl Store for PostgresStore {
     /// A database replicas on many hosts share.
