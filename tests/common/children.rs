@@ -16,6 +16,11 @@ pub struct Child {
 }
 
 impl Child {
+    /// The process id, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.process.as_ref().map(std::process::Child::id)
+    }
+
     /// SIGKILL: no shutdown, no draining. Returns once the process is gone.
     pub fn kill(&mut self) {
         let mut process = self.process.take().expect("a child is killed once");

@@ -21,5 +21,6 @@ mod cli;
 mod deployment;
 mod faults_postgres;
 mod postgres_replicas;
+mod soak;
 mod sqlite_processes;
 mod stdio;
