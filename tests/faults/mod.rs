@@ -173,6 +173,80 @@ fn settled_change(result: &Value) -> (Ret, bool) {
     (ret, replayed)
 }
 
+/// One agent: its route over the replicas, its draws, and the client it is in the history
+/// (a new one each time it gives up on a call).
+struct Agent {
+    route: Route,
+    random: u64,
+    client: u64,
+    clients: Arc<AtomicU64>,
+    basket: usize,
+    abandon: f64,
+    history: Arc<History>,
+    tally: Arc<Tally>,
+}
+
+impl Agent {
+    /// Reads the basket `handle` until it answers: its version and state.
+    async fn read(&mut self, handle: &str) -> (u64, Value) {
+        self.history.invoke(self.client, self.basket, Op::Read);
+        let arguments = json!({ "basket_id": handle });
+        // A read changes nothing: giving up on one is not worth a new client.
+        let read = settle(
+            &mut self.route,
+            "basket_get",
+            &arguments,
+            0.0,
+            &mut self.random,
+            &self.tally,
+        )
+        .await
+        .unwrap();
+        let outcome = &read["structuredContent"];
+        assert_eq!(outcome["outcome"], "current", "{read}");
+        let state = outcome["state"].clone();
+        let version = outcome["version"].as_u64().unwrap();
+        let ret = Ret::Read {
+            version,
+            memory_gib: state["memory_gib"].as_u64().unwrap(),
+            notes: state["notes"].as_array().map_or(0, Vec::len) as u64,
+        };
+        self.history.complete(self.client, self.basket, ret);
+        (version, state)
+    }
+
+    /// Sends the change `op` as `tool` with `arguments` until it settles, recording it; `None`
+    /// if the agent gave up on it, and then carries on as a new client.
+    async fn change(&mut self, op: Op, tool: &str, arguments: &Value) -> Option<Ret> {
+        self.history.invoke(self.client, self.basket, op);
+        let settled = settle(
+            &mut self.route,
+            tool,
+            arguments,
+            self.abandon,
+            &mut self.random,
+            &self.tally,
+        )
+        .await;
+        let Some(result) = settled else {
+            self.tally.abandoned.fetch_add(1, Ordering::Relaxed);
+            self.client = self.clients.fetch_add(1, Ordering::Relaxed);
+            return None;
+        };
+        let (ret, replayed) = settled_change(&result);
+        if replayed {
+            self.tally.replayed.fetch_add(1, Ordering::Relaxed);
+        }
+        let counter = match ret {
+            Ret::Applied { .. } => &self.tally.applied,
+            _ => &self.tally.stale,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+        self.history.complete(self.client, self.basket, ret.clone());
+        Some(ret)
+    }
+}
+
 /// Runs `workload` against the replicas at `urls` (each agent starts at its own), recording
 /// the history in `history`.
 pub async fn run(urls: &[String], workload: Workload, history: Arc<History>, seed: u64) -> Report {
@@ -207,130 +281,55 @@ pub async fn run(urls: &[String], workload: Workload, history: Arc<History>, see
     let agents: Vec<_> = (0..workload.agents)
         .map(|index| {
             let basket = index % workload.baskets;
-            let handle = handles[basket].clone();
-            let (history, tally, clients) = (
-                Arc::clone(&history),
-                Arc::clone(&tally),
-                Arc::clone(&clients),
-            );
-            let mut route = Route {
-                urls: Arc::clone(&urls),
-                next: index,
+            let mut agent = Agent {
+                route: Route {
+                    urls: Arc::clone(&urls),
+                    next: index,
+                },
+                random: seed ^ (index as u64 + 1).wrapping_mul(0xD6E8_FEB8_6659_FD93),
+                client: clients.fetch_add(1, Ordering::Relaxed),
+                clients: Arc::clone(&clients),
+                basket,
+                abandon: workload.abandon,
+                history: Arc::clone(&history),
+                tally: Arc::clone(&tally),
             };
-            let mut random = seed ^ (index as u64 + 1).wrapping_mul(0xD6E8_FEB8_6659_FD93);
+            let handle = handles[basket].clone();
             tokio::spawn(async move {
                 let (mut notes_applied, mut notes_abandoned) = (Vec::new(), Vec::new());
-                let mut client = clients.fetch_add(1, Ordering::Relaxed);
                 let mut done = 0;
                 while done < workload.operations {
-                    // A client that gave up carries on as a new one.
-                    let gave_up = |client: &mut u64| {
-                        tally.abandoned.fetch_add(1, Ordering::Relaxed);
-                        *client = clients.fetch_add(1, Ordering::Relaxed);
-                    };
                     if done % 4 == 3 {
+                        done += 1;
                         let text = operation_id(&format!("note-{index}"));
                         let arguments = json!({ "basket_id": handle, "text": text,
                                                 "operation_id": operation_id("note") });
-                        history.invoke(client, basket, Op::Note);
-                        done += 1;
-                        let Some(result) = settle(
-                            &mut route,
-                            "basket_add_note",
-                            &arguments,
-                            workload.abandon,
-                            &mut random,
-                            &tally,
-                        )
-                        .await
-                        else {
-                            notes_abandoned.push(text);
-                            gave_up(&mut client);
-                            continue;
-                        };
-                        let (ret, replayed) = settled_change(&result);
-                        assert!(
-                            matches!(ret, Ret::Applied { .. }),
-                            "a note always applies: {result}"
-                        );
-                        if replayed {
-                            tally.replayed.fetch_add(1, Ordering::Relaxed);
+                        match agent.change(Op::Note, "basket_add_note", &arguments).await {
+                            Some(ret) => {
+                                assert!(matches!(ret, Ret::Applied { .. }), "a note applies");
+                                notes_applied.push(text);
+                            }
+                            None => notes_abandoned.push(text),
                         }
-                        tally.applied.fetch_add(1, Ordering::Relaxed);
-                        history.complete(client, basket, ret);
-                        notes_applied.push(text);
                         continue;
                     }
-                    history.invoke(client, basket, Op::Read);
-                    done += 1;
-                    let arguments = json!({ "basket_id": handle });
-                    // A read changes nothing: giving up on one is not worth a new client.
-                    let read = settle(
-                        &mut route,
-                        "basket_get",
-                        &arguments,
-                        0.0,
-                        &mut random,
-                        &tally,
-                    )
-                    .await
-                    .unwrap();
-                    let basket_read = &read["structuredContent"];
-                    assert_eq!(basket_read["outcome"], "current", "{read}");
-                    let state = &basket_read["state"];
-                    let (version, memory_gib) = (
-                        basket_read["version"].as_u64().unwrap(),
-                        state["memory_gib"].as_u64().unwrap(),
-                    );
-                    let notes = state["notes"].as_array().map_or(0, Vec::len) as u64;
-                    history.complete(
-                        client,
-                        basket,
-                        Ret::Read {
-                            version,
-                            memory_gib,
-                            notes,
-                        },
-                    );
-
+                    done += 2;
+                    let (version, state) = agent.read(&handle).await;
+                    let memory_gib = state["memory_gib"].as_u64().unwrap() + 1;
                     let arguments = json!({
                         "basket_id": handle,
                         "expected_version": version,
                         "operation_id": operation_id(&format!("fault-{index}")),
-                        "memory_gib": memory_gib + 1,
+                        "memory_gib": memory_gib,
                         "storage_gib": state["storage_gib"],
                     });
-                    history.invoke(
-                        client,
-                        basket,
-                        Op::Replace {
-                            expected: version,
-                            memory_gib: memory_gib + 1,
-                        },
-                    );
-                    done += 1;
-                    let Some(result) = settle(
-                        &mut route,
-                        "basket_replace_configuration",
-                        &arguments,
-                        workload.abandon,
-                        &mut random,
-                        &tally,
-                    )
-                    .await
-                    else {
-                        gave_up(&mut client);
-                        continue;
+                    let op = Op::Replace {
+                        expected: version,
+                        memory_gib,
                     };
-                    let (ret, replayed) = settled_change(&result);
-                    if replayed {
-                        tally.replayed.fetch_add(1, Ordering::Relaxed);
-                    }
-                    match ret {
-                        Ret::Applied { .. } => tally.applied.fetch_add(1, Ordering::Relaxed),
-                        _ => tally.stale.fetch_add(1, Ordering::Relaxed),
-                    };
-                    history.complete(client, basket, ret);
+                    agent
+                        .change(op, "basket_replace_configuration", &arguments)
+                        .await;
                 }
                 (basket, notes_applied, notes_abandoned)
             })

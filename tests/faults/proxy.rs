@@ -11,6 +11,8 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
+use crate::pg::Frames;
+
 /// What the bytes through the proxy speak, which tells what answer ends a transaction.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Protocol {
@@ -58,16 +60,10 @@ struct Shared {
 }
 
 impl Shared {
-    /// A uniform draw in [0, 1): SplitMix64, seeded once per proxy, so a run can be replayed
-    /// from the seed it prints.
+    /// A uniform draw in [0, 1), from the proxy's seed, so a run can be replayed from the seed
+    /// it prints.
     fn draw(&self) -> f64 {
-        let mut state = self.random.lock().unwrap();
-        *state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = *state;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^= z >> 31;
-        (z >> 11) as f64 / (1u64 << 53) as f64
+        super::draw(&mut self.random.lock().unwrap())
     }
 
     fn faults(&self) -> Faults {
@@ -185,7 +181,7 @@ async fn relay(client: TcpStream, shared: Arc<Shared>) {
     let requests = {
         let (shared, lose) = (Arc::clone(&shared), Arc::clone(&lose));
         async move {
-            let mut frames = FrontendFrames::default();
+            let mut frames = Frames::frontend();
             let mut buffer = vec![0u8; 64 * 1024];
             loop {
                 let read = match client_reads.read(&mut buffer).await {
@@ -193,7 +189,7 @@ async fn relay(client: TcpStream, shared: Arc<Shared>) {
                     Ok(read) => read,
                 };
                 let ends_transaction = match shared.protocol {
-                    Protocol::Postgres => frames.commits_in(&buffer[..read]),
+                    Protocol::Postgres => commits_in(&mut frames, &buffer[..read]),
                     Protocol::Http => true,
                 };
                 if let Faults::Cut { cut, lose_answer } = shared.faults() {
@@ -216,7 +212,7 @@ async fn relay(client: TcpStream, shared: Arc<Shared>) {
         }
     };
     let answers = async move {
-        let mut frames = BackendFrames::default();
+        let mut frames = Frames::backend();
         let mut buffer = vec![0u8; 64 * 1024];
         loop {
             let read = match server_reads.read(&mut buffer).await {
@@ -224,7 +220,7 @@ async fn relay(client: TcpStream, shared: Arc<Shared>) {
                 Ok(read) => read,
             };
             let committed = match shared.protocol {
-                Protocol::Postgres => frames.commit_confirmed_in(&buffer[..read]),
+                Protocol::Postgres => commit_confirmed_in(&mut frames, &buffer[..read]),
                 Protocol::Http => true,
             };
             if committed && lose.load(Ordering::SeqCst) {
@@ -246,66 +242,21 @@ async fn relay(client: TcpStream, shared: Arc<Shared>) {
     }
 }
 
-/// The frontend's messages, cut from its bytes as they arrive: the startup message has no type
-/// byte; every later one is a type byte and a length.
-#[derive(Default)]
-struct FrontendFrames {
-    pending: Vec<u8>,
-    started: bool,
+/// Whether the messages `bytes` completes hold a `COMMIT` (a simple query).
+fn commits_in(frames: &mut Frames, bytes: &[u8]) -> bool {
+    let mut commits = false;
+    frames.messages_in(bytes, |kind, body| {
+        commits |= kind == b'Q' && body.eq_ignore_ascii_case(b"COMMIT\0");
+    });
+    commits
 }
 
-impl FrontendFrames {
-    /// Whether the messages `bytes` completes hold a `COMMIT` (a simple query).
-    fn commits_in(&mut self, bytes: &[u8]) -> bool {
-        self.pending.extend_from_slice(bytes);
-        let mut commits = false;
-        let mut at = 0;
-        loop {
-            let header = if self.started { 5 } else { 4 };
-            let Some(length) = self.pending.get(at + header - 4..at + header) else {
-                break;
-            };
-            let length = u32::from_be_bytes(length.try_into().unwrap()) as usize;
-            let end = at + header - 4 + length;
-            if self.pending.len() < end {
-                break;
-            }
-            if self.started {
-                commits |= self.pending[at] == b'Q'
-                    && self.pending[at + 5..end].eq_ignore_ascii_case(b"COMMIT\0");
-            } else {
-                // With TLS off, the first message is the startup message itself.
-                self.started = true;
-            }
-            at = end;
-        }
-        self.pending.drain(..at);
-        commits
-    }
-}
-
-/// The backend's messages, each a type byte and a length.
-#[derive(Default)]
-struct BackendFrames {
-    pending: Vec<u8>,
-}
-
-impl BackendFrames {
-    /// Whether the messages `bytes` completes confirm a `COMMIT` (a `CommandComplete` tagged
-    /// `COMMIT`; a failed transaction's is tagged `ROLLBACK`).
-    fn commit_confirmed_in(&mut self, bytes: &[u8]) -> bool {
-        self.pending.extend_from_slice(bytes);
-        let mut confirmed = false;
-        let mut at = 0;
-        while let Some(length) = self.pending.get(at + 1..at + 5) {
-            let end = at + 1 + u32::from_be_bytes(length.try_into().unwrap()) as usize;
-            if self.pending.len() < end {
-                break;
-            }
-            confirmed |= self.pending[at] == b'C' && self.pending[at + 5..end] == *b"COMMIT\0";
-            at = end;
-        }
-        self.pending.drain(..at);
-        confirmed
-    }
+/// Whether the messages `bytes` completes confirm a `COMMIT` (a `CommandComplete` tagged
+/// `COMMIT`; a failed transaction's is tagged `ROLLBACK`).
+fn commit_confirmed_in(frames: &mut Frames, bytes: &[u8]) -> bool {
+    let mut confirmed = false;
+    frames.messages_in(bytes, |kind, body| {
+        confirmed |= kind == b'C' && body == b"COMMIT\0";
+    });
+    confirmed
 }

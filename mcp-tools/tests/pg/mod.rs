@@ -251,7 +251,7 @@ async fn relay(
     let (mut server_reads, mut server_writes) = server.into_split();
     let asked = std::sync::Arc::clone(&turn);
     let requests = async move {
-        let mut frames = Frames::default();
+        let mut frames = Frames::frontend();
         let mut buffer = vec![0u8; 64 * 1024];
         loop {
             let read = match client_reads.read(&mut buffer).await {
@@ -305,21 +305,34 @@ async fn relay(
     tokio::join!(requests, answers);
 }
 
-/// The client's side of the protocol, cut into messages as its bytes arrive.
+/// One side of the protocol, cut into messages as its bytes arrive.
 #[derive(Default)]
-struct Frames {
+pub struct Frames {
     pending: Vec<u8>,
-    /// Past the startup message, which has no type byte.
+    /// Past the frontend's startup message, which has no type byte (the backend has none).
     started: bool,
 }
 
 impl Frames {
-    /// The statements among the complete messages `bytes` finishes.
-    fn statements_in(&mut self, bytes: &[u8]) -> u64 {
+    /// The frontend's messages, from its first byte.
+    pub fn frontend() -> Frames {
+        Frames::default()
+    }
+
+    /// The backend's messages, from its first byte (with TLS off: no answer to an `SSLRequest`).
+    pub fn backend() -> Frames {
+        Frames {
+            pending: Vec::new(),
+            started: true,
+        }
+    }
+
+    /// Calls `each` with the type byte and the body of every message `bytes` completes (the
+    /// frontend's startup message and its TLS and GSS requests, which have no type, excepted).
+    pub fn messages_in(&mut self, bytes: &[u8], mut each: impl FnMut(u8, &[u8])) {
         const SSL_REQUEST: u32 = 80_877_103;
         const GSS_REQUEST: u32 = 80_877_104;
         self.pending.extend_from_slice(bytes);
-        let mut statements = 0;
         let mut at = 0;
         loop {
             let header = if self.started { 5 } else { 4 };
@@ -332,9 +345,7 @@ impl Frames {
                 break;
             }
             if self.started {
-                if matches!(self.pending[at], b'Q' | b'E') {
-                    statements += 1;
-                }
+                each(self.pending[at], &self.pending[at + 5..end]);
             } else {
                 let code = u32::from_be_bytes(self.pending[at + 4..at + 8].try_into().unwrap());
                 self.started = code != SSL_REQUEST && code != GSS_REQUEST;
@@ -342,6 +353,16 @@ impl Frames {
             at = end;
         }
         self.pending.drain(..at);
+    }
+
+    /// The statements among the complete messages `bytes` finishes.
+    fn statements_in(&mut self, bytes: &[u8]) -> u64 {
+        let mut statements = 0;
+        self.messages_in(bytes, |kind, _| {
+            if matches!(kind, b'Q' | b'E') {
+                statements += 1;
+            }
+        });
         statements
     }
 }
