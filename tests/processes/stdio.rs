@@ -378,6 +378,44 @@ async fn a_slow_call_is_overtaken_by_a_list_sent_after_it() {
 }
 
 #[tokio::test]
+async fn past_the_requests_in_flight_the_server_reads_no_more_input() {
+    let (gate, mut handles) = new_gate();
+    let mut pipe = Pipe::start(server_with(gate, |builder| {
+        builder.max_in_flight_per_principal(4)
+    }));
+    for n in 0..4 {
+        pipe.send(&call(json!(n), "gate", json!({}))).await;
+        handles.started().await;
+    }
+    // Four requests wait at the gate: the server reads no more, so these lines stay in the
+    // 1 KiB pipe and the writer, past it, waits.
+    let mut more = Vec::new();
+    for n in 4..64 {
+        more.extend(serde_json::to_vec(&request(json!(n), "tools/list", json!({}))).unwrap());
+        more.push(b'\n');
+    }
+    let input = pipe.input.as_mut().unwrap();
+    let mut writing = std::pin::pin!(input.write_all(&more));
+    // A bounded look for a write that must not finish while the four wait.
+    assert!(
+        tokio::time::timeout(std::time::Duration::from_millis(500), &mut writing)
+            .await
+            .is_err(),
+        "the server kept reading past four requests in flight"
+    );
+    handles.release.notify_waiters();
+    within("the rest of the input to be read", writing)
+        .await
+        .unwrap();
+    let mut answered = std::collections::BTreeSet::new();
+    for _ in 0..64 {
+        answered.insert(pipe.next().await["id"].as_i64().unwrap());
+    }
+    assert_eq!(answered, (0..64).collect());
+    pipe.end().await.1.unwrap();
+}
+
+#[tokio::test]
 async fn a_cancelled_call_is_dropped_and_never_answered() {
     let (gate, mut handles) = new_gate();
     let mut pipe = Pipe::start(server(gate));

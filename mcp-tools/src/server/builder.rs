@@ -446,6 +446,10 @@ impl McpServerBuilder {
     /// one more is refused with HTTP 429 and `-32000`, so that one token holder cannot take
     /// every connection. Anonymous callers are one principal together and are not counted: the
     /// connection cap and the read and write deadlines bound them.
+    ///
+    /// Over stdio, with its one client, this many requests run at once (listens aside), and
+    /// the server reads no further input until one is answered: a client that pipes requests
+    /// faster than they are answered waits in its pipe, not in the server's memory.
     pub fn max_in_flight_per_principal(mut self, requests: usize) -> Self {
         self.max_in_flight = requests;
         self

@@ -81,6 +81,11 @@ pub(crate) struct InFlightSlot {
 }
 
 impl InFlight {
+    /// The most requests one principal may have in flight.
+    pub(crate) fn max(&self) -> usize {
+        self.max
+    }
+
     pub(crate) fn new(max: usize) -> Arc<Self> {
         Arc::new(InFlight {
             max,

@@ -69,6 +69,10 @@ impl McpServer {
     /// written as one line.
     ///
     /// - Requests are served concurrently: a slow tool call does not hold up what follows it.
+    ///   At most [`max_in_flight_per_principal`](crate::McpServerBuilder::max_in_flight_per_principal)
+    ///   run at once (listens aside); past it no more input is read until one is answered, so
+    ///   the memory a fast producer costs is bounded (a cancellation behind the waiting request
+    ///   is read once a place frees).
     ///   Progress and log notifications, and those of a `subscriptions/listen`, are written as
     ///   they come, each on its own line, before the request's final answer; listen
     ///   notifications name their subscription in `_meta`.
@@ -153,6 +157,10 @@ impl McpServer {
         let limit = self.shared.body_limit;
         let mut input = LineReader::new(reader, limit);
         let mut tasks = JoinSet::new();
+        // At most this many requests (listens aside) run at once: past it the reader stops
+        // reading, so a client that pipes requests faster than they are answered waits in its
+        // pipe, not in this process's memory.
+        let running = Arc::new(tokio::sync::Semaphore::new(self.shared.in_flight.max()));
         loop {
             let read = input.next().await?;
             // Finished requests answered already; reaping them here keeps the set small.
@@ -200,6 +208,13 @@ impl McpServer {
             };
             let dropped = Arc::new(AtomicBool::new(false));
             let listen = envelope.method == "subscriptions/listen";
+            // A listen lives as long as its client wants: it is bounded per principal instead.
+            let permit = if listen {
+                None
+            } else {
+                let permit = Arc::clone(&running).acquire_owned().await;
+                Some(permit.expect("the semaphore is never closed"))
+            };
             let refused = {
                 let mut requests = inflight.lock();
                 if requests.contains_key(&id) {
@@ -215,7 +230,10 @@ impl McpServer {
                         lines.clone(),
                         Arc::clone(&inflight),
                     );
-                    let abort = tasks.spawn(task);
+                    let abort = tasks.spawn(async move {
+                        task.await;
+                        drop(permit);
+                    });
                     requests.insert(
                         id.clone(),
                         Entry {
