@@ -599,20 +599,24 @@ async fn following_tasks_on_a_listen_stream_needs_the_extension() {
         json!({ "notifications": { "taskIds": [id] } }),
     )
     .header("authorization", "Bearer alice");
-    let mut events = common::events::Events::open(&server.url(), &listen).await;
-    let refused = events.next().await;
-    assert_eq!(refused["error"]["code"], -32021, "{refused}");
-    events.end().await;
+    // Both refusals come before a stream opens, as one JSON answer.
+    let refused = listen.send_to(&server.url()).await;
+    assert_eq!(
+        (refused.status, refused.error_code()),
+        (400, Some(-32021)),
+        "{}",
+        refused.text
+    );
+    assert_eq!(refused.headers["content-type"], "application/json");
 
     let malformed = takes_tasks(Call::new(
         "subscriptions/listen",
         json!(13),
         json!({ "notifications": { "taskIds": id } }),
     ));
-    let mut events = common::events::Events::open(&server.url(), &malformed).await;
-    let refused = events.next().await;
-    assert_error(&refused, -32602, "taskIds");
-    events.end().await;
+    let refused = malformed.send_to(&server.url()).await;
+    assert_eq!(refused.status, 200, "{}", refused.text);
+    assert_error(&refused.json(), -32602, "taskIds");
 
     let mut events = common::events::Events::open(&server.url(), &takes_tasks(listen)).await;
     let acknowledged = events.next().await;
