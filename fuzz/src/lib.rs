@@ -2,6 +2,8 @@
 //! checks every answer must pass whatever the input was.
 
 pub mod answer;
+pub mod counter;
+pub mod draw;
 pub mod http;
 pub mod json;
 pub mod routed;
