@@ -211,6 +211,15 @@ impl JwtVerifier {
         // `alg: none` and unknown algorithms fail here: the header does not parse.
         let header = jsonwebtoken::decode_header(token)
             .map_err(|_| invalid("The bearer token is not a well-formed signed JWT"))?;
+        // RFC 7515 §4.1.11: a token whose `crit` header names an extension the recipient does
+        // not understand is invalid, and this verifier understands none (the JWT library parses
+        // the member but enforces nothing). An issuer marks an extension critical precisely so
+        // that a verifier that would ignore it refuses the token instead.
+        if header.crit.is_some() {
+            return Err(invalid(
+                "The bearer token's header marks extensions critical (`crit`), and this server understands none",
+            ));
+        }
         if let Some(types) = &self.types {
             let typ = header.typ.as_deref().map(str::to_ascii_lowercase);
             if !typ.as_ref().is_some_and(|typ| types.contains(typ)) {
@@ -643,6 +652,42 @@ mod tests {
         assert!(empty.is_err());
         assert!(JwtVerifier::with_key_set("https://auth.example.com", r#"{"keys":[]}"#).is_err());
         assert!(JwtVerifier::with_key_set("https://auth.example.com", "[]").is_err());
+    }
+
+    /// The test issuer's P-256 key (`tests/fixtures/oauth/ec-c.pem`), whose public half is the
+    /// point of [`ec_key`].
+    const EC_C_PEM: &[u8] = b"-----BEGIN PRIVATE KEY-----
+MIGHAgEAMBMGByqGSM49AgEGCCqGSM49AwEHBG0wawIBAQQgkU6lnA7dscNX7sFK
+Rh5qEtNn6ikOUvTzQu4O0NBf3R2hRANCAASY5Ll8jE9f8asq1etF4PcnV2znXs/d
+ulkARRJlVmYbyv4UO7BaUjqVXCAQmVFZMFLm16W+LZCuD+FYFgyaCgVS
+-----END PRIVATE KEY-----
+";
+
+    /// Found by the `jwt` fuzz target: a token whose header lists critical extensions (`crit`)
+    /// was accepted, though RFC 7515 makes it invalid for a verifier that understands none of
+    /// them.
+    #[tokio::test]
+    async fn a_token_with_critical_extensions_is_refused() {
+        let issuer = "https://auth.example.com";
+        let jwks = json!({ "keys": [ec_key(Some("ec-c"), Some("ES256"), Some("sig"))] });
+        let verifier = JwtVerifier::with_key_set(issuer, &jwks.to_string()).unwrap();
+        let key = jsonwebtoken::EncodingKey::from_ec_pem(EC_C_PEM).unwrap();
+        let claims = json!({ "iss": issuer, "sub": "user-1", "exp": 4_102_444_800_u64 });
+        let mut header = jsonwebtoken::Header::new(Algorithm::ES256);
+        header.typ = Some("at+jwt".into());
+        header.kid = Some("ec-c".into());
+        let plain = jsonwebtoken::encode(&header, &claims, &key).unwrap();
+        assert!(verifier.check(&plain).await.is_ok(), "the token without `crit`");
+        for crit in [vec!["exp"], vec!["b64"], vec![]] {
+            header.crit = Some(crit.iter().map(|c| (*c).to_owned()).collect());
+            let token = jsonwebtoken::encode(&header, &claims, &key).unwrap();
+            match verifier.check(&token).await {
+                Err(TokenRejection::Invalid(reason)) => {
+                    assert!(reason.contains("`crit`"), "{crit:?}: {reason}")
+                }
+                other => panic!("crit {crit:?}: {other:?}"),
+            }
+        }
     }
 
     #[test]
