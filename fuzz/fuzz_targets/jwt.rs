@@ -250,11 +250,12 @@ fn model(header: &Map<String, Value>, claims: &Map<String, Value>, now: u64) -> 
     let reject = Some(Err(()));
     // RFC 7515: a header with `crit` names extensions the recipient must understand, and this
     // verifier understands none.
-    if header.contains_key("crit") {
+    if header.get("crit").is_some_and(|crit| !crit.is_null()) {
         return reject;
     }
-    // Other members: the JWT library types some of them; not modelled.
-    if header.keys().any(|k| !matches!(k.as_str(), "alg" | "typ" | "kid")) {
+    // Other members: the JWT library types some of them; not modelled. (A `null` one is absent
+    // to its parser, as `crit: null` is.)
+    if header.iter().any(|(k, v)| !matches!(k.as_str(), "alg" | "typ" | "kid") && !(k == "crit" && v.is_null())) {
         return None;
     }
     let typ = header.get("typ").and_then(Value::as_str).map(str::to_ascii_lowercase);
