@@ -26,7 +26,7 @@
 #   get/sqlite         basket_get on a server with --db in a temp dir
 #   get/memory         basket_get on a server with --memory
 #   upgrade/sqlite     basket_upgrade_memory, fresh operation ids, versions learned from answers,
-#                      on BASKETS new baskets each run (a basket holds at most 10,000 live ledger
+#                      on a random one of BASKETS new baskets each call (new baskets each run) (a basket holds at most 10,000 live ledger
 #                      records, the store's default quota, past which upgrades answer LEDGER_FULL)
 #   upgrade/memory     the same on the memory server
 #   note/{memory,sqlite} run 1, run 2   basket_add_note, two back-to-back runs after the rounds

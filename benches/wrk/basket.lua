@@ -103,6 +103,7 @@ function init(args)
     end
   end
   sent = 0
+  math.randomseed(os.time() + tonumber(tostring({}):match("0x(%x+)") or "0", 16) % 1000003)
   versions = {}
   seen = {}
   applied, stale, current, rejected, other, rpcerror, non200, badbody, dup = 0, 0, 0, 0, 0, 0, 0, 0, 0
@@ -112,7 +113,9 @@ end
 
 function request()
   sent = sent + 1
-  local index = (sent - 1) % #handles + 1
+  -- A random basket per call, as agents sharing baskets would pick them: calls on one basket
+  -- overlap at random, and a share of the changes answers `stale_view`.
+  local index = math.random(#handles)
   if built then
     return built[index]
   end
