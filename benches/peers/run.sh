@@ -276,6 +276,7 @@ check_http() { # the full check of one answer, before the server is timed; echoe
   if [[ "$ctype" != application/json* ]]; then echo "content type $ctype: $(head -c 300 "$work/answer")"; return 1; fi
   if grep -qi '^mcp-session-id:' "$work/headers"; then echo "a session id was handed out"; return 1; fi
   if ! check_answer "$work/answer"; then echo "wrong answer: $(head -c 300 "$work/answer")"; return 1; fi
+  cp "$work/answer" "$work/answer-ok"
   if [[ -n "$s_token" ]]; then
     got="$(post "$s_body" "")"
     [[ "${got%% *}" == 401 ]] || { echo "without a token: HTTP ${got%% *}, not 401"; return 1; }
@@ -298,7 +299,7 @@ http_run() { # http_run SCENARIO RUN PEER
   local scenario="$1" run="$2" peer="$3" why
   if ! start_server "$peer" "${s_args[@]}"; then fail "$scenario" "$run" "$peer" "did not start"; return; fi
   if ! why="$(check_http)"; then stop_server; fail "$scenario" "$run" "$peer" "$why"; return; fi
-  local bytes; bytes="$(wc -c <"$work/answer")"
+  local bytes; bytes="$(wc -c <"$work/answer-ok")"
   [[ "$warmup" =~ ^0+[smh]?$ ]] || run_wrk "$warmup" >/dev/null 2>&1 || true
   local before after out line
   before="$(cpu_ticks "$server_pid")"
