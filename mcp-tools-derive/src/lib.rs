@@ -20,8 +20,10 @@ use proc_macro::TokenStream;
 
 /// Turns a plain function into an MCP tool.
 ///
-/// ```ignore
-/// use mcp_tools::{Context, State, ToolError, tool, tools};
+/// ```
+/// use mcp_tools::{ToolError, tool, tools};
+/// # #[derive(serde::Serialize, schemars::JsonSchema)]
+/// # struct Sum { sum: i64 }
 ///
 /// /// Adds two integers.
 /// ///
@@ -31,9 +33,12 @@ use proc_macro::TokenStream;
 ///     /// The first addend.
 ///     a: i64,
 ///     #[arg(default = 1, description = "The second addend.")] b: i64,
-/// ) -> Result<Sum, ToolError> { /* ... */ }
+/// ) -> Result<Sum, ToolError> {
+///     let sum = a.checked_add(b).ok_or_else(|| ToolError::new("OVERFLOW", "too large"))?;
+///     Ok(Sum { sum })
+/// }
 ///
-/// let set = tools![add];                  // or ToolSet::new().with(add::tool())
+/// let set = tools![add]; // or ToolSet::new().with(add::tool())
 /// ```
 ///
 /// * **Name** from the function (without `r#`) or `name = "..."`, checked at compile time against
@@ -65,7 +70,7 @@ use proc_macro::TokenStream;
 ///
 /// * **Stateful kinds**: `creates = R`, `reads = R` (a `&R` parameter) and `mutates = R` (a
 ///   synchronous transition over a `&mut R` parameter) run the function against the state store
-///   registered with `.state(mcp_tools::store::Store::new(..))`, where `R` derives
+///   registered with `McpServerBuilder::store(..)`, where `R` derives
 ///   `mcp_tools::store::Entity`. A mutation takes `on_conflict = reject | rebase | reconfirm`,
 ///   `touches = [field, ...]` (with `rebase`), `expected_version = false`,
 ///   `operation_id = false` and `terminal` (the transition ends the resource: published
@@ -93,20 +98,31 @@ pub fn tool(args: TokenStream, input: TokenStream) -> TokenStream {
 
 /// Publishes the `#[tool]` methods of an inherent impl block as tools sharing one server value.
 ///
-/// ```ignore
+/// ```
+/// use std::sync::{Arc, Mutex};
+///
+/// use mcp_tools::{tool, toolbox};
+///
+/// #[derive(Default)]
 /// struct Notes { notes: Mutex<Vec<String>> }
 ///
-/// #[mcp_tools::toolbox]
+/// #[toolbox]
 /// impl Notes {
 ///     /// Stores a note.
 ///     #[tool(name = "notes.add")]
-///     fn add(&self, text: String) -> String { /* ... */ }
+///     fn add(&self, text: String) -> String {
+///         let mut notes = self.notes.lock().unwrap();
+///         notes.push(text);
+///         format!("{} notes", notes.len())
+///     }
 /// }
 ///
 /// let set = Arc::new(Notes::default()).tool_set();
 /// ```
 ///
-/// Adds `fn tool_set(self: Arc<Self>) -> ToolSet`. Tool methods take `&self` (or no receiver);
+/// Adds `fn tool_set(self: Arc<Self>) -> ToolSet`. The `#[tool]` attributes inside are read by
+/// `#[toolbox]`, which names them as they are written: `tool` must be in scope, as above, or be
+/// written `#[mcp_tools::tool]`. Tool methods take `&self` (or no receiver);
 /// their parameters and return types follow the rules of [`macro@tool`]. Methods without
 /// `#[tool]` are left alone. The impl cannot be generic or a trait impl.
 #[proc_macro_attribute]
@@ -116,7 +132,7 @@ pub fn toolbox(args: TokenStream, input: TokenStream) -> TokenStream {
 
 /// Implements `IntoToolError` for an error type that implements `Display`, declaring its codes.
 ///
-/// ```ignore
+/// ```
 /// use mcp_tools::IntoToolError;
 ///
 /// #[derive(Debug, IntoToolError)]
@@ -133,7 +149,16 @@ pub fn toolbox(args: TokenStream, input: TokenStream) -> TokenStream {
 ///     NeedsApproval,
 /// }
 ///
-/// impl std::fmt::Display for BookingError { /* the message the model reads */ }
+/// impl std::fmt::Display for BookingError {
+///     // The message the model reads.
+///     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+///         match self {
+///             BookingError::RoomTaken { room } => write!(f, "room {room} is taken"),
+///             BookingError::NoSuchRoom => f.write_str("no such room"),
+///             BookingError::NeedsApproval => f.write_str("the manager must approve"),
+///         }
+///     }
+/// }
 /// ```
 ///
 /// * **Code**: each enum variant's is `#[code = "..."]` or, without it, the variant name in
@@ -156,8 +181,10 @@ pub fn derive_tool_error(input: TokenStream) -> TokenStream {
 
 /// Implements `mcp_tools::store::Entity` for a struct kept by a state store behind a handle.
 ///
-/// ```ignore
+/// ```
 /// use mcp_tools::store::{Entity, Lifecycle};
+/// use schemars::JsonSchema;
+/// use serde::{Deserialize, Serialize};
 ///
 /// #[derive(Clone, Serialize, Deserialize, JsonSchema, Entity)]
 /// #[entity(kind = "basket", prefix = "bsk", ttl_secs = 86400, lifecycle = lifecycle)]
