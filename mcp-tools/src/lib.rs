@@ -36,7 +36,7 @@
 //!   deploying, OAuth, observability, protocol behaviour, the command line.
 //! - The modules, by layer: [`protocol`] (the wire), [`auth`], [`store`] (the state engine),
 //!   [`tools`](mod@tools), [`prompts`], [`resources`], [`completion`], [`stateful`] (the runtime of the
-//!   stateful tool kinds), [`tasks`], [`server`], [`testing`], `cli`, [`contract`].
+//!   stateful tool kinds), [`tasks`], [`server`], [`testing`], `cli`, [`contract`], `client` (calling servers).
 //!
 //! # Features
 //!
@@ -46,6 +46,7 @@
 //! | `postgres` | | `PostgresStore`: replicas on many hosts sharing one database |
 //! | `oauth` | | an OAuth 2.1 resource server: JWT and introspection verifiers ([`auth`]) |
 //! | `cli` | | `cli`: a standard command line for server binaries |
+//! | `client` | | `client`: a 2026-07-28 client, and the harness that drives stateful tools |
 //! | `opentelemetry` | | request spans that continue the caller's trace |
 //! | `rate-limits` | | `McpServerBuilder::rate_limit` and `tool_rate_limit` |
 #![warn(missing_docs)]
@@ -58,6 +59,8 @@ extern crate self as mcp_tools;
 pub mod auth;
 #[cfg(feature = "cli")]
 pub mod cli;
+#[cfg(feature = "client")]
+pub mod client;
 pub mod completion;
 mod context;
 pub mod contract;

@@ -49,8 +49,9 @@ const SCHEMA_SLOTS: [&str; 16] = [
 /// Finds the `x-mcp-header` declarations of an input schema, and refuses one that clients would
 /// drop the whole tool for: an empty or non-token name, a name used twice (case-insensitively), a
 /// property that is not a string, integer or boolean, or a declaration not reachable from the
-/// root through `properties` alone (under `items`, `anyOf`, `$defs`...).
-fn declarations(schema: &Value) -> Result<Vec<ParamHeader>, String> {
+/// root through `properties` alone (under `items`, `anyOf`, `$defs`...). A client reads a listed
+/// tool's declarations with it, to send the headers and to drop a tool it could not call.
+pub(crate) fn declarations(schema: &Value) -> Result<Vec<ParamHeader>, String> {
     let mut found = Vec::new();
     walk(schema, &mut Vec::new(), Position::Root, &mut found)?;
     for (i, declaration) in found.iter().enumerate() {
@@ -350,6 +351,20 @@ impl Decimal {
             digits: trimmed.to_owned(),
             exponent: exponent.checked_sub(fraction_len)?.checked_add(dropped)?,
         })
+    }
+}
+
+/// What a client needs of a declaration to send its header.
+#[cfg(feature = "client")]
+impl ParamHeader {
+    /// `mcp-param-{name}`.
+    pub(crate) fn header(&self) -> &HeaderName {
+        &self.header
+    }
+
+    /// The argument this header mirrors in `arguments`, when it is there.
+    pub(crate) fn argument<'a>(&self, arguments: &'a Map<String, Value>) -> Option<&'a Value> {
+        lookup(arguments, &self.path)
     }
 }
 
