@@ -45,7 +45,7 @@
 //! | `sqlite` | yes | [`SqliteStore`]: durable state in one file, safe for several processes |
 //! | `postgres` | | `PostgresStore`: replicas on many hosts sharing one database |
 //! | `oauth` | | an OAuth 2.1 resource server: JWT and introspection verifiers ([`auth`]) |
-//! | `cli` | | `cli`: a standard command line for server binaries |
+//! | `cli` | | `cli`: a standard command line for server binaries (with `client`) |
 //! | `client` | | `client`: a 2026-07-28 client, and the harness that drives stateful tools |
 //! | `opentelemetry` | | request spans that continue the caller's trace |
 //! | `rate-limits` | | `McpServerBuilder::rate_limit` and `tool_rate_limit` |

@@ -56,8 +56,30 @@
 //! | `contract diff OLD NEW [--format json]` | classifies every change | 1 on a breaking change |
 //! | `call TOOL [JSON] [--as SUBJECT]` | one call in process, through the whole request path | 1 on an error result |
 //! | `probe URL` | POSTs `server/discover` and classifies the answer | see [`Probe`] |
+//! | `harness --upstream URL [--records FILE]` | the drop-in harness: stdio to a host, HTTP to the server | 0 when the host closes its end |
 //!
 //! Usage errors and unreadable inputs exit with 2. Output to a closed pipe ends quietly.
+//!
+//! # The drop-in harness
+//!
+//! `harness` puts the [harness](crate::client::Harness) between any MCP host that runs a
+//! server as a stdio command (a desktop agent, the official TypeScript and Python clients) and
+//! a server reached over HTTP: the host lists the server's tools with `operation_id` and
+//! `expected_version` optional, and its calls get them from the harness (a new operation id per
+//! change, the same one when a lost answer is retried; the version of the resource this host was
+//! last shown). Every binary built on this command line has it (`basket harness --upstream
+//! https://baskets.example.com/mcp`); a binary that is only a harness calls [`run_harness`]:
+//!
+//! ```no_run
+//! #[tokio::main]
+//! async fn main() -> std::process::ExitCode {
+//!     mcp_tools::cli::run_harness().await
+//! }
+//! ```
+//!
+//! A host configured to start `my-harness --upstream https://mcp.example.com/mcp --records
+//! ~/.cache/baskets.records` then keeps what it was shown across restarts. The token for the
+//! server, when it needs one, comes from `MCP_HARNESS_TOKEN`.
 
 mod probe;
 
@@ -192,6 +214,9 @@ enum Action<A: Args> {
     Call(CallArgs<A>),
     /// Ask a running server what it serves (POST `server/discover`) and classify the answer.
     Probe(ProbeArgs),
+    /// Relay an MCP host on stdio to a server over HTTP, supplying the operation ids and
+    /// versions its stateful tools take (the drop-in harness).
+    Harness(HarnessArgs),
 }
 
 #[derive(Args, Debug)]
@@ -266,6 +291,89 @@ struct ProbeArgs {
     /// Give up after this many seconds.
     #[arg(long, value_name = "SECONDS", default_value_t = 5.0)]
     timeout: f64,
+}
+
+/// The drop-in harness's options.
+#[derive(Args, Debug)]
+struct HarnessArgs {
+    /// The server's MCP endpoint, e.g. `https://mcp.example.com/mcp`.
+    #[arg(long, value_name = "URL", env = "MCP_HARNESS_UPSTREAM")]
+    upstream: String,
+    /// Keep what the host was shown in FILE (resumption records), so that a restarted host goes
+    /// on from it.
+    #[arg(long, value_name = "FILE", env = "MCP_HARNESS_RECORDS")]
+    records: Option<PathBuf>,
+    /// A bearer token for the server (better given in the environment).
+    #[arg(
+        long,
+        value_name = "TOKEN",
+        env = "MCP_HARNESS_TOKEN",
+        hide_env_values = true
+    )]
+    token: Option<String>,
+    /// Send one call at most N times when its answer is lost.
+    #[arg(long, value_name = "N", default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=20))]
+    attempts: u32,
+    /// How long one request may wait for its answer, in seconds.
+    #[arg(long, value_name = "SECONDS", default_value_t = 120.0)]
+    timeout: f64,
+}
+
+/// The drop-in harness alone, as a binary of its own runs it.
+#[derive(Parser, Debug)]
+#[command(
+    about = "Relays an MCP host on stdio to a server over HTTP, supplying the operation ids and versions its stateful tools take"
+)]
+struct HarnessCommand {
+    #[command(flatten)]
+    args: HarnessArgs,
+}
+
+/// Runs the drop-in harness from the process's arguments (`--upstream URL`, `--records FILE`,
+/// ...; see the [module docs](crate::cli#the-drop-in-harness)): for a binary that is only a
+/// harness. Exits with 0 when the host closes its end, 2 when the server cannot be reached or
+/// does not serve 2026-07-28, or the records file cannot be used.
+pub async fn run_harness() -> ExitCode {
+    let command = match HarnessCommand::try_parse() {
+        Ok(command) => command,
+        Err(error) => {
+            let _ = error.print();
+            return ExitCode::from(u8::try_from(error.exit_code()).unwrap_or(2));
+        }
+    };
+    match harness(command.args).await {
+        Ok(code) => code,
+        Err(failure) => {
+            eprintln!("error: {failure}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+/// Serves the host on stdio until it closes its end.
+async fn harness(args: HarnessArgs) -> Result<ExitCode, Failure> {
+    use crate::client::{Client, Harness, RetryPolicy};
+    if !(args.timeout.is_finite() && args.timeout > 0.0) {
+        return Err(Failure::Input(
+            "--timeout must be a positive number of seconds".into(),
+        ));
+    }
+    let mut builder = Client::builder()
+        .client_info("mcp-tools harness", env!("CARGO_PKG_VERSION"))
+        .timeout(Some(Duration::from_secs_f64(args.timeout)));
+    if let Some(token) = &args.token {
+        builder = builder.bearer_token(token);
+    }
+    let client = builder
+        .connect_http(&args.upstream)
+        .await
+        .map_err(|error| Failure::Input(format!("the upstream {}: {error}", args.upstream)))?;
+    let harness = Harness::with_retry(client, RetryPolicy::default().attempts(args.attempts));
+    harness
+        .serve_stdio(args.records)
+        .await
+        .map_err(|error| Failure::Input(error.to_string()))?;
+    Ok(ExitCode::SUCCESS)
 }
 
 /// A failure that is not the command's answer: a usage or input error (exit status 2).
@@ -355,6 +463,7 @@ impl<A: Args> CommandLine<A> {
                 emit(None, &format!("{}\n", probe.summary()))?;
                 Ok(ExitCode::from(probe.exit_status()))
             }
+            Some(Action::Harness(args)) => harness(args).await,
         }
     }
 }
@@ -561,5 +670,6 @@ mod tests {
     fn the_parsers_are_consistent() {
         use clap::CommandFactory;
         CommandLine::<NoOptions>::command().debug_assert();
+        HarnessCommand::command().debug_assert();
     }
 }

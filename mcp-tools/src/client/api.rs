@@ -24,7 +24,7 @@ use crate::protocol::meta_keys::{
 };
 use crate::protocol::{LogLevel, PROTOCOL_VERSION, codes};
 use crate::store::tasks::record::TaskStatus;
-use crate::sync::{lock, read};
+use crate::sync::{lock, read, write};
 
 /// The extension id of tasks, declared in a request's client capabilities to take one.
 pub(super) const TASKS_EXTENSION: &str = "io.modelcontextprotocol/tasks";
@@ -673,6 +673,11 @@ impl Client {
             }
         };
         self.send(method, params).await.map(Value::Object)
+    }
+
+    /// Sends the server's notifications to `sink` from now on.
+    pub(super) fn set_sink(&self, sink: Sink) {
+        *write(&self.inner.sink) = sink;
     }
 
     pub(super) fn inner_timeout(&self) -> Option<Duration> {

@@ -35,11 +35,16 @@
 //! assert!(matches!(upgraded, Outcome::Applied(_)));
 //! # Ok(()) }
 //! ```
+//!
+//! The drop-in harness puts the same between any MCP host and a server: the `harness`
+//! command of [`cli`](crate::cli) speaks stdio to the host and HTTP to the server
+//! ([`Harness::serve_stdio`]).
 
 // Each file uses only those before it in: result, error, wire, catalog, http, stdio, api,
-// listen, records, harness, resume.
+// listen, records, harness, resume, dropin.
 mod api;
 mod catalog;
+mod dropin;
 mod error;
 mod harness;
 mod http;
