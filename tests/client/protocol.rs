@@ -474,7 +474,7 @@ async fn over_stdio_the_server_is_a_child_process() {
 /// Over stdio a request the client gives up on is cancelled (`notifications/cancelled`) and
 /// the pipe goes on serving; tasks are polled over it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn over_stdio_a_request_given_up_on_is_cancelled() {
+async fn over_stdio_tasks_are_polled_and_timeouts_are_typed() {
     let basket = example("basket");
     let client = within(
         "starting the basket server",
@@ -516,4 +516,103 @@ async fn over_stdio_a_request_given_up_on_is_cancelled() {
     .await
     .unwrap();
     assert_eq!(quick.structured_content.unwrap()["outcome"], "current");
+}
+
+const STDIO_CHILD: &str = concat!(module_path!(), "::a_child_process_serves_stdio");
+const STDIO_CHILD_ENV: &str = "MCP_TOOLS_TEST_STDIO_CHILD";
+
+/// Set once a `wait_forever` call is dropped.
+fn cancelled() -> &'static tokio::sync::watch::Sender<bool> {
+    static CANCELLED: std::sync::OnceLock<tokio::sync::watch::Sender<bool>> =
+        std::sync::OnceLock::new();
+    CANCELLED.get_or_init(|| tokio::sync::watch::channel(false).0)
+}
+
+struct OnDrop;
+
+impl Drop for OnDrop {
+    fn drop(&mut self) {
+        cancelled().send_replace(true);
+    }
+}
+
+/// Waits until it is cancelled.
+#[mcp_tools::tool]
+async fn wait_forever() -> String {
+    let _dropped = OnDrop;
+    std::future::pending::<()>().await;
+    String::new()
+}
+
+/// Whether a `wait_forever` call was cancelled, waiting up to ten seconds for it.
+#[mcp_tools::tool]
+async fn was_cancelled() -> bool {
+    let mut seen = cancelled().subscribe();
+    tokio::time::timeout(
+        Duration::from_secs(10),
+        seen.wait_for(|cancelled| *cancelled),
+    )
+    .await
+    .is_ok()
+}
+
+/// The body of a stdio server process: does nothing unless a parent test started it.
+#[test]
+#[ignore = "runs only as a child process of the stdio tests"]
+fn a_child_process_serves_stdio() {
+    if std::env::var_os(STDIO_CHILD_ENV).is_none() {
+        return;
+    }
+    let server = McpServer::builder("stdio-child", "1.0.0")
+        .tools(mcp_tools::tools![wait_forever, was_cancelled])
+        .build()
+        .unwrap();
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(async { server.serve_stdio().await.unwrap() });
+}
+
+/// A request the client gives up on over stdio is cancelled in the server
+/// (`notifications/cancelled`), and the pipe goes on serving.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_stdio_a_request_given_up_on_is_cancelled_in_the_server() {
+    let (_, test) = STDIO_CHILD.split_once("::").unwrap();
+    let client = within(
+        "starting a stdio server",
+        Client::builder()
+            .timeout(Some(Duration::from_secs(2)))
+            .env(STDIO_CHILD_ENV, "1")
+            .connect_stdio(
+                std::env::current_exe().unwrap(),
+                // Quiet: the test harness writes nothing on the line the server answers on.
+                [
+                    test,
+                    "--exact",
+                    "--ignored",
+                    "--nocapture",
+                    "-q",
+                    "--test-threads",
+                    "1",
+                ],
+            ),
+    )
+    .await
+    .unwrap();
+    let given_up = within(
+        "a call that never ends",
+        client.call_tool("wait_forever", json!({})),
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        matches!(&given_up, ClientError::Transport(error) if error.kind == TransportErrorKind::Timeout),
+        "{given_up}"
+    );
+    let cancelled = within("asking", client.call_tool("was_cancelled", json!({})))
+        .await
+        .unwrap();
+    assert_eq!(cancelled.text(), "true", "the server dropped the call");
 }

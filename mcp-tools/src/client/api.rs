@@ -2,7 +2,7 @@
 //! answers typed.
 
 use std::collections::HashSet;
-use std::ffi::OsStr;
+use std::ffi::{OsStr, OsString};
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
@@ -143,6 +143,7 @@ pub struct ClientBuilder {
     version: String,
     capabilities: Value,
     headers: Vec<(String, String)>,
+    env: Vec<(OsString, OsString)>,
     timeout: Option<Duration>,
     limit: usize,
     on_input: Option<InputFn>,
@@ -166,6 +167,7 @@ impl Default for ClientBuilder {
             version: env!("CARGO_PKG_VERSION").to_owned(),
             capabilities: json!({}),
             headers: Vec::new(),
+            env: Vec::new(),
             timeout: Some(DEFAULT_TIMEOUT),
             limit: DEFAULT_LIMIT,
             on_input: None,
@@ -260,6 +262,14 @@ impl ClientBuilder {
         self.connect(Transport::Http(http), sink).await
     }
 
+    /// An environment variable of the server process (stdio), besides the client's own
+    /// environment, which it inherits.
+    pub fn env(mut self, name: impl AsRef<OsStr>, value: impl AsRef<OsStr>) -> Self {
+        self.env
+            .push((name.as_ref().to_owned(), value.as_ref().to_owned()));
+        self
+    }
+
     /// Starts the server `program` with `args` as a child process and speaks to it over its
     /// standard input and output (its standard error is the client's), then asks it what it
     /// serves. The process is killed when the last clone of the client is dropped.
@@ -273,7 +283,11 @@ impl ClientBuilder {
         S: AsRef<OsStr>,
     {
         let sink = self.sink_cell();
-        let stdio = Stdio::spawn(program.as_ref(), args, Arc::clone(&sink), self.limit)?;
+        let mut command = tokio::process::Command::new(program);
+        command
+            .args(args)
+            .envs(self.env.iter().map(|(k, v)| (k, v)));
+        let stdio = Stdio::spawn(command, Arc::clone(&sink), self.limit)?;
         self.connect(Transport::Stdio(stdio), sink).await
     }
 

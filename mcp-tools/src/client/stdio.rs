@@ -3,7 +3,6 @@
 //! `notifications/cancelled` for a request the caller gave up on.
 
 use std::collections::HashMap;
-use std::ffi::OsStr;
 use std::process::Stdio as Pipe;
 use std::sync::{Arc, Mutex};
 
@@ -40,25 +39,23 @@ struct Shared {
 }
 
 impl Stdio {
-    /// Starts `program` with `args`, its standard error inherited.
-    pub(super) fn spawn<I, S>(
-        program: &OsStr,
-        args: I,
+    /// Starts `command` (its program, arguments and environment set), its standard error
+    /// inherited.
+    pub(super) fn spawn(
+        mut command: Command,
         sink: SinkCell,
         limit: usize,
-    ) -> Result<Stdio, ClientError>
-    where
-        I: IntoIterator<Item = S>,
-        S: AsRef<OsStr>,
-    {
-        let mut command = Command::new(program);
+    ) -> Result<Stdio, ClientError> {
         command
-            .args(args)
             .stdin(Pipe::piped())
             .stdout(Pipe::piped())
             .stderr(Pipe::inherit())
             .kill_on_drop(true);
-        let display = program.to_string_lossy().into_owned();
+        let display = command
+            .as_std()
+            .get_program()
+            .to_string_lossy()
+            .into_owned();
         let mut child = command
             .spawn()
             .map_err(|error| ClientError::Local(format!("cannot start {display}: {error}")))?;
