@@ -134,3 +134,38 @@ async fn the_seeds_schedule_over_stdio_with_two_server_processes() {
         let _ = std::fs::remove_file(path);
     }
 }
+
+/// The `harness` example replays the schedule, a lost answer and a resumption, in process and
+/// against the basket example as a process.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_harness_example_replays_the_story() {
+    let basket = crate::support::ExampleServer::start("basket", &["--memory"]).await;
+    for upstream in [None, Some(basket.url.clone())] {
+        let mut command = tokio::process::Command::new(example("harness"));
+        if let Some(upstream) = &upstream {
+            command.args(["--upstream", upstream]);
+        }
+        let output = within("the example", command.kill_on_drop(true).output())
+            .await
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        assert!(
+            output.status.success(),
+            "{upstream:?}: {stdout}\n{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        for line in [
+            "write B -> refused, stale view: planned on v7, the basket is at v8; changed since: /memory_gib 16 -> 32 (recovery: refresh_and_replan)",
+            "applied: v9 { memory: 32 GiB, storage: 1024 GiB }: both intents kept",
+            "replayed (recorded at",
+            "the basket holds the note 1 time(s), at v10",
+            "resume  -> unchanged: still v10, the plan holds",
+            "resume  -> changed since v10, now v11: /memory_gib 32 -> 64; re-plan before acting",
+        ] {
+            assert!(
+                stdout.contains(line),
+                "{upstream:?}: no {line:?} in\n{stdout}"
+            );
+        }
+    }
+}

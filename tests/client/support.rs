@@ -405,15 +405,19 @@ pub fn example(name: &str) -> std::path::PathBuf {
         .filter(|path| path.exists())
         .unwrap_or_else(|| panic!("cargo test builds the {name} example next to the tests"));
     let modified = |path: &std::path::Path| std::fs::metadata(path).unwrap().modified().unwrap();
-    let source = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("examples")
-        .join(format!("{name}.rs"));
-    assert!(
-        modified(&binary) >= modified(&source),
-        "{} is older than {}: run `cargo build --example {name}` or the whole `cargo test`",
-        binary.display(),
-        source.display()
-    );
+    let examples = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples");
+    let mut sources = vec![examples.join(format!("{name}.rs"))];
+    if matches!(name, "basket" | "harness") {
+        sources.push(examples.join("support").join("basket.rs"));
+    }
+    for source in sources {
+        assert!(
+            modified(&binary) >= modified(&source),
+            "{} is older than {}: run `cargo build --example {name}` or the whole `cargo test`",
+            binary.display(),
+            source.display()
+        );
+    }
     binary
 }
 
