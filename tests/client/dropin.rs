@@ -24,6 +24,8 @@ pub struct Host {
     next_id: i64,
     /// The notifications received so far.
     pub notifications: Vec<Value>,
+    /// The requests the harness sent this host.
+    pub asked: Vec<Value>,
 }
 
 impl Host {
@@ -50,17 +52,25 @@ impl Host {
             stdout,
             next_id: 1,
             notifications: Vec::new(),
+            asked: Vec::new(),
         }
     }
 
     /// Sends a request with the `_meta` every request carries; returns the response.
     pub async fn request(&mut self, method: &str, mut params: Value) -> Value {
-        let id = self.next_id;
-        self.next_id += 1;
         params["_meta"]["io.modelcontextprotocol/protocolVersion"] = json!("2026-07-28");
         params["_meta"]["io.modelcontextprotocol/clientCapabilities"] = json!({});
         params["_meta"]["io.modelcontextprotocol/clientInfo"] =
             json!({ "name": "test-host", "version": "1.0.0" });
+        self.send(method, params).await
+    }
+
+    /// Sends a request as `params` say (a host of an earlier revision sends no `_meta`
+    /// claim); returns the response. Requests the harness sends meanwhile (an elicitation)
+    /// are accepted, with `confirm: true`, and counted in `asked`.
+    pub async fn send(&mut self, method: &str, params: Value) -> Value {
+        let id = self.next_id;
+        self.next_id += 1;
         let request = json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params });
         let mut line = serde_json::to_vec(&request).unwrap();
         line.push(b'\n');
@@ -76,13 +86,25 @@ impl Host {
                     panic!("the harness closed its output before answering {method}")
                 });
             let message: Value = serde_json::from_str(&line).unwrap();
-            if message["id"] == json!(id) {
+            if message["id"] == json!(id) && message.get("method").is_none() {
                 return message;
             }
             assert!(
                 message.get("method").is_some(),
                 "a stray message: {message}"
             );
+            if message.get("id").is_some() {
+                self.asked.push(message.clone());
+                let accepted = json!({ "jsonrpc": "2.0", "id": message["id"],
+                    "result": { "action": "accept", "content": { "confirm": true } } });
+                let mut line = serde_json::to_vec(&accepted).unwrap();
+                line.push(b'\n');
+                let stdin = self.stdin.as_mut().expect("the host's end is open");
+                within("answering the harness", stdin.write_all(&line))
+                    .await
+                    .unwrap();
+                continue;
+            }
             self.notifications.push(message);
         }
     }
@@ -299,4 +321,84 @@ async fn the_relay_answers_bad_lines_and_honours_cancellation() {
         .await;
     assert_eq!(read["structuredContent"]["outcome"], "current");
     host.close().await;
+}
+
+/// A host of an earlier revision (the 2025-11-25 handshake, no `_meta` claims): the harness
+/// answers the handshake itself, relays its requests as 2026-07-28 ones with what it declared,
+/// answers in its revision, and asks it for the input a tool needs as that revision does, with a
+/// request (`elicitation/create`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_of_an_earlier_revision_is_answered_in_its_revision() {
+    let server = ExampleServer::start("basket", &["--memory"]).await;
+    let mut host = Host::start(&server.url, None).await;
+    let initialized = host
+        .send(
+            "initialize",
+            json!({ "protocolVersion": "2025-06-18", "capabilities": { "elicitation": {} },
+                "clientInfo": { "name": "earlier-host", "version": "1.0.0" } }),
+        )
+        .await;
+    let result = &initialized["result"];
+    assert_eq!(result["protocolVersion"], "2025-06-18", "{initialized}");
+    assert_eq!(result["serverInfo"]["name"], "basket");
+    assert!(result["capabilities"]["tools"].is_object());
+    assert!(result["capabilities"].get("extensions").is_none());
+    assert!(result["instructions"].as_str().unwrap().contains("basket"));
+    assert_eq!(host.send("ping", json!({})).await["result"], json!({}));
+
+    let listed = host.send("tools/list", json!({})).await;
+    assert!(listed["result"].get("resultType").is_none(), "{listed}");
+    assert!(listed["result"].get("ttlMs").is_none());
+    assert_eq!(listed["result"]["tools"].as_array().unwrap().len(), 8);
+
+    let created = host
+        .send("tools/call", call_json("basket_create", json!({})))
+        .await;
+    let handle = created["result"]["structuredContent"]["handle"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{created}"))
+        .to_owned();
+    assert!(created["result"].get("resultType").is_none());
+    let read = host
+        .send(
+            "tools/call",
+            call_json("basket_get", json!({ "basket_id": handle })),
+        )
+        .await;
+    assert_eq!(read["result"]["structuredContent"]["version"], 1);
+
+    // Another agent changes the basket; the host's checkout, planned on version 1, must be
+    // reconfirmed: the harness asks the host, which confirms, and the checkout applies.
+    let other = support::harness(&server.url).await;
+    let Outcome::Current(_) = call_of(&other, &handle).await else {
+        panic!("read");
+    };
+    let noted = call(
+        &other,
+        "basket_add_note",
+        json!({ "basket_id": handle, "text": "x" }),
+    )
+    .await;
+    assert!(matches!(noted, Outcome::Applied(_)));
+    let checkout = host
+        .send(
+            "tools/call",
+            call_json("basket_checkout", json!({ "basket_id": handle })),
+        )
+        .await;
+    assert_eq!(
+        checkout["result"]["structuredContent"]["outcome"], "applied",
+        "{checkout}"
+    );
+    assert_eq!(host.asked.len(), 1, "asked once: {:?}", host.asked);
+    assert_eq!(host.asked[0]["method"], "elicitation/create");
+    host.close().await;
+}
+
+fn call_json(name: &str, arguments: Value) -> Value {
+    json!({ "name": name, "arguments": arguments })
+}
+
+async fn call_of(harness: &mcp_tools::client::Harness, handle: &str) -> Outcome {
+    call(harness, "basket_get", json!({ "basket_id": handle })).await
 }

@@ -1,16 +1,17 @@
 //! The drop-in harness: stdio to an MCP host, the harness's client to the server. Requests pass
 //! through as they are, except that stateful tools are shown to the host with the arguments the
 //! harness supplies made optional, and their calls get those arguments and are sent again with
-//! them when an answer is lost.
+//! them when an answer is lost. A host of an earlier revision gets its handshake answered here.
 
 use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::{Map, Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 use tokio::task::{AbortHandle, JoinSet};
 
 use super::api::tool_result;
@@ -20,6 +21,9 @@ use super::harness::{Harness, Outcome, Prepared};
 use super::records::{load_records, save_records};
 use crate::protocol::codes;
 use crate::protocol::framework::{STATE_META_KEY, VALIDATOR_META_KEY};
+use crate::protocol::meta_keys::{
+    CLIENT_CAPABILITIES, CLIENT_INFO, LOG_LEVEL, PROTOCOL_VERSION_KEY,
+};
 use crate::sync::lock;
 
 /// The longest line a host may send.
@@ -27,6 +31,9 @@ const LINE_LIMIT: usize = 32 << 20;
 
 /// How many calls waiting for their host's input (an `input_required` round) are remembered.
 const ROUNDS_KEPT: usize = 256;
+
+/// How many `input_required` rounds the harness answers for a host of an earlier revision.
+const MAX_ROUNDS: usize = 16;
 
 /// How long requests still running when the host closes its end may take to finish.
 const DRAIN: Duration = Duration::from_secs(5);
@@ -54,7 +61,28 @@ struct Relay {
     rounds: Mutex<(HashMap<String, Round>, VecDeque<String>)>,
     /// Lines for the host.
     out: mpsc::UnboundedSender<Vec<u8>>,
+    // Set by a host of an earlier revision's `initialize`; replaced whole: consistent after a
+    // panic.
+    session: Mutex<Option<Session>>,
+    // The host's answers awaited, by the id of the request the harness sent it; one insert or
+    // remove per critical section.
+    asked: Mutex<HashMap<String, oneshot::Sender<Value>>>,
+    next_ask: AtomicU64,
 }
+
+/// What a host of an earlier revision (2025-11-25 and before) declared in its `initialize`:
+/// the harness answers the handshake itself and puts this in the `_meta` of each request it
+/// relays, as 2026-07-28 asks.
+#[derive(Clone)]
+struct Session {
+    capabilities: Value,
+    client_info: Option<Value>,
+    log_level: Option<Value>,
+}
+
+/// The protocol versions of the handshake the harness answers for hosts of earlier revisions,
+/// newest first.
+const EARLIER_REVISIONS: [&str; 4] = ["2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"];
 
 impl Harness {
     /// Serves an MCP host on this process's standard input and output: see
@@ -75,7 +103,13 @@ impl Harness {
     ///   lost; the host gets the server's answer as it is (a retried change answers
     ///   `replayed`);
     /// - everything else passes through, progress and log notifications included, and a
-    ///   host's `notifications/cancelled` cancels its request upstream.
+    ///   host's `notifications/cancelled` cancels its request upstream;
+    /// - a host of an earlier revision (2025-11-25 and before, which opens with `initialize`)
+    ///   is answered in its revision: the handshake from what the server said when the harness
+    ///   connected, its requests relayed with the capabilities it declared in `_meta`, results
+    ///   without the members only 2026-07-28 has, and a tool's requests for input asked of it
+    ///   as requests of its revision (`elicitation/create`), the call then sent again with its
+    ///   answers.
     ///
     /// With `records`, what the host was shown is kept in that file ([`save_records`]) after
     /// every answer about a resource, and read back when serving starts: a host restarted with
@@ -110,6 +144,9 @@ impl Harness {
             saving: Mutex::new(()),
             rounds: Mutex::new((HashMap::new(), VecDeque::new())),
             out,
+            session: Mutex::new(None),
+            asked: Mutex::new(HashMap::new()),
+            next_ask: AtomicU64::new(1),
         });
         let writing = tokio::spawn(write_lines(writer, lines));
         let read = relay.read_requests(reader).await;
@@ -194,7 +231,14 @@ impl Relay {
                         task.abort();
                     }
                 }
-                // Other notifications, and responses (a host has nothing to answer): ignored.
+                // The host's answer to a request of the harness (an elicitation a host of an
+                // earlier revision is asked for).
+                (None, Some(id)) => {
+                    if let Some(waiting) = lock(&self.asked).remove(&id.to_string()) {
+                        let _ = waiting.send(message);
+                    }
+                }
+                // Other notifications: ignored.
                 _ => {}
             }
         }
@@ -214,15 +258,45 @@ impl Relay {
     }
 
     /// Answers one request of the host.
-    async fn answer(&self, id: Value, method: String, params: Map<String, Value>) {
+    async fn answer(&self, id: Value, method: String, mut params: Map<String, Value>) {
+        let modern = params
+            .get("_meta")
+            .and_then(|meta| meta.get(PROTOCOL_VERSION_KEY))
+            .is_some();
+        if !modern {
+            match method.as_str() {
+                "initialize" => return self.reply(&id, self.initialize(&params), false),
+                "ping" => return self.reply(&id, Ok(Map::new()), false),
+                "logging/setLevel" => {
+                    if let Some(session) = lock(&self.session).as_mut() {
+                        session.log_level = params.get("level").cloned();
+                    }
+                    return self.reply(&id, Ok(Map::new()), false);
+                }
+                _ => self.modernize(&mut params),
+            }
+        }
         let answer = match method.as_str() {
             "tools/list" => self.list(params).await,
-            "tools/call" => self.call(params).await,
-            "subscriptions/listen" => return self.listen(id, params).await,
+            "tools/call" => self.call(params, !modern).await,
+            "subscriptions/listen" if modern => return self.listen(id, params).await,
             _ => self.harness.client().send(&method, params).await,
         };
+        self.reply(&id, answer, modern);
+    }
+
+    /// Sends the host the answer to its request `id`; a host of an earlier revision gets
+    /// the result without what only 2026-07-28 results carry.
+    fn reply(&self, id: &Value, answer: Result<Map<String, Value>, ClientError>, modern: bool) {
         let message = match answer {
-            Ok(result) => json!({ "jsonrpc": "2.0", "id": id, "result": result }),
+            Ok(mut result) => {
+                if !modern {
+                    for key in ["resultType", "ttlMs", "cacheScope"] {
+                        result.remove(key);
+                    }
+                }
+                json!({ "jsonrpc": "2.0", "id": id, "result": result })
+            }
             Err(error) => {
                 let mut message = json!({ "jsonrpc": "2.0", "id": id });
                 message["error"] = error_object(&error);
@@ -230,6 +304,116 @@ impl Relay {
             }
         };
         self.send(&message);
+    }
+
+    /// The handshake of a host of an earlier revision, answered here from what the server
+    /// said when the harness connected.
+    fn initialize(&self, params: &Map<String, Value>) -> Result<Map<String, Value>, ClientError> {
+        let asked = params.get("protocolVersion").and_then(Value::as_str);
+        let version = asked
+            .filter(|asked| EARLIER_REVISIONS.contains(asked))
+            .unwrap_or(EARLIER_REVISIONS[0]);
+        *lock(&self.session) = Some(Session {
+            capabilities: params
+                .get("capabilities")
+                .filter(|capabilities| capabilities.is_object())
+                .cloned()
+                .unwrap_or_else(|| json!({})),
+            client_info: params.get("clientInfo").cloned(),
+            log_level: None,
+        });
+        let discovery = self.harness.client().discovery();
+        let mut capabilities = discovery
+            .as_ref()
+            .map(|discovery| discovery.capabilities.clone())
+            .unwrap_or_default();
+        // Extensions are negotiated per request in 2026-07-28; the handshake has none.
+        capabilities.remove("extensions");
+        let mut result = Map::new();
+        result.insert("protocolVersion".into(), json!(version));
+        result.insert("capabilities".into(), Value::Object(capabilities));
+        let server_info = discovery
+            .as_ref()
+            .and_then(|discovery| discovery.server_info.clone())
+            .unwrap_or_else(
+                || json!({ "name": "mcp-tools harness", "version": env!("CARGO_PKG_VERSION") }),
+            );
+        result.insert("serverInfo".into(), server_info);
+        if let Some(instructions) = discovery.and_then(|discovery| discovery.instructions) {
+            result.insert("instructions".into(), Value::String(instructions));
+        }
+        Ok(result)
+    }
+
+    /// The `_meta` 2026-07-28 asks of a request of a host of an earlier revision: what it
+    /// declared in its handshake.
+    fn modernize(&self, params: &mut Map<String, Value>) {
+        let session = lock(&self.session).clone();
+        let meta = params
+            .entry("_meta")
+            .or_insert_with(|| Value::Object(Map::new()));
+        let Value::Object(meta) = meta else {
+            return;
+        };
+        meta.insert(
+            PROTOCOL_VERSION_KEY.into(),
+            json!(crate::protocol::PROTOCOL_VERSION),
+        );
+        let Some(session) = session else {
+            return;
+        };
+        meta.insert(CLIENT_CAPABILITIES.into(), session.capabilities);
+        if let Some(info) = session.client_info {
+            meta.insert(CLIENT_INFO.into(), info);
+        }
+        if let Some(level) = session.log_level {
+            meta.insert(LOG_LEVEL.into(), level);
+        }
+    }
+
+    /// Asks a host of an earlier revision what a tool's `inputRequests` ask, as requests of
+    /// its revision (`elicitation/create`, `sampling/createMessage`, `roots/list`), and returns
+    /// its answers as `inputResponses`.
+    async fn ask_host(
+        &self,
+        requests: &Map<String, Value>,
+    ) -> Result<Map<String, Value>, ClientError> {
+        let mut responses = Map::new();
+        for (key, request) in requests {
+            let id = format!("harness-{}", self.next_ask.fetch_add(1, Ordering::Relaxed));
+            let (answer, answered) = oneshot::channel();
+            lock(&self.asked).insert(Value::String(id.clone()).to_string(), answer);
+            let mut message = json!({
+                "jsonrpc": "2.0",
+                "id": id,
+                "method": request["method"],
+                "params": request.get("params").cloned().unwrap_or_else(|| json!({})),
+            });
+            if message["method"].as_str().is_none() {
+                message["method"] = json!("elicitation/create");
+            }
+            self.send(&message);
+            let answer = answered.await.map_err(|_| {
+                ClientError::InputRequired(format!("the host did not answer {key}"))
+            })?;
+            match (answer.get("result"), answer.get("error")) {
+                (Some(result), _) => {
+                    responses.insert(key.clone(), result.clone());
+                }
+                (None, Some(error)) => {
+                    return Err(ClientError::InputRequired(format!(
+                        "the host refused {key}: {}",
+                        error["message"].as_str().unwrap_or("(no message)")
+                    )));
+                }
+                (None, None) => {
+                    return Err(ClientError::InputRequired(format!(
+                        "the host answered {key} with neither a result nor an error"
+                    )));
+                }
+            }
+        }
+        Ok(responses)
     }
 
     /// `tools/list`, page by page as the host asks: the stateful tools shown with what the
@@ -256,7 +440,11 @@ impl Relay {
 
     /// `tools/call`, one round: the harness's arguments supplied, sent again while its answer
     /// is lost, what it shows remembered.
-    async fn call(&self, params: Map<String, Value>) -> Result<Map<String, Value>, ClientError> {
+    async fn call(
+        &self,
+        params: Map<String, Value>,
+        earlier: bool,
+    ) -> Result<Map<String, Value>, ClientError> {
         let client = self.harness.client();
         let name = params
             .get("name")
@@ -278,14 +466,43 @@ impl Relay {
             }
             None => self.harness.prepare(tool.as_ref(), params)?,
         };
+        let mut prepared = prepared;
         let policy = self.harness.inner.retry;
         let mut attempt = 0;
+        let mut rounds = 0;
         loop {
             attempt += 1;
             let last = attempt >= policy.attempts;
             match client.send("tools/call", prepared.params.clone()).await {
-                Ok(result) => {
+                Ok(mut result) => {
                     match result.get("resultType").and_then(Value::as_str) {
+                        // A host of an earlier revision is asked, and the call sent again
+                        // with its answers, the same arguments and the server's state.
+                        Some("input_required") if earlier => {
+                            rounds += 1;
+                            if rounds > MAX_ROUNDS {
+                                return Err(ClientError::InputRequired(format!(
+                                    "{name} asked for input {MAX_ROUNDS} times in a row"
+                                )));
+                            }
+                            let requests = match result.remove("inputRequests") {
+                                Some(Value::Object(requests)) => requests,
+                                _ => Map::new(),
+                            };
+                            let responses = self.ask_host(&requests).await?;
+                            prepared.params.remove("inputResponses");
+                            prepared.params.remove("requestState");
+                            if !responses.is_empty() {
+                                prepared
+                                    .params
+                                    .insert("inputResponses".into(), Value::Object(responses));
+                            }
+                            if let Some(state) = result.remove("requestState") {
+                                prepared.params.insert("requestState".into(), state);
+                            }
+                            attempt = 0;
+                            continue;
+                        }
                         Some("input_required") => {
                             self.keep_round(&result, &prepared, host_arguments.clone());
                             return Ok(result);
