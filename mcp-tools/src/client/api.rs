@@ -531,6 +531,9 @@ impl Client {
 
     /// One tool of the listing (listing again when the last one is stale).
     pub async fn tool(&self, name: &str) -> Result<Option<ListedTool>, ClientError> {
+        if let Some(fresh) = self.inner.catalog.fresh_tool(name) {
+            return Ok(fresh);
+        }
         let tools = self.list_tools().await?;
         Ok(tools.iter().find(|tool| tool.name() == name).cloned())
     }
@@ -763,14 +766,20 @@ impl Client {
         method: &str,
         params: Map<String, Value>,
     ) -> Result<Map<String, Value>, ClientError> {
-        let retry = (method == "tools/call").then(|| params.clone());
         let out = self.outgoing(method, params)?;
         match self.exchange(&out).await {
             Err(ClientError::Rpc(failure))
-                if failure.code == i64::from(codes::HEADER_MISMATCH) && retry.is_some() =>
+                if failure.code == i64::from(codes::HEADER_MISMATCH) && method == "tools/call" =>
             {
                 let before = out.params.clone();
-                let params = retry.expect("kept for a tool call");
+                // The params as sent, read back from the body (a rare path: no copy is kept).
+                let Ok(Value::Object(mut request)) = serde_json::from_slice::<Value>(&out.body)
+                else {
+                    return Err(ClientError::Rpc(failure));
+                };
+                let Some(Value::Object(params)) = request.remove("params") else {
+                    return Err(ClientError::Rpc(failure));
+                };
                 self.inner.catalog.invalidate();
                 self.list_tools().await?;
                 let again = self.outgoing(method, params)?;

@@ -16,13 +16,18 @@ use crate::sync::lock;
 /// The most pages one listing may take: a server whose cursors never end is refused.
 pub(super) const MAX_PAGES: usize = 1000;
 
-/// A tool as the server lists it.
+/// A tool as the server lists it. Cheap to clone: clones share the definition.
 #[derive(Debug, Clone)]
 pub struct ListedTool {
+    inner: Arc<Listed>,
+}
+
+#[derive(Debug)]
+struct Listed {
     /// The tool's definition, exactly as listed.
     definition: Value,
     /// Its `x-mcp-header` declarations.
-    params: Arc<[ParamHeader]>,
+    params: Vec<ParamHeader>,
     /// Its concurrency rules, when it publishes them.
     rules: Option<StateRules>,
 }
@@ -43,66 +48,70 @@ impl ListedTool {
             .and_then(|meta| meta.get(STATE_META_KEY))
             .and_then(StateRules::parse);
         Ok(ListedTool {
-            definition,
-            params: params.into(),
-            rules,
+            inner: Arc::new(Listed {
+                definition,
+                params,
+                rules,
+            }),
         })
     }
 
     /// The tool's name.
     pub fn name(&self) -> &str {
-        self.definition["name"].as_str().unwrap_or_default()
+        self.inner.definition["name"].as_str().unwrap_or_default()
     }
 
     /// Its description, when it has one.
     pub fn description(&self) -> Option<&str> {
-        self.definition["description"].as_str()
+        self.inner.definition["description"].as_str()
     }
 
     /// Its input schema.
     pub fn input_schema(&self) -> &Value {
-        &self.definition["inputSchema"]
+        &self.inner.definition["inputSchema"]
     }
 
     /// Its output schema, when it has one.
     pub fn output_schema(&self) -> Option<&Value> {
-        self.definition.get("outputSchema")
+        self.inner.definition.get("outputSchema")
     }
 
     /// Whether it runs as a task, as this framework's servers publish it (`"optional"` or
     /// `"required"`).
     pub fn task_support(&self) -> Option<&str> {
-        self.definition["_meta"][TASK_SUPPORT_META_KEY].as_str()
+        self.inner.definition["_meta"][TASK_SUPPORT_META_KEY].as_str()
     }
 
     /// The concurrency rules of a stateful tool, as it publishes them under
     /// `_meta["io.github.mcp-tools/state"]`.
     pub fn state_rules(&self) -> Option<&StateRules> {
-        self.rules.as_ref()
+        self.inner.rules.as_ref()
     }
 
     /// The whole definition, exactly as listed.
     pub fn definition(&self) -> &Value {
-        &self.definition
+        &self.inner.definition
     }
 
     pub(super) fn params(&self) -> &[ParamHeader] {
-        &self.params
+        &self.inner.params
     }
 }
 
 /// The machine-readable concurrency rules a stateful tool publishes in `tools/list`
 /// (`_meta["io.github.mcp-tools/state"]`): what kind of resource it acts on, how, through
-/// which arguments, and with which codes.
+/// which arguments, and with which codes. Cheap to clone.
 #[derive(Debug, Clone, PartialEq)]
 pub struct StateRules {
-    raw: Value,
+    raw: Arc<Value>,
 }
 
 impl StateRules {
     fn parse(raw: &Value) -> Option<StateRules> {
         let well_formed = raw["resource"].is_string() && raw["tool"].is_string();
-        well_formed.then(|| StateRules { raw: raw.clone() })
+        well_formed.then(|| StateRules {
+            raw: Arc::new(raw.clone()),
+        })
     }
 
     /// The kind of resource (the entity), e.g. `basket`.
@@ -175,6 +184,21 @@ impl Catalog {
         Catalog {
             listing: Mutex::new(None),
         }
+    }
+
+    /// A tool of the last listing while the server's `ttlMs` lasts: `Some(None)` for a tool it
+    /// does not list, `None` when there is no fresh listing.
+    pub(super) fn fresh_tool(&self, name: &str) -> Option<Option<ListedTool>> {
+        let listing = lock(&self.listing).clone()?;
+        let fresh = listing
+            .fresh_until
+            .is_some_and(|until| Instant::now() < until);
+        fresh.then(|| {
+            listing
+                .by_name
+                .get(name)
+                .map(|index| listing.tools[*index].clone())
+        })
     }
 
     /// The tools of the last listing while the server's `ttlMs` lasts.

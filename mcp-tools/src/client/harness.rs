@@ -11,6 +11,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use super::api::{Client, Submitted, ToolCall};
@@ -105,13 +106,13 @@ impl Outcome {
             return Outcome::Plain(result);
         };
         let typed = match structured.get("outcome").and_then(Value::as_str) {
-            Some("current") => serde_json::from_value::<ReadOutcome>(structured.clone())
+            Some("current") => ReadOutcome::deserialize(structured)
                 .ok()
                 .map(|read| match read {
                     ReadOutcome::Current(snapshot) => Outcome::Current(snapshot),
                     ReadOutcome::Rejected(rejected) => Outcome::refused(rejected),
                 }),
-            Some(_) => serde_json::from_value::<MutationOutcome>(structured.clone())
+            Some(_) => MutationOutcome::deserialize(structured)
                 .ok()
                 .map(|outcome| match outcome {
                     MutationOutcome::Applied(applied) => Outcome::Applied(applied),
@@ -120,9 +121,7 @@ impl Outcome {
                     MutationOutcome::Rejected(rejected) => Outcome::refused(rejected),
                 }),
             // A tool error: `{"code", "message", "recovery"?, "details"?}`.
-            None if result.is_error => serde_json::from_value::<Rejected>(structured.clone())
-                .ok()
-                .map(Outcome::refused),
+            None if result.is_error => Rejected::deserialize(structured).ok().map(Outcome::refused),
             None => None,
         };
         typed.unwrap_or(Outcome::Plain(result))
