@@ -677,7 +677,10 @@ ulkARRJlVmYbyv4UO7BaUjqVXCAQmVFZMFLm16W+LZCuD+FYFgyaCgVS
         header.typ = Some("at+jwt".into());
         header.kid = Some("ec-c".into());
         let plain = jsonwebtoken::encode(&header, &claims, &key).unwrap();
-        assert!(verifier.check(&plain).await.is_ok(), "the token without `crit`");
+        assert!(
+            verifier.check(&plain).await.is_ok(),
+            "the token without `crit`"
+        );
         for crit in [vec!["exp"], vec!["b64"], vec![]] {
             header.crit = Some(crit.iter().map(|c| (*c).to_owned()).collect());
             let token = jsonwebtoken::encode(&header, &claims, &key).unwrap();
