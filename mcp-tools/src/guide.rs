@@ -19,8 +19,11 @@
 //! 7. [Observability](observability): request spans, OpenTelemetry, logs.
 //! 8. [The protocol](protocol): what a request must carry, the order of the checks and what each
 //!    failure answers, legacy clients, routing and `Mcp-Param-*` headers.
-//! 9. [The command line](cli): `serve`, `schema`, `docs`, `contract`, `call` and `probe` for every
-//!    server binary.
+//! 9. [The command line](cli): `serve`, `schema`, `docs`, `contract`, `call`, `probe` and
+//!    `harness` for every server binary.
+//! 10. [Calling servers](client): the client over HTTP and stdio, the harness that supplies
+//!     operation ids and versions and retries lost answers exactly once, resumption records, and
+//!     the drop-in harness for any MCP host.
 
 pub mod writing_tools {
     #![doc = include_str!("../docs/guide/writing-tools.md")]
@@ -56,4 +59,8 @@ pub mod protocol {
 
 pub mod cli {
     #![doc = include_str!("../docs/guide/cli.md")]
+}
+
+pub mod client {
+    #![doc = include_str!("../docs/guide/client.md")]
 }

@@ -33,7 +33,7 @@
 //! # Where to start
 //!
 //! - [`guide`]: writing tools, stateful tools and how to design them, testing, tasks,
-//!   deploying, OAuth, observability, protocol behaviour, the command line.
+//!   deploying, OAuth, observability, protocol behaviour, the command line, calling servers.
 //! - The modules, by layer: [`protocol`] (the wire), [`auth`], [`store`] (the state engine),
 //!   [`tools`](mod@tools), [`prompts`], [`resources`], [`completion`], [`stateful`] (the runtime of the
 //!   stateful tool kinds), [`tasks`], [`server`], [`testing`], `cli`, [`contract`], `client` (calling servers).
