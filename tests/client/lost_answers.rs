@@ -10,11 +10,11 @@ use std::net::SocketAddr;
 use mcp_tools::client::{Harness, Outcome};
 use mcp_tools::store::{RecordedOutcome, StoreConfig};
 use mcp_tools::{MemoryStore, SqliteStore};
-use serde_json::json;
+use serde_json::{Value, json};
 
 use crate::common::TestServer;
 use crate::pg;
-use crate::support::{self, FaultProxy, basket_server, call};
+use crate::support::{self, FaultProxy, Seen, basket_server, call};
 
 /// Runs the lost answers through `proxy` (in front of `replicas`); `direct` reads a replica
 /// without the proxy.
@@ -33,6 +33,9 @@ async fn lose_answers(proxy: &FaultProxy, direct: &str, replicas: usize) {
     let handle = original.handle.clone();
     assert_eq!(original.version, 1);
     assert_eq!(proxy.lost(), 1);
+    let sent = proxy.seen_of("tools/call", Some("basket_create"));
+    assert_eq!(sent.len(), 2, "the lost create and its retry");
+    same_call(&sent[0], &sent[1]);
 
     let Outcome::Current(read) = call(&harness, "basket_get", json!({ "basket_id": handle })).await
     else {
@@ -68,6 +71,7 @@ async fn lose_answers(proxy: &FaultProxy, direct: &str, replicas: usize) {
         "sent twice: the lost one and its retry"
     );
     let (first, retry) = (&sent[sent.len() - 2], &sent[sent.len() - 1]);
+    same_call(first, retry);
     if replicas > 1 {
         assert_ne!(
             first.replica, retry.replica,
@@ -85,6 +89,8 @@ async fn lose_answers(proxy: &FaultProxy, direct: &str, replicas: usize) {
     .await;
     assert!(matches!(noted, Outcome::Replayed(_)), "{noted:?}");
     assert_eq!(proxy.lost(), 3);
+    let sent = proxy.seen_of("tools/call", Some("basket_add_note"));
+    same_call(&sent[sent.len() - 2], &sent[sent.len() - 1]);
 
     // Counted on the server: each change applied exactly once.
     let basket = support::current(direct, &handle).await;
@@ -99,6 +105,20 @@ async fn lose_answers(proxy: &FaultProxy, direct: &str, replicas: usize) {
         proxy.lost(),
         basket.version
     );
+}
+
+/// A retry is the lost call again: the same arguments (the operation id minted for it
+/// included) and the same basis in `_meta`.
+fn same_call(lost: &Seen, retry: &Seen) {
+    let (lost, retry) = (lost.body(), retry.body());
+    let id = &lost["params"]["arguments"]["operation_id"];
+    assert!(id.is_string(), "the harness minted an operation id: {lost}");
+    assert_eq!(
+        lost["params"]["arguments"], retry["params"]["arguments"],
+        "a retry never changes arguments"
+    );
+    let validator = |body: &Value| body["params"]["_meta"]["io.github.mcp-tools/validator"].clone();
+    assert_eq!(validator(&lost), validator(&retry), "nor the basis");
 }
 
 fn addr(server: &TestServer) -> SocketAddr {

@@ -110,6 +110,17 @@ pub struct Seen {
     pub text: String,
 }
 
+impl Seen {
+    /// The request's JSON body, once all of it has arrived.
+    pub fn body(&self) -> Value {
+        let (_, body) = self
+            .text
+            .split_once("\r\n\r\n")
+            .unwrap_or_else(|| panic!("a request with a body: {}", self.text));
+        serde_json::from_str(body).unwrap_or_else(|error| panic!("{error}: {body}"))
+    }
+}
+
 /// A TCP proxy in front of one or more replicas, each client connection to the next replica in
 /// turn. Armed with [`FaultProxy::lose_answers`], it lets the next requests through and drops
 /// their answers once the server has sent them (so the server has acted), closes every client
