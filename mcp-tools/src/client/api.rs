@@ -475,7 +475,10 @@ impl Client {
 
     /// The server's tools, every page of `tools/list`, kept for as long as the server's
     /// `ttlMs` says (not at all with `0`). A tool whose `x-mcp-header` declarations a client
-    /// cannot honour is left out, as the protocol asks.
+    /// cannot honour is left out, as the protocol asks. The listing is kept by this client (and
+    /// its clones) alone, which send one set of credentials: a `cacheScope: "private"` listing
+    /// is never reused in another authorization context, and pages that disagree on
+    /// `cacheScope` are a [`ClientError::Protocol`].
     pub async fn list_tools(&self) -> Result<Arc<[ListedTool]>, ClientError> {
         if let Some(fresh) = self.inner.catalog.fresh() {
             return Ok(fresh);
