@@ -188,6 +188,44 @@ async fn an_upstream_of_an_earlier_revision_is_refused_once() {
     );
 }
 
+/// A server that refuses the version (`-32022`): asked once when it does not list 2026-07-28,
+/// and once more, no more, when it lists it and refuses it again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_version_is_asked_again_only_when_the_server_lists_it() {
+    let older = EarlierServer::answering(
+        r#"{"jsonrpc":"2.0","id":1,"error":{"code":-32022,"message":"Unsupported protocol version","data":{"supported":["2025-11-25"],"requested":"2026-07-28"}}}"#,
+    )
+    .await;
+    let refused = within("connecting", Client::builder().connect_http(&older.url()))
+        .await
+        .unwrap_err();
+    match &refused {
+        ClientError::Unsupported { supported, .. } => assert_eq!(supported, &["2025-11-25"]),
+        other => panic!("{other}"),
+    }
+    assert_eq!(older.requests.load(Ordering::SeqCst), 1, "asked once");
+
+    let contradictory = EarlierServer::answering(
+        r#"{"jsonrpc":"2.0","id":1,"error":{"code":-32022,"message":"Unsupported protocol version","data":{"supported":["2026-07-28"],"requested":"2026-07-28"}}}"#,
+    )
+    .await;
+    let refused = within(
+        "connecting",
+        Client::builder().connect_http(&contradictory.url()),
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        matches!(&refused, ClientError::Unsupported { .. }),
+        "{refused}"
+    );
+    assert_eq!(
+        contradictory.requests.load(Ordering::SeqCst),
+        2,
+        "asked again once"
+    );
+}
+
 /// The drop-in harness refuses to start on a records file it cannot use, and says why.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_drop_in_harness_refuses_a_records_file_it_cannot_use() {

@@ -303,7 +303,8 @@ async fn relay(state: Arc<ProxyState>, mut client: TcpStream, replica: usize) {
 }
 
 /// A server of an earlier revision: it knows no `server/discover` and answers every POST as a
-/// 2025-11-25 server without a session does (`400`, `-32000`). Counts what it was sent.
+/// 2025-11-25 server without a session does (`400`, `-32000`), or with another refusal
+/// ([`EarlierServer::answering`]). Counts what it was sent.
 pub struct EarlierServer {
     pub addr: SocketAddr,
     pub requests: Arc<AtomicUsize>,
@@ -312,6 +313,12 @@ pub struct EarlierServer {
 
 impl EarlierServer {
     pub async fn start() -> EarlierServer {
+        let body = r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32000,"message":"Bad Request: No valid session ID provided"}}"#;
+        EarlierServer::answering(body).await
+    }
+
+    /// A server that answers every POST with `400` and `body`.
+    pub async fn answering(body: &'static str) -> EarlierServer {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let requests = Arc::new(AtomicUsize::new(0));
@@ -342,7 +349,6 @@ impl EarlierServer {
                         }
                     }
                     counted.fetch_add(1, Ordering::SeqCst);
-                    let body = r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32000,"message":"Bad Request: No valid session ID provided"}}"#;
                     let answer = format!(
                         "HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
                         body.len()

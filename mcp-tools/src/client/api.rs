@@ -419,8 +419,22 @@ impl Client {
         Ok(discovery)
     }
 
-    /// `server/discover`, refusing a server that does not serve this revision.
+    /// `server/discover`, refusing a server that does not serve this revision. A server that
+    /// refuses the version (`-32022`) but names it among those it supports is asked once more:
+    /// a client retries with a supported version, and this one is the only one it speaks.
     async fn check_revision(&self) -> Result<(), ClientError> {
+        match self.discover_revision().await {
+            Err(ClientError::Unsupported { supported, .. })
+                if supported.iter().any(|v| v == PROTOCOL_VERSION) =>
+            {
+                self.discover_revision().await
+            }
+            checked => checked,
+        }
+    }
+
+    /// One `server/discover`: `Ok` when the server serves this revision.
+    async fn discover_revision(&self) -> Result<(), ClientError> {
         let refused = |reason: String, supported: Vec<String>| {
             Err(ClientError::Unsupported { reason, supported })
         };
