@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 
 use crate::common::TestServer;
 use crate::pg;
-use crate::support::{self, FaultProxy, Seen, basket_server, call};
+use crate::support::{self, FaultProxy, Loss, Seen, basket_server, call};
 
 /// Runs the lost answers through `proxy` (in front of `replicas`); `direct` reads a replica
 /// without the proxy.
@@ -167,6 +167,55 @@ async fn a_lost_answer_is_retried_on_the_other_postgres_replica_and_applied_once
     let two = TestServer::start(basket_server(two)).await;
     let proxy = FaultProxy::start(vec![addr(&one), addr(&two)]).await;
     lose_answers(&proxy, &one.url(), 2).await;
+}
+
+/// Every way of losing an answer the harness retries: a connection reset, a gateway's `502`, no
+/// answer before the client's timeout, and `STORE_UNAVAILABLE` in its place. Each note is sent
+/// twice with the same operation id, comes back replayed, and is there once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_kind_of_lost_answer_is_retried_once_and_applied_once() {
+    let server = TestServer::start(basket_server(MemoryStore::default())).await;
+    let proxy = FaultProxy::start(vec![addr(&server)]).await;
+    let client = crate::common::within(
+        "connecting",
+        mcp_tools::client::Client::builder()
+            .timeout(Some(std::time::Duration::from_millis(800)))
+            .connect_http(&proxy.url()),
+    )
+    .await
+    .unwrap();
+    let harness = Harness::new(client);
+    let Outcome::Applied(created) = call(&harness, "basket_create", json!({})).await else {
+        panic!("created");
+    };
+    let losses = [
+        Loss::Drop,
+        Loss::BadGateway,
+        Loss::Hold,
+        Loss::StoreUnavailable,
+    ];
+    for loss in losses {
+        proxy.lose_answers_as(1, loss);
+        let text = format!("{loss:?}");
+        let note = json!({ "basket_id": created.handle, "text": text });
+        let noted = call(&harness, "basket_add_note", note).await;
+        assert!(matches!(noted, Outcome::Replayed(_)), "{loss:?}: {noted:?}");
+        let sent = proxy.seen_of("tools/call", Some("basket_add_note"));
+        same_call(&sent[sent.len() - 2], &sent[sent.len() - 1]);
+    }
+    assert_eq!(proxy.lost(), losses.len());
+    assert_eq!(
+        proxy.seen_of("tools/call", Some("basket_add_note")).len(),
+        2 * losses.len(),
+        "each sent twice: the lost one and its retry"
+    );
+    let basket = support::current(&server.url(), &created.handle).await;
+    assert_eq!(
+        basket.state["notes"],
+        json!(["Drop", "BadGateway", "Hold", "StoreUnavailable"]),
+        "each applied once"
+    );
+    assert_eq!(basket.version, 1 + losses.len() as u64);
 }
 
 /// The proof that the harness is what makes it once: the same lost answer, seen by the plain

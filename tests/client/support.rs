@@ -121,10 +121,29 @@ impl Seen {
     }
 }
 
+/// How the proxy loses an answer the server gave.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Loss {
+    /// The connection closes without it: a connection reset.
+    #[default]
+    Drop,
+    /// A gateway's `502 Bad Gateway` in its place, and the connection closes.
+    BadGateway,
+    /// Never delivered: the connection stays open and silent until the client gives up.
+    Hold,
+    /// In its place the `STORE_UNAVAILABLE` tool error a replica answers when its store fails
+    /// (for PostgreSQL, a connection lost after `COMMIT`), and the connection closes.
+    StoreUnavailable,
+}
+
+/// The result a replica answers when its store failed, as `ToolError::into_result` renders
+/// `STORE_UNAVAILABLE`.
+const STORE_UNAVAILABLE_MESSAGE: &str = "The state store is temporarily unavailable; retry the same request with the same operation_id.";
+
 /// A TCP proxy in front of one or more replicas, each client connection to the next replica in
-/// turn. Armed with [`FaultProxy::lose_answers`], it lets the next requests through and drops
-/// their answers once the server has sent them (so the server has acted), closes every client
-/// connection, and sends the next connection to the next replica.
+/// turn. Armed with [`FaultProxy::lose_answers`], it lets the next requests through and loses
+/// their answers once the server has sent them (so the server has acted), as a [`Loss`] says,
+/// closes every client connection, and sends the next connection to the next replica.
 pub struct FaultProxy {
     pub addr: SocketAddr,
     state: Arc<ProxyState>,
@@ -138,6 +157,8 @@ struct ProxyState {
     next: AtomicUsize,
     /// How many answers to lose still.
     to_lose: AtomicUsize,
+    /// How they are lost.
+    loss: Mutex<Loss>,
     /// How many answers were lost.
     lost: AtomicUsize,
     seen: Mutex<Vec<Seen>>,
@@ -176,6 +197,12 @@ impl FaultProxy {
 
     /// Drops the next `count` answers after the server sent them.
     pub fn lose_answers(&self, count: usize) {
+        self.lose_answers_as(count, Loss::Drop);
+    }
+
+    /// Loses the next `count` answers after the server sent them, as `loss` says.
+    pub fn lose_answers_as(&self, count: usize, loss: Loss) {
+        *lock(&self.state.loss) = loss;
         self.state.to_lose.store(count, Ordering::SeqCst);
     }
 
@@ -231,10 +258,10 @@ async fn relay(state: Arc<ProxyState>, mut client: TcpStream, replica: usize) {
     };
     let (mut client_read, mut client_write) = client.split();
     let (mut server_read, mut server_write) = server.split();
+    // This connection's last request in `seen`, which later chunks (its body) extend.
+    let last = AtomicUsize::new(usize::MAX);
     let requests = async {
         let mut buffer = vec![0u8; 64 * 1024];
-        // This connection's last request in `seen`, which later chunks (its body) extend.
-        let mut last: Option<usize> = None;
         loop {
             let read = client_read.read(&mut buffer).await.unwrap_or(0);
             if read == 0 {
@@ -252,11 +279,11 @@ async fn relay(state: Arc<ProxyState>, mut client: TcpStream, replica: usize) {
                             name: header(&text, "mcp-name"),
                             text: text.clone().into_owned(),
                         });
-                        last = Some(seen.len() - 1);
+                        last.store(seen.len() - 1, Ordering::SeqCst);
                     }
                     None => {
-                        if let Some(at) = last {
-                            seen[at].text.push_str(&text);
+                        if let Some(seen) = seen.get_mut(last.load(Ordering::SeqCst)) {
+                            seen.text.push_str(&text);
                         }
                     }
                 }
@@ -282,6 +309,33 @@ async fn relay(state: Arc<ProxyState>, mut client: TcpStream, replica: usize) {
             if lose {
                 state.lost.fetch_add(1, Ordering::SeqCst);
                 state.next.fetch_add(1, Ordering::SeqCst);
+                let loss = *lock(&state.loss);
+                let instead = match loss {
+                    Loss::Drop => return,
+                    Loss::Hold => return std::future::pending().await,
+                    Loss::BadGateway => {
+                        "HTTP/1.1 502 Bad Gateway\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
+                            .to_owned()
+                    }
+                    Loss::StoreUnavailable => {
+                        let request = lock(&state.seen)[last.load(Ordering::SeqCst)].body();
+                        let body = json!({ "jsonrpc": "2.0", "id": request["id"], "result": {
+                            "resultType": "complete",
+                            "content": [{ "type": "text", "text": STORE_UNAVAILABLE_MESSAGE }],
+                            "structuredContent": {
+                                "code": "STORE_UNAVAILABLE",
+                                "message": STORE_UNAVAILABLE_MESSAGE,
+                            },
+                            "isError": true,
+                        } })
+                        .to_string();
+                        format!(
+                            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                            body.len()
+                        )
+                    }
+                };
+                let _ = client_write.write_all(instead.as_bytes()).await;
                 return;
             }
             if client_write.write_all(&buffer[..read]).await.is_err() {
