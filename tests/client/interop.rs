@@ -1,10 +1,11 @@
 //! The client against other implementations of 2026-07-28 servers: the rmcp and flymcprust
-//! peers, each with an `add` and an `echo` tool. Their binaries are not part of this
-//! repository, so the tests are ignored; run them by naming the folder that holds the built
-//! `rmcp-peer` and `flymcprust-peer` binaries:
+//! peers of the peer benchmark (`benches/peers`), each with an `add` and an `echo` tool, over
+//! HTTP and stdio. They build in a cargo workspace of their own, so the tests are ignored unless
+//! asked for, with the folder of the built binaries named (`.ci/run` does this):
 //!
 //! ```sh
-//! MCP_TOOLS_PEERS=/path/to/peers/release cargo test --test client interop -- --ignored --nocapture
+//! cargo build --release --locked --manifest-path benches/peers/Cargo.toml -p rmcp-peer -p flymcprust-peer
+//! MCP_TOOLS_PEERS=benches/peers/target/release cargo test --test client interop -- --ignored
 //! ```
 
 use std::path::PathBuf;
@@ -15,9 +16,14 @@ use serde_json::json;
 use crate::common::examples::{Process, free_port};
 use crate::common::within;
 
-/// The peer binary `name`, or `None` (after saying so) when `MCP_TOOLS_PEERS` is not set.
+/// The peer binary `name`, or `None` (after saying so) when `MCP_TOOLS_PEERS` is not set; in CI
+/// (`CI` set), a missing folder fails instead, so a skipped peer cannot hide a broken client.
 fn peer(name: &str) -> Option<PathBuf> {
     let Some(folder) = std::env::var_os("MCP_TOOLS_PEERS") else {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "MCP_TOOLS_PEERS must name the peer servers' binaries in CI"
+        );
         eprintln!("SKIPPED: set MCP_TOOLS_PEERS to the folder of the peer servers' binaries");
         return None;
     };
@@ -115,6 +121,21 @@ async fn rmcp_peer_over_http() {
         .await
         .unwrap();
     exercise(client, "rmcp-peer (HTTP)").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the peer servers' binaries (MCP_TOOLS_PEERS)"]
+async fn rmcp_peer_over_stdio() {
+    let Some(binary) = peer("rmcp-peer") else {
+        return;
+    };
+    let client = within(
+        "starting the peer",
+        Client::builder().connect_stdio(&binary, ["--stdio"]),
+    )
+    .await
+    .unwrap();
+    exercise(client, "rmcp-peer (stdio)").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
