@@ -250,7 +250,9 @@ async fn three_replicas_under_mixed_load_stay_flat() {
             ))
         })
         .collect();
-    let admin = schema.client().await;
+    // The sampler's own connection: a database restart during the soak ends it, and the
+    // sampler connects again rather than end the soak.
+    let admin = tokio::sync::Mutex::new(schema.client().await);
     let count = |table: &str| format!("SELECT count(*) FROM {}.mcp_{table}", schema.name);
     let started = Instant::now();
     let mut samples = Vec::new();
@@ -260,8 +262,22 @@ async fn three_replicas_under_mixed_load_stay_flat() {
         every.tick().await;
         let pids: Vec<u32> = replicas.iter().map(|child| child.pid().unwrap()).collect();
         let one = |query: String| {
-            let admin = &admin;
-            async move { admin.query_one(&query, &[]).await.unwrap().get::<_, i64>(0) as u64 }
+            let (admin, schema) = (&admin, &schema);
+            async move {
+                let mut admin = admin.lock().await;
+                if admin.is_closed() {
+                    *admin = schema.client().await;
+                }
+                match admin.query_one(&query, &[]).await {
+                    Ok(row) => row.get::<_, i64>(0) as u64,
+                    Err(error) if error.is_closed() => {
+                        *admin = schema.client().await;
+                        let row = admin.query_one(&query, &[]).await.unwrap();
+                        row.get::<_, i64>(0) as u64
+                    }
+                    Err(error) => panic!("{query}: {error}"),
+                }
+            }
         };
         let sample = Sample {
             at: started.elapsed().as_secs(),
