@@ -91,7 +91,7 @@ struct Deployment {
     url: String,
     replicas: Vec<(u16, Process)>,
     args: Vec<String>,
-    _nginx: Process,
+    _nginx: Nginx,
 }
 
 fn replica(args: &[String], port: u16) -> Process {
@@ -149,7 +149,7 @@ async fn deploy(nginx: &Path, postgres: &str) -> Deployment {
         .stderr(Stdio::inherit())
         .spawn()
         .expect("nginx starts");
-    let proxy = Process(proxy);
+    let proxy = Nginx(proxy);
     healthy(port).await;
     Deployment {
         _dir: dir,
@@ -157,6 +157,28 @@ async fn deploy(nginx: &Path, postgres: &str) -> Deployment {
         replicas,
         args,
         _nginx: proxy,
+    }
+}
+
+/// The proxy's master process. Killed outright, it would leave its workers running, holding the
+/// port; asked to stop (SIGTERM), it stops them first and exits after them.
+struct Nginx(std::process::Child);
+
+impl Drop for Nginx {
+    fn drop(&mut self) {
+        let stopped = Command::new("kill")
+            .args(["-TERM", &self.0.id().to_string()])
+            .status()
+            .is_ok_and(|status| status.success());
+        // Bounded: a master that has not exited within 10 s is killed, workers or not.
+        for _ in 0..100 {
+            if !stopped || matches!(self.0.try_wait(), Ok(Some(_))) {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let _ = self.0.kill();
+        let _ = self.0.wait();
     }
 }
 
