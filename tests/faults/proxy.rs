@@ -136,14 +136,12 @@ impl FaultProxy {
 /// `url` (a `postgres://` URL) pointed at `addr` if given, with TLS off and `application_name`
 /// set.
 pub fn rewrite_postgres_url(url: &str, addr: Option<SocketAddr>, application_name: &str) -> String {
-    let (scheme, rest) = url
-        .split_once("://")
-        .expect("the test URL is a postgres:// URL");
-    let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
-    let (user, target) = match authority.rsplit_once('@') {
-        Some((user, target)) => (format!("{user}@"), target.to_owned()),
-        None => (String::new(), authority.to_owned()),
-    };
+    let crate::pg::UrlParts {
+        scheme,
+        user,
+        target,
+        path,
+    } = crate::pg::UrlParts::of(url);
     let target = addr.map_or(target, |addr| addr.to_string());
     let separator = if path.contains('?') { '&' } else { '?' };
     format!(

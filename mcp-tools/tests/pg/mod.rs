@@ -186,9 +186,20 @@ struct Turn {
     holding: bool,
 }
 
-impl Wire {
-    /// Starts the proxy on the current runtime.
-    pub async fn start(url: &str) -> Wire {
+/// A `postgres://` URL taken apart: what a proxy keeps (scheme, user, path) and what it
+/// replaces (the host and port it points at).
+pub struct UrlParts<'u> {
+    pub scheme: &'u str,
+    /// `user@`, or empty.
+    pub user: String,
+    /// `host:port`.
+    pub target: String,
+    /// The database and its query, without the leading `/`.
+    pub path: &'u str,
+}
+
+impl<'u> UrlParts<'u> {
+    pub fn of(url: &'u str) -> Self {
         let (scheme, rest) = url
             .split_once("://")
             .expect("the test URL is a postgres:// URL");
@@ -197,6 +208,24 @@ impl Wire {
             Some((user, target)) => (format!("{user}@"), target.to_owned()),
             None => (String::new(), authority.to_owned()),
         };
+        UrlParts {
+            scheme,
+            user,
+            target,
+            path,
+        }
+    }
+}
+
+impl Wire {
+    /// Starts the proxy on the current runtime.
+    pub async fn start(url: &str) -> Wire {
+        let UrlParts {
+            scheme,
+            user,
+            target,
+            path,
+        } = UrlParts::of(url);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let local = listener.local_addr().unwrap();
         let separator = if path.contains('?') { '&' } else { '?' };
