@@ -110,58 +110,52 @@ async fn exercise(client: Client, label: &str) {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs the peer servers' binaries (MCP_TOOLS_PEERS)"]
-async fn rmcp_peer_over_http() {
-    let Some(binary) = peer("rmcp-peer") else {
+/// `exercise` against the peer `name` served over HTTP.
+async fn over_http(name: &str) {
+    let Some(binary) = peer(name) else {
         return;
     };
     let (_process, url) = start_http(&binary).await;
     let client = within("connecting", Client::builder().connect_http(&url))
         .await
         .unwrap();
-    exercise(client, "rmcp-peer (HTTP)").await;
+    exercise(client, &format!("{name} (HTTP)")).await;
+}
+
+/// `exercise` against the peer `name` as a child process speaking stdio.
+async fn over_stdio(name: &str) {
+    let Some(binary) = peer(name) else {
+        return;
+    };
+    let client = within(
+        "starting the peer",
+        Client::builder().connect_stdio(&binary, ["--stdio"]),
+    )
+    .await
+    .unwrap();
+    exercise(client, &format!("{name} (stdio)")).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the peer servers' binaries (MCP_TOOLS_PEERS)"]
+async fn rmcp_peer_over_http() {
+    over_http("rmcp-peer").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs the peer servers' binaries (MCP_TOOLS_PEERS)"]
 async fn rmcp_peer_over_stdio() {
-    let Some(binary) = peer("rmcp-peer") else {
-        return;
-    };
-    let client = within(
-        "starting the peer",
-        Client::builder().connect_stdio(&binary, ["--stdio"]),
-    )
-    .await
-    .unwrap();
-    exercise(client, "rmcp-peer (stdio)").await;
+    over_stdio("rmcp-peer").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs the peer servers' binaries (MCP_TOOLS_PEERS)"]
 async fn flymcprust_peer_over_http() {
-    let Some(binary) = peer("flymcprust-peer") else {
-        return;
-    };
-    let (_process, url) = start_http(&binary).await;
-    let client = within("connecting", Client::builder().connect_http(&url))
-        .await
-        .unwrap();
-    exercise(client, "flymcprust-peer (HTTP)").await;
+    over_http("flymcprust-peer").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs the peer servers' binaries (MCP_TOOLS_PEERS)"]
 async fn flymcprust_peer_over_stdio() {
-    let Some(binary) = peer("flymcprust-peer") else {
-        return;
-    };
-    let client = within(
-        "starting the peer",
-        Client::builder().connect_stdio(&binary, ["--stdio"]),
-    )
-    .await
-    .unwrap();
-    exercise(client, "flymcprust-peer (stdio)").await;
+    over_stdio("flymcprust-peer").await;
 }
