@@ -225,7 +225,7 @@ for case in upgrade/sqlite upgrade/memory note/memory note/sqlite; do
   total=0; inconsistent=0
   while read -r h; do
     out="$(call "${!url_var}" basket_get "{\"basket_id\":\"$h\"}")"
-    read -r v mem notes < <(jq -r '.result.structuredContent | "\(.version) \(.state.memory_gib) \(.state.notes | length)"' <<<"$out")
+    read -r v mem notes < <(jq -r '.result.structuredContent | "\(.version) \(.state.memory_gib) \(.state.notes.len)"' <<<"$out")
     total=$((total + v - 1))
     if [[ "$tool" == upgrade ]]; then
       want=$(( v == 1 ? 16 : 100 + v - 1 ))

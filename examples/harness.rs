@@ -142,8 +142,9 @@ async fn main() -> Result<(), Failure> {
         return Err(format!("the retried note: {noted:?}").into());
     };
     let now = current(a.call("basket_get", json!({ "basket_id": basket })).await?)?;
-    let rush = now.state["notes"].as_array().map_or(0, |notes| {
-        notes.iter().filter(|note| *note == "rush").count()
+    // The basket's first page of notes (`notes.items`) holds all of them here: seven.
+    let rush = now.state["notes"]["items"].as_array().map_or(0, |notes| {
+        notes.iter().filter(|note| note["value"] == "rush").count()
     });
     println!(
         "note \"rush\" -> the answer was lost after the server applied it; sent again with operation id {}: replayed (recorded at {}); the basket holds the note {} time(s), at v{}\n",

@@ -3,7 +3,7 @@
 #![allow(dead_code)]
 
 use mcp_tools::IntoToolError;
-use mcp_tools::store::{Entity, Lifecycle};
+use mcp_tools::store::{Collection, Entity, Lifecycle};
 use mcp_tools::tools::ToolSet;
 use mcp_tools::{ToolError, tool, tools};
 use schemars::JsonSchema;
@@ -25,8 +25,9 @@ pub struct Basket {
     pub memory_gib: u32,
     /// Storage, in GiB.
     pub storage_gib: u32,
-    /// Free-form notes, in the order they were added.
-    pub notes: Vec<String>,
+    /// Free-form notes, in the order they were added, each stored on its own: adding one costs
+    /// the same however many there are.
+    pub notes: Collection<String>,
     /// Whether the basket was checked out (then it accepts no further change).
     pub checked_out: bool,
 }
@@ -40,23 +41,18 @@ impl Basket {
         }
     }
 
-    /// What outcomes show: notes pile up, so a model sees their count and the latest few, not
-    /// all of them; `basket_get` still returns the whole basket.
+    /// What outcomes show: notes pile up, so a model sees their count, not all of them;
+    /// `basket_get` returns the basket with a page of its notes.
     pub fn summary(&self) -> BasketView<'_> {
-        let recent = self.notes.len().saturating_sub(RECENT_NOTES);
         BasketView {
             model: &self.model,
             memory_gib: self.memory_gib,
             storage_gib: self.storage_gib,
             note_count: self.notes.len(),
-            recent_notes: &self.notes[recent..],
             checked_out: self.checked_out,
         }
     }
 }
-
-/// How many of the latest notes the view of a basket shows.
-pub const RECENT_NOTES: usize = 3;
 
 /// A basket as outcomes show it.
 #[derive(Debug, Serialize, JsonSchema)]
@@ -68,9 +64,7 @@ pub struct BasketView<'a> {
     /// Storage, in GiB.
     pub storage_gib: u32,
     /// How many notes the basket has.
-    pub note_count: usize,
-    /// The last notes (at most three), oldest first.
-    pub recent_notes: &'a [String],
+    pub note_count: u64,
     /// Whether the basket was checked out.
     pub checked_out: bool,
 }
@@ -101,6 +95,14 @@ pub enum BasketError {
         /// The size sent, in GiB.
         gib: u32,
     },
+    /// The basket has no note with this id (it was never added, or was removed): read the
+    /// basket for the notes it has.
+    #[code = "NO_SUCH_NOTE"]
+    #[recovery = "refresh_and_replan"]
+    NoSuchNote {
+        /// The note id sent.
+        note_id: u64,
+    },
 }
 
 impl std::fmt::Display for BasketError {
@@ -112,6 +114,9 @@ impl std::fmt::Display for BasketError {
             ),
             BasketError::InvalidSize { what, gib } => {
                 write!(f, "{what} must be between 1 and {MAX_GIB} GiB, not {gib}")
+            }
+            BasketError::NoSuchNote { note_id } => {
+                write!(f, "the basket has no note {note_id}")
             }
         }
     }
@@ -136,12 +141,14 @@ pub fn basket_create(
         model: model.unwrap_or_else(|| "Laptop 14".to_owned()),
         memory_gib: 16,
         storage_gib: 512,
-        notes: Vec::new(),
+        notes: Collection::new(),
         checked_out: false,
     }
 }
 
-/// Reads a basket: its configuration, its current version and the resumption record to pass on.
+/// Reads a basket: its configuration, a page of its notes (`notes.items`, with
+/// `notes.next_cursor` for the next page), its current version and the resumption record to
+/// pass on.
 #[tool(reads = Basket, scopes = ["basket:read"])]
 pub fn basket_get(basket: &Basket) -> Basket {
     basket.clone()
@@ -229,6 +236,15 @@ pub fn basket_checkout(basket: &mut Basket) -> Receipt {
     }
 }
 
+/// What adding a note did.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct NoteAdded {
+    /// The new note's id, to edit or remove it.
+    pub note_id: u64,
+    /// How many notes the basket has now.
+    pub note_count: u64,
+}
+
 /// Appends a note to a basket. Notes commute, so no `expected_version` is needed; send an
 /// `operation_id` so a retry does not add the note twice.
 #[tool(mutates = Basket, expected_version = false, scopes = ["basket:write"])]
@@ -236,9 +252,45 @@ pub fn basket_add_note(
     basket: &mut Basket,
     /// The note.
     text: String,
-) -> usize {
-    basket.notes.push(text);
-    basket.notes.len()
+) -> NoteAdded {
+    let note_id = basket.notes.push(text);
+    NoteAdded {
+        note_id,
+        note_count: basket.notes.len(),
+    }
+}
+
+/// Rewrites one note. Versioned per note: refused (`stale_view`) only when that note changed
+/// after `expected_version`; changes to the rest of the basket do not block it.
+#[tool(mutates = Basket, on_conflict = items, scopes = ["basket:write"])]
+pub fn basket_edit_note(
+    basket: &mut Basket,
+    /// The note's id (`notes.items[].id` in `basket_get`).
+    note_id: u64,
+    /// The note's new text.
+    text: String,
+) -> Result<String, BasketError> {
+    let note = basket
+        .notes
+        .get_mut(note_id)
+        .ok_or(BasketError::NoSuchNote { note_id })?;
+    *note = text;
+    Ok(note.clone())
+}
+
+/// Removes one note. Versioned per note: refused (`stale_view`) only when that note changed
+/// after `expected_version`.
+#[tool(mutates = Basket, on_conflict = items, scopes = ["basket:write"])]
+pub fn basket_remove_note(
+    basket: &mut Basket,
+    /// The note's id (`notes.items[].id` in `basket_get`).
+    note_id: u64,
+) -> Result<u64, BasketError> {
+    basket
+        .notes
+        .remove(note_id)
+        .ok_or(BasketError::NoSuchNote { note_id })?;
+    Ok(basket.notes.len())
 }
 
 /// A price for a basket's configuration.
@@ -309,6 +361,8 @@ pub fn tool_set() -> ToolSet {
         basket_replace_configuration,
         basket_checkout,
         basket_add_note,
+        basket_edit_note,
+        basket_remove_note,
     ]
 }
 

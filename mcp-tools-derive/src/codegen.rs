@@ -489,6 +489,11 @@ fn stateful_parts(
             "basis_version",
             format_ident!("__mcp_basis_version"),
         ));
+        // Left out of the schema when the entity has no collections.
+        injected.push(quote! {
+            #[serde(rename = "items_cursor", default)]
+            pub __mcp_items_cursor: ::core::option::Option<::std::string::String>
+        });
     }
     if expected_version {
         injected.push(version_argument(
@@ -505,6 +510,14 @@ fn stateful_parts(
     }
     injected.append(fields);
     *fields = injected;
+
+    if let Some(on_conflict) = &tool.attrs.on_conflict
+        && on_conflict.policy == ConflictPolicy::Items
+    {
+        helpers.push(quote_spanned! {on_conflict.span=>
+            const _: () = ::mcp_tools::__private::stateful::assert_has_collections::<#resource>();
+        });
+    }
 
     // `touches = [field, ...]`: each must be a field of the resource. A field access in dead code
     // makes rustc name the bad field and list the real ones.
@@ -604,6 +617,7 @@ fn stateful_parts(
                     &__mcp_cx,
                     __mcp_args.__mcp_handle,
                     __mcp_args.__mcp_basis_version,
+                    __mcp_args.__mcp_items_cursor,
                 ).await {
                     ::core::result::Result::Ok(read) => read,
                     ::core::result::Result::Err(result) => return ::core::convert::From::from(result),
@@ -624,6 +638,9 @@ fn stateful_parts(
                 }
                 ConflictPolicy::Reconfirm => {
                     quote!(::mcp_tools::store::ConflictPolicy::Reconfirm)
+                }
+                ConflictPolicy::Items => {
+                    quote!(::mcp_tools::store::ConflictPolicy::Items)
                 }
                 ConflictPolicy::Reject => {
                     quote!(::mcp_tools::store::ConflictPolicy::Reject)
@@ -673,6 +690,7 @@ fn stateful_parts(
                     expected_version: #expected_version,
                     operation_id: #operation_id,
                     basis_version: #basis_version,
+                    items_cursor: #basis_version,
                 },
             )
         },
@@ -706,6 +724,7 @@ fn published_contract(tool: &ToolFn, kind: StatefulKind, output: &Output) -> Tok
         ConflictPolicy::Reject => quote!(#support::PublishedPolicy::Reject),
         ConflictPolicy::Rebase => quote!(#support::PublishedPolicy::Rebase),
         ConflictPolicy::Reconfirm => quote!(#support::PublishedPolicy::Reconfirm),
+        ConflictPolicy::Items => quote!(#support::PublishedPolicy::Items),
     };
     let handle = tool.handle_name().unwrap_or_default();
     let expected_version = tool.takes_expected_version();
@@ -854,6 +873,7 @@ pub fn resource(resource: &Resource) -> TokenStream {
         }
     });
     let field_key = field_key(resource);
+    let collections = collections(resource);
     quote! {
         #[automatically_derived]
         impl ::mcp_tools::store::Entity for #ident {
@@ -863,8 +883,40 @@ pub fn resource(resource: &Resource) -> TokenStream {
             #view
             #lifecycle
             #field_key
+            #collections
         }
     }
+}
+
+/// `Entity::COLLECTIONS` and `Entity::collection` for the fields whose type is a `Collection`.
+fn collections(resource: &Resource) -> Option<TokenStream> {
+    let fields: Vec<(&String, &Ident)> = resource
+        .fields
+        .iter()
+        .filter(|field| field.collection)
+        .filter_map(|field| Some((field.key.as_ref()?, &field.ident)))
+        .collect();
+    if fields.is_empty() {
+        return None;
+    }
+    let keys = fields.iter().map(|(key, _)| key);
+    let arms = fields.iter().map(|(key, ident)| {
+        quote_spanned! {ident.span()=>
+            #key => ::core::option::Option::Some(&mut self.#ident),
+        }
+    });
+    Some(quote! {
+        const COLLECTIONS: &'static [&'static str] = &[#(#keys),*];
+        fn collection(
+            &mut self,
+            name: &str,
+        ) -> ::core::option::Option<&mut dyn ::mcp_tools::__private::Items> {
+            match name {
+                #(#arms)*
+                _ => ::core::option::Option::None,
+            }
+        }
+    })
 }
 
 /// `Entity::field_key` from the serde names of the fields, when any differs from its Rust name.

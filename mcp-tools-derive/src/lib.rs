@@ -71,13 +71,16 @@ use proc_macro::TokenStream;
 /// * **Stateful kinds**: `creates = R`, `reads = R` (a `&R` parameter) and `mutates = R` (a
 ///   synchronous transition over a `&mut R` parameter) run the function against the state store
 ///   registered with `McpServerBuilder::store(..)`, where `R` derives
-///   `mcp_tools::store::Entity`. A mutation takes `on_conflict = reject | rebase | reconfirm`,
-///   `touches = [field, ...]` (with `rebase`), `expected_version = false`,
+///   `mcp_tools::store::Entity`. A mutation takes `on_conflict = reject | rebase | reconfirm |
+///   items` (`items`: only a change of the `Collection` items the transition reaches since
+///   `expected_version` refuses it), `touches = [field, ...]` (with `rebase`),
+///   `expected_version = false` (the change commutes: no precondition),
 ///   `operation_id = false` and `terminal` (the transition ends the resource: published
 ///   `destructiveHint: true`); a create takes `operation_id = false`. The macro adds the handle
 ///   argument (`basket_id` for `Basket`), `expected_version` (a version number or a validator)
 ///   and `operation_id` (to creates too), and to reads an optional `basis_version` that asks
-///   what changed since. It publishes the tool's own outcome union as the output schema (the
+///   what changed since (and, for an entity with collections, `items_cursor` for the next page
+///   of items). It publishes the tool's own outcome union as the output schema (the
 ///   entity's view in `state`, the function's type in `result`, every code with its recovery
 ///   hint, from `#[derive(IntoToolError)]` on the error type), the concurrency contract in `_meta`
 ///   under `io.github.mcp-tools/state`, marks reads read-only and creates and mutations with an

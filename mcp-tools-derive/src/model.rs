@@ -217,6 +217,8 @@ pub enum ConflictPolicy {
     Rebase,
     /// The caller must confirm again.
     Reconfirm,
+    /// Only a change of the collection items the transition reaches refuses the call.
+    Items,
 }
 
 impl ConflictPolicy {
@@ -224,6 +226,7 @@ impl ConflictPolicy {
         ("reject", ConflictPolicy::Reject),
         ("rebase", ConflictPolicy::Rebase),
         ("reconfirm", ConflictPolicy::Reconfirm),
+        ("items", ConflictPolicy::Items),
     ];
 
     /// The policy called `name` in `on_conflict = name`.
@@ -235,7 +238,7 @@ impl ConflictPolicy {
     }
 }
 
-/// `on_conflict = reject | rebase | reconfirm`.
+/// `on_conflict = reject | rebase | reconfirm | items`.
 pub struct OnConflict {
     pub policy: ConflictPolicy,
     /// The policy as written, where errors about it point.
@@ -453,6 +456,10 @@ pub struct EntityField {
     pub name: String,
     /// The serialized name serde writes it under; `None` when it is flattened into the parent.
     pub key: Option<String>,
+    /// The field as written, for the generated code to reach it.
+    pub ident: Ident,
+    /// Its type is named `Collection`: its items are stored one by one.
+    pub collection: bool,
 }
 
 /// A `#[serde(...)]` attribute and the first unsupported key in it.

@@ -5,7 +5,13 @@ use syn::Ident;
 
 /// Argument names the runtime keeps for itself (optimistic concurrency, operation resumption,
 /// protocol metadata).
-const RESERVED_ARGUMENTS: &[&str] = &["expected_version", "basis_version", "operation_id", "_meta"];
+const RESERVED_ARGUMENTS: &[&str] = &[
+    "expected_version",
+    "basis_version",
+    "items_cursor",
+    "operation_id",
+    "_meta",
+];
 
 /// An identifier as written, without `r#`.
 pub fn unraw(ident: &Ident) -> String {

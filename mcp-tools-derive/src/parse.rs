@@ -215,14 +215,14 @@ fn tool_key(
         ToolKey::OnConflict => {
             let policy = attr::ident(
                 meta,
-                "expected a policy: `on_conflict = reject`, `rebase` or `reconfirm`",
+                "expected a policy: `on_conflict = reject`, `rebase`, `reconfirm` or `items`",
             )?;
             let name = policy.to_string();
             let Some(known) = ConflictPolicy::named(&name) else {
                 cx.error_spanned_by(
                     &policy,
                     format!(
-                        "unknown conflict policy `{name}`: expected `reject` (any intervening change refuses), `rebase` (re-run when the change touched none of `touches`) or `reconfirm` (consequential: the caller must confirm again)"
+                        "unknown conflict policy `{name}`: expected `reject` (any intervening change refuses), `rebase` (re-run when the change touched none of `touches`) `reconfirm` (consequential: the caller must confirm again) or `items` (only a change of the collection items the transition reaches refuses)"
                     ),
                 );
                 return Ok(());
@@ -504,7 +504,14 @@ pub fn resource(input: &DeriveInput, cx: &Ctxt) -> Resource {
                 Some(rename) => rename,
                 None => rename_field(rule.as_deref(), &name),
             });
-            fields.push(EntityField { name, key });
+            let collection =
+                matches!(last_segment(&field.ty), Some((ident, _)) if ident == "Collection");
+            fields.push(EntityField {
+                name,
+                key,
+                ident: ident.clone(),
+                collection,
+            });
         }
     }
     Resource {

@@ -107,7 +107,7 @@ pub fn tool(tool: &ToolFn, cx: &Ctxt) {
             cx.error_at(
                 param.wire_span(),
                 format!(
-                    "`{wire}` is a reserved argument name (the runtime uses `expected_version`, `basis_version`, `operation_id` and `_meta`); rename the parameter or use `#[arg(rename = \"...\")]`"
+                    "`{wire}` is a reserved argument name (the runtime uses `expected_version`, `basis_version`, `items_cursor`, `operation_id` and `_meta`); rename the parameter or use `#[arg(rename = \"...\")]`"
                 ),
             );
         }
@@ -455,6 +455,17 @@ pub fn resource(resource: &Resource, cx: &Ctxt) {
                 shape.key
             ),
         );
+    }
+    for field in &resource.fields {
+        if field.collection && field.key.is_none() {
+            cx.error_at(
+                field.ident.span(),
+                format!(
+                    "the collection `{}` cannot be `#[serde(flatten)]`: its items are stored one by one under the field's name; remove `flatten`",
+                    field.name
+                ),
+            );
+        }
     }
     match &resource.attrs.prefix {
         Some(prefix) if !is_valid_handle_prefix(&prefix.value()) => cx.error_spanned_by(

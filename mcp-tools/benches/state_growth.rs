@@ -1,6 +1,9 @@
 //! What a store retains as a resource changes: bytes kept per mutation and mutation latency, for
-//! resources of about 1 KB, 100 KB and 1 MB changed in one small field, and for a resource that
-//! receives 10,000 appended notes of 40 bytes. Not timed by criterion: it prints a table.
+//! resources of about 1 KB, 100 KB and 1 MB changed in one small field, for a resource that
+//! receives 10,000 appended notes of 40 bytes, and for a vault whose items live in a
+//! `Collection` (10 items of 100 bytes, or 10,000: 1 MB) receiving appends, item edits and
+//! scalar changes, with the ratio of each change at 10,000 items to the same change at 10 (p50
+//! latency and CPU per mutation). Not timed by criterion: it prints tables.
 //!
 //! ```text
 //! cargo bench -p mcp-tools --bench state_growth
@@ -48,11 +51,13 @@ use std::time::{Duration, Instant};
 
 use mcp_tools::auth::Principal;
 use mcp_tools::store::{
-    CreateRequest, EntityKind, Fingerprint, MutationOutcome, MutationRequest, Store, StoreConfig,
-    Transition,
+    Collection, ConflictPolicy, CreateRequest, Entity, EntityKind, Fingerprint, MutationOutcome,
+    MutationRequest, Store, StoreConfig, Transition,
 };
 use mcp_tools::{MemoryStore, SqliteStore};
 use rusqlite::Connection;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use tokio::runtime::Runtime;
 
@@ -90,12 +95,36 @@ impl Engine {
     }
 }
 
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, PartialEq)]
 enum Workload {
     /// A resource of about this many bytes; each mutation bumps its `count`.
     Field(usize),
     /// An empty notes list; each mutation appends one note.
     Notes,
+    /// A vault holding this many items of [`ITEM_BYTES`] in a `Collection`; each mutation
+    /// appends one note to it, without a version.
+    Append(usize),
+    /// The same vault; each mutation rewrites one item, versioned per item.
+    EditItem(usize),
+    /// The same vault; each mutation bumps its scalar `count`, versioned on the whole vault.
+    VaultField(usize),
+}
+
+/// The item size of the vault workloads: 10,000 items make 1 MB.
+const ITEM_BYTES: usize = 100;
+
+/// The vault of the collection workloads: a scalar next to items stored one by one.
+#[derive(Clone, Serialize, Deserialize, JsonSchema, Entity)]
+#[entity(kind = "vault", prefix = "vlt")]
+struct Vault {
+    name: String,
+    count: u64,
+    notes: Collection<String>,
+}
+
+fn item(i: usize) -> String {
+    let text = format!("item {i:08} ");
+    format!("{text:.<ITEM_BYTES$}")
 }
 
 impl Workload {
@@ -104,6 +133,9 @@ impl Workload {
             Workload::Field(bytes) if bytes >= 1 << 20 => format!("{} MB field", bytes >> 20),
             Workload::Field(bytes) => format!("{} KB field", bytes >> 10),
             Workload::Notes => format!("{NOTE_BYTES} B notes"),
+            Workload::Append(items) => format!("append @{items}"),
+            Workload::EditItem(items) => format!("item @{items}"),
+            Workload::VaultField(items) => format!("field @{items}"),
         }
     }
 
@@ -111,17 +143,21 @@ impl Workload {
         match self {
             Workload::Field(bytes) => format!("field{bytes}"),
             Workload::Notes => "notes".to_owned(),
+            Workload::Append(items) => format!("append{items}"),
+            Workload::EditItem(items) => format!("edit{items}"),
+            Workload::VaultField(items) => format!("vault{items}"),
         }
     }
 
     fn parse(key: &str) -> Option<Self> {
+        let number = |prefix: &str| key.strip_prefix(prefix)?.parse().ok();
         match key {
             "notes" => Some(Workload::Notes),
-            other => other
-                .strip_prefix("field")?
-                .parse()
-                .ok()
-                .map(Workload::Field),
+            _ => None
+                .or_else(|| number("field").map(Workload::Field))
+                .or_else(|| number("append").map(Workload::Append))
+                .or_else(|| number("edit").map(Workload::EditItem))
+                .or_else(|| number("vault").map(Workload::VaultField)),
         }
     }
 }
@@ -141,6 +177,19 @@ fn big_state(bytes: usize) -> Value {
 fn note(i: usize) -> String {
     let text = format!("note {i:06} ");
     format!("{text:.<NOTE_BYTES$}")
+}
+
+/// The CPU time of every thread of this process so far (`/proc/self/task/*/schedstat`, in
+/// nanoseconds): the store's own threads (SQLite's writer) included.
+fn cpu_time_ns() -> u64 {
+    std::fs::read_dir("/proc/self/task")
+        .expect("read /proc/self/task")
+        .filter_map(|task| {
+            let path = task.ok()?.path().join("schedstat");
+            let text = std::fs::read_to_string(path).ok()?;
+            text.split_whitespace().next()?.parse::<u64>().ok()
+        })
+        .sum()
 }
 
 fn resident_bytes() -> u64 {
@@ -188,6 +237,8 @@ fn disk_bytes(path: &Path) -> u64 {
 
 struct Measured {
     state_bytes: usize,
+    /// CPU time of the process's threads over the mutations, in nanoseconds.
+    cpu_ns: u64,
     mutations: usize,
     before: u64,
     half: u64,
@@ -202,6 +253,9 @@ fn initial(workload: Workload, mutations: usize) -> (Value, usize) {
     match workload {
         Workload::Field(bytes) => (big_state(bytes), mutations),
         Workload::Notes => (json!({ "name": "notes", "count": 0, "notes": [] }), NOTES),
+        Workload::Append(_) | Workload::EditItem(_) | Workload::VaultField(_) => {
+            unreachable!("the vault workloads run on the store only, through `run_vault`")
+        }
     }
 }
 
@@ -218,6 +272,9 @@ fn change(workload: Workload, i: usize, state: &mut Value) -> Value {
             notes.push(Value::String(note(i)));
             json!(notes.len())
         }
+        Workload::Append(_) | Workload::EditItem(_) | Workload::VaultField(_) => {
+            unreachable!("the vault workloads change a typed vault, through `run_vault`")
+        }
     }
 }
 
@@ -232,14 +289,20 @@ fn measure(
     let before = footprint();
     let mut half = before;
     let mut latencies = Vec::with_capacity(mutations);
+    let mut cpu_ns = 0;
+    let mut started = cpu_time_ns();
     for i in 0..mutations {
         if i == mutations / 2 {
+            cpu_ns += cpu_time_ns() - started;
             half = footprint();
+            started = cpu_time_ns();
         }
         latencies.push(mutate(i));
     }
+    cpu_ns += cpu_time_ns() - started;
     Measured {
         state_bytes,
+        cpu_ns,
         mutations,
         before,
         half,
@@ -258,6 +321,11 @@ fn run_case<S: Store>(
     footprint: &dyn Fn() -> u64,
 ) -> Measured {
     let principal = Principal::subject("bench");
+    if let Workload::Append(items) | Workload::EditItem(items) | Workload::VaultField(items) =
+        workload
+    {
+        return run_vault(runtime, store, workload, items, mutations, footprint);
+    }
     let (initial, mutations) = initial(workload, mutations);
     let state_bytes = initial.to_string().len();
     let created = runtime
@@ -278,7 +346,8 @@ fn run_case<S: Store>(
                     .expect_version(version)
                     .operation(operation_id, Fingerprint::of_call("touch", &arguments))
             }
-            Workload::Notes => {
+            // Notes (the vault workloads ran `run_vault` instead).
+            _ => {
                 let arguments = json!({
                     "document_id": handle,
                     "text": note(i),
@@ -289,6 +358,86 @@ fn run_case<S: Store>(
             }
         };
         let transition = Transition::new(move |state| Ok(change(workload, i, state)));
+        let started = Instant::now();
+        let outcome = runtime
+            .block_on(store.mutate(request, transition))
+            .expect("mutate");
+        let took = started.elapsed();
+        match outcome {
+            MutationOutcome::Applied(applied) if applied.version == version + 1 => {
+                version = applied.version;
+            }
+            other => panic!("mutation {i} at version {version}: expected applied, got {other:?}"),
+        }
+        took
+    })
+}
+
+/// A vault workload: the vault filled with `items` items in one change, then `mutations`
+/// mutations of the workload's kind.
+fn run_vault<S: Store>(
+    runtime: &Runtime,
+    store: &S,
+    workload: Workload,
+    items: usize,
+    mutations: usize,
+    footprint: &dyn Fn() -> u64,
+) -> Measured {
+    let principal = Principal::subject("bench");
+    let vault = Vault {
+        name: "growth".into(),
+        count: 0,
+        notes: Collection::new(),
+    };
+    let request = CreateRequest::typed(principal.clone(), &vault).expect("encode");
+    let created = runtime.block_on(store.create(request)).expect("create");
+    let handle = created.applied().expect("created").handle.clone();
+    let fill = Transition::typed(move |vault: &mut Vault| {
+        for i in 0..items {
+            vault.notes.push(item(i));
+        }
+        Ok::<_, String>(())
+    });
+    let request = MutationRequest::new(Vault::kind(), principal.clone(), &handle);
+    let filled = runtime
+        .block_on(store.mutate(request, fill))
+        .expect("fill the vault");
+    assert!(matches!(filled, MutationOutcome::Applied(_)), "{filled:?}");
+    let mut version = 2;
+    measure(items * ITEM_BYTES, mutations, footprint, |i| {
+        let operation_id = format!("growth-{i}");
+        let arguments = json!({ "vault_id": handle, "i": i, "operation_id": operation_id });
+        let fingerprint = Fingerprint::of_call("vault", &arguments);
+        let request = MutationRequest::new(Vault::kind(), principal.clone(), &handle)
+            .operation(operation_id, fingerprint);
+        let (request, transition) = match workload {
+            Workload::Append(_) => (
+                request,
+                Transition::typed(move |vault: &mut Vault| {
+                    Ok::<_, String>(vault.notes.push(item(i)))
+                }),
+            ),
+            Workload::EditItem(_) => {
+                let id = (i % items) as u64 + 1;
+                (
+                    request
+                        .expect_version(version)
+                        .policy(ConflictPolicy::Items),
+                    Transition::typed(move |vault: &mut Vault| {
+                        let note = vault.notes.get_mut(id).ok_or("no such item")?;
+                        *note = item(i + items);
+                        Ok::<_, &str>(id)
+                    }),
+                )
+            }
+            _ => (
+                request.expect_version(version),
+                Transition::typed(|vault: &mut Vault| {
+                    vault.count += 1;
+                    Ok::<_, String>(vault.count)
+                }),
+            ),
+        };
         let started = Instant::now();
         let outcome = runtime
             .block_on(store.mutate(request, transition))
@@ -337,7 +486,7 @@ fn child(case: &str) {
     };
     measured.latencies.sort_unstable();
     println!(
-        "RESULT state_bytes={} mutations={} before={} half={} after={} live={} p50_ns={} p99_ns={}",
+        "RESULT state_bytes={} mutations={} before={} half={} after={} live={} p50_ns={} p99_ns={} cpu_ns={}",
         measured.state_bytes,
         measured.mutations,
         measured.before,
@@ -346,6 +495,7 @@ fn child(case: &str) {
         measured.live.map_or(-1, |live| live as i64),
         percentile(&measured.latencies, 0.5).as_nanos(),
         percentile(&measured.latencies, 0.99).as_nanos(),
+        measured.cpu_ns,
     );
 }
 
@@ -584,7 +734,15 @@ fn main() {
         Workload::Field(100 << 10),
         Workload::Field(1 << 20),
         Workload::Notes,
+        Workload::Append(10),
+        Workload::Append(10_000),
+        Workload::EditItem(10),
+        Workload::EditItem(10_000),
+        Workload::VaultField(10),
+        Workload::VaultField(10_000),
     ];
+    // (engine, workload) -> (p50 ns, CPU ns per mutation, retained bytes per mutation)
+    let mut costs: Vec<(Engine, Workload, f64, f64, f64)> = Vec::new();
     println!(
         "{:<7} {:<14} {:>9} {:>10} {:>11} {:>12} {:>12} {:>10} {:>10}  target",
         "store",
@@ -610,8 +768,15 @@ fn main() {
     let only = std::env::var("STATE_GROWTH_ONLY").unwrap_or_default();
     engines.retain(|engine| engine.name().starts_with(&only));
     // Memory first, each case in a fresh process (see the module's comment).
-    for engine in engines {
+    for &engine in &engines {
         for workload in workloads {
+            let vault = matches!(
+                workload,
+                Workload::Append(_) | Workload::EditItem(_) | Workload::VaultField(_)
+            );
+            if vault && engine == Engine::PostgresRaw {
+                continue;
+            }
             let output = Command::new(&exe)
                 .env(
                     "STATE_GROWTH_CASE",
@@ -654,6 +819,13 @@ fn main() {
                     _ => String::new(),
                 },
             };
+            costs.push((
+                engine,
+                workload,
+                field(line, "p50_ns"),
+                field(line, "cpu_ns") / n,
+                retained / n,
+            ));
             println!(
                 "{:<7} {:<14} {:>9} {:>10} {:>11} {:>12} {:>12} {:>10} {:>10}  {target}",
                 engine.name(),
@@ -676,7 +848,84 @@ fn main() {
          ({} x {NOTE_BYTES} B).",
         NOTES
     );
+    failed |= collection_ratios(&engines, &costs);
     if failed {
         std::process::exit(1);
     }
+}
+
+/// The collection targets, as ratios of one run: a change at 10,000 items against the same
+/// change at 10, in p50 latency and CPU per mutation (at most 1.3x: reported, since a timing
+/// on a shared machine is no pass or fail), and the bytes SQLite retains per append
+/// (proportional to the item: at most 2 KB, whatever the vault holds; this one fails the run).
+fn collection_ratios(engines: &[Engine], costs: &[(Engine, Workload, f64, f64, f64)]) -> bool {
+    let cost = |engine: Engine, workload: Workload| {
+        costs
+            .iter()
+            .find(|(e, w, ..)| *e == engine && *w == workload)
+            .map(|(_, _, p50, cpu, retained)| (*p50, *cpu, *retained))
+    };
+    println!(
+        "\ncollections: a change at 10,000 items (1 MB) against the same change at 10 (1 KB), same run"
+    );
+    println!(
+        "{:<7} {:<22} {:>10} {:>10} {:>14} {:>14}  target <= 1.3x",
+        "store", "change", "p50 ratio", "CPU ratio", "CPU/mut @10", "CPU/mut @10k"
+    );
+    let mut failed = false;
+    for &engine in engines.iter().filter(|e| **e != Engine::PostgresRaw) {
+        for (label, small, large) in [
+            (
+                "append (commutes)",
+                Workload::Append(10),
+                Workload::Append(10_000),
+            ),
+            (
+                "edit one item",
+                Workload::EditItem(10),
+                Workload::EditItem(10_000),
+            ),
+            (
+                "change a scalar field",
+                Workload::VaultField(10),
+                Workload::VaultField(10_000),
+            ),
+        ] {
+            let (Some(small), Some(large)) = (cost(engine, small), cost(engine, large)) else {
+                continue;
+            };
+            let (p50, cpu) = (large.0 / small.0, large.1 / small.1);
+            let verdict = if p50 <= 1.3 && cpu <= 1.3 {
+                "PASS"
+            } else {
+                "MISSED"
+            };
+            println!(
+                "{:<7} {:<22} {:>9.2}x {:>9.2}x {:>14} {:>14}  {verdict}",
+                engine.name(),
+                label,
+                p50,
+                cpu,
+                micros(small.1),
+                micros(large.1),
+            );
+        }
+        if engine == Engine::Sqlite
+            && let Some((_, _, retained)) = cost(engine, Workload::Append(10_000))
+        {
+            let pass = retained <= 2048.0;
+            failed |= !pass;
+            println!(
+                "sqlite  retained per append at 10,000 items: {} ({} B items): {}",
+                bytes(retained),
+                ITEM_BYTES,
+                if pass {
+                    "PASS (<= 2 KB)"
+                } else {
+                    "FAIL (> 2 KB)"
+                }
+            );
+        }
+    }
+    failed
 }

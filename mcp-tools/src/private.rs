@@ -8,6 +8,7 @@ use schemars::JsonSchema;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+pub use crate::store::collection::Items;
 pub use crate::store::entity::{view_json, view_schema};
 pub use crate::tools::extract::FromContext;
 

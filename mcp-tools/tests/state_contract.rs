@@ -1,6 +1,14 @@
 //! One contract suite for every state store: each scenario is a generic function, instantiated for
 //! `MemoryStore`, `SqliteStore` and `PostgresStore` by the `contract!` macro at the bottom.
 
+#[path = "state_contract/collections.rs"]
+mod collections;
+
+use collections::{
+    a_plain_list_migrates_on_its_first_change, a_replay_appends_nothing,
+    appends_commute_and_reads_page, items_are_versioned_one_by_one, items_reached_in_rounds,
+    removals_and_changes_since_a_version,
+};
 #[cfg(feature = "postgres")]
 mod pg;
 
@@ -188,12 +196,7 @@ fn create_request(
 }
 
 async fn read<S: Store>(store: &S, principal: Principal, handle: &str) -> ReadOutcome {
-    let request = ReadRequest {
-        kind: Basket::kind(),
-        principal,
-        handle: handle.to_owned(),
-        since: None,
-    };
+    let request = ReadRequest::new(Basket::kind(), principal, handle);
     within(&format!("a read of {handle}"), store.read(request))
         .await
         .unwrap()
@@ -890,12 +893,7 @@ async fn history_is_pruned_by_count<S: Store>(open: Open<'_, S>) {
         );
     }
     let read = store
-        .read(ReadRequest {
-            kind: Basket::kind(),
-            principal: alice(),
-            handle: handle.clone(),
-            since: None,
-        })
+        .read(ReadRequest::new(Basket::kind(), alice(), handle.clone()))
         .await
         .unwrap();
     assert_eq!(read.snapshot().unwrap().version, 6, "nothing was applied");
@@ -1954,12 +1952,7 @@ async fn views_shape_outcomes<S: Store>(open: Open<'_, S>) {
     };
     assert_eq!(*replayed.current.as_ref().unwrap().state, view(10, 1));
 
-    let read = ReadRequest {
-        kind: Account::kind(),
-        principal: alice(),
-        handle: created.handle.clone(),
-        since: None,
-    };
+    let read = ReadRequest::new(Account::kind(), alice(), created.handle.clone());
     let ReadOutcome::Current(snapshot) = within("a read", store.read(read)).await.unwrap() else {
         panic!("expected the account");
     };
@@ -2192,6 +2185,12 @@ macro_rules! contract {
             case!(nesting_is_bounded);
             case!(entity_code_panics_are_contained);
             case!(tasks_are_kept_changed_under_lock_and_purged_after_their_ttl);
+            case!(appends_commute_and_reads_page);
+            case!(items_are_versioned_one_by_one);
+            case!(removals_and_changes_since_a_version);
+            case!(a_replay_appends_nothing);
+            case!(items_reached_in_rounds);
+            case!(a_plain_list_migrates_on_its_first_change);
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
             async fn same_operation_id_create_storm_mints_one_resource() {

@@ -560,6 +560,7 @@ impl Resource {
             state: state.into(),
             resumption: self.resumption(),
             changes: None,
+            pages: Vec::new(),
         }
     }
 }
@@ -1077,12 +1078,7 @@ impl<S: Store> Run<'_, S> {
             }
             Op::Read { who, target } => {
                 let handle = self.target(*who, target);
-                let request = ReadRequest {
-                    kind: KIND,
-                    principal: principal(*who),
-                    handle: handle.clone(),
-                    since: None,
-                };
+                let request = ReadRequest::new(KIND, principal(*who), handle.clone());
                 let outcome = within(&format!("a read of {handle}"), self.store.read(request))
                     .await
                     .map_err(|error| format!("read failed: {error}"))?;
@@ -1613,12 +1609,11 @@ async fn agent<S: Store + Clone>(
         let latest = seen[resource].last_key_value().map(|(v, c)| (*v, *c));
         let roll = rng.below(100);
         let (sent, intent) = if roll < 15 {
-            let request = ReadRequest {
-                kind: TALLY,
-                principal: Principal::subject("alice"),
-                handle: handles[resource].clone(),
-                since: None,
-            };
+            let request = ReadRequest::new(
+                TALLY,
+                Principal::subject("alice"),
+                handles[resource].clone(),
+            );
             match within("a read", store.read(request)).await {
                 Ok(ReadOutcome::Current(now)) => {
                     seen[resource].insert(now.version, now.state["count"].as_u64().unwrap());
@@ -1794,12 +1789,7 @@ async fn concurrent_round<S: Store + Clone>(
             }
         }
         applied.sort_by_key(|(version, _)| *version);
-        let request = ReadRequest {
-            kind: TALLY,
-            principal: Principal::subject("alice"),
-            handle: handle.clone(),
-            since: None,
-        };
+        let request = ReadRequest::new(TALLY, Principal::subject("alice"), handle.clone());
         let now = match within("the final read", stores[0].read(request)).await {
             Ok(ReadOutcome::Current(now)) => now,
             other => return Err(format!("final read: {other:?}")),

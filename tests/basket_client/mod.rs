@@ -171,6 +171,22 @@ impl Agent {
         outcome["handle"].as_str().unwrap().to_owned()
     }
 
+    /// Every note of a basket, read page by page through `items_cursor`, oldest first.
+    pub async fn all_notes(&self, handle: &str) -> Vec<String> {
+        let mut notes = Vec::new();
+        let mut arguments = json!({ "basket_id": handle });
+        loop {
+            let result = self.call("basket_get", arguments.clone()).await;
+            let state = &result["structuredContent"]["state"];
+            assert_eq!(outcome(&result), "current", "{result}");
+            notes.extend(notes_of(state));
+            match state["notes"]["next_cursor"].as_str() {
+                Some(cursor) => arguments["items_cursor"] = json!(cursor),
+                None => return notes,
+            }
+        }
+    }
+
     /// Reads a basket: `(version, state)`.
     pub async fn get(&self, handle: &str) -> (u64, Value) {
         let result = self
@@ -184,6 +200,19 @@ impl Agent {
             outcome["state"].clone(),
         )
     }
+}
+
+/// The notes a read of a basket shows (`notes.items[].value`: its first page), oldest first.
+pub fn notes_of(state: &Value) -> Vec<String> {
+    state["notes"]["items"]
+        .as_array()
+        .map(|items| {
+            items
+                .iter()
+                .map(|item| item["value"].as_str().expect("a note is text").to_owned())
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// Whether a result is the store's retryable `STORE_UNAVAILABLE`.

@@ -99,7 +99,7 @@ async fn lose_answers(proxy: &FaultProxy, direct: &str, replicas: usize) {
         "create, change, note: three versions, no more"
     );
     assert_eq!(basket.state["memory_gib"], 24);
-    assert_eq!(basket.state["notes"], json!(["once"]));
+    assert_eq!(support::notes(&basket.state), ["once"]);
     println!(
         "{} answers lost, each change applied once; the basket is at version {}",
         proxy.lost(),
@@ -211,8 +211,8 @@ async fn every_kind_of_lost_answer_is_retried_once_and_applied_once() {
     );
     let basket = support::current(&server.url(), &created.handle).await;
     assert_eq!(
-        basket.state["notes"],
-        json!(["Drop", "BadGateway", "Hold", "StoreUnavailable"]),
+        support::notes(&basket.state),
+        ["Drop", "BadGateway", "Hold", "StoreUnavailable"],
         "each applied once"
     );
     assert_eq!(basket.version, 1 + losses.len() as u64);
@@ -249,7 +249,7 @@ async fn without_the_same_operation_id_a_retry_applies_twice() {
         Outcome::Applied(_)
     ));
     let basket = support::current(&server.url(), &created.handle).await;
-    assert_eq!(basket.state["notes"], json!(["twice", "twice"]));
+    assert_eq!(support::notes(&basket.state), ["twice", "twice"]);
 }
 
 fn uuid() -> String {

@@ -390,15 +390,15 @@ async fn the_listing_is_read_page_by_page_and_kept_as_long_as_the_server_says() 
         let client = support::client(&proxy.url()).await;
         let tools = within("listing", client.list_tools()).await.unwrap();
         let names: Vec<&str> = tools.iter().map(|tool| tool.name()).collect();
-        assert_eq!(names.len(), 7, "{names:?}");
+        assert_eq!(names.len(), 9, "{names:?}");
         assert_eq!(
             proxy.seen_of("tools/list", None).len(),
-            4,
-            "four pages of two"
+            5,
+            "five pages of two"
         );
         within("listing again", client.list_tools()).await.unwrap();
         let pages = proxy.seen_of("tools/list", None).len();
-        assert_eq!(pages, if kept { 4 } else { 8 }, "ttl {ttl:?}");
+        assert_eq!(pages, if kept { 5 } else { 10 }, "ttl {ttl:?}");
         let rules = tools
             .iter()
             .find(|tool| tool.name() == "basket_upgrade_memory")

@@ -92,6 +92,19 @@ pub async fn basket_at_version_7(harness: &Harness) -> String {
 }
 
 /// The basket as it is now, read through a harness of its own (what a third party sees).
+/// The notes a read of a basket shows (`notes.items[].value`), oldest first.
+pub fn notes(state: &Value) -> Vec<&str> {
+    state["notes"]["items"]
+        .as_array()
+        .map(|items| {
+            items
+                .iter()
+                .filter_map(|item| item["value"].as_str())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 pub async fn current(url: &str, handle: &str) -> mcp_tools::store::Snapshot {
     let reader = harness(url).await;
     match call(&reader, "basket_get", json!({ "basket_id": handle })).await {

@@ -88,7 +88,8 @@ async function run(options, mode) {
   const noted = await client.callTool({ name: 'basket_add_note', arguments: { basket_id: basket, text: 'once' } });
   expect(noted, 'replayed', 'a note whose answer was lost');
   const seen = expect(await other.callTool({ name: 'basket_get', arguments: { basket_id: basket } }), 'current', 'read');
-  if (JSON.stringify(seen.state.notes) !== '["once"]' || seen.version !== 3) {
+  const notes = (seen.state.notes.items ?? []).map((note) => note.value);
+  if (JSON.stringify(notes) !== '["once"]' || seen.version !== 3) {
     throw new Error(`the note was not applied exactly once: ${JSON.stringify(seen)}`);
   }
   await client.close();

@@ -90,7 +90,8 @@ async def run(harness, upstream, linked, link, records, mode):
 
     async with Client(upstream) as other:
         seen = expect(await other.call_tool("basket_get", {"basket_id": basket}), "current", "read")
-        if seen["state"]["notes"] != ["once"] or seen["version"] != 3:
+        notes = [note["value"] for note in seen["state"]["notes"].get("items", [])]
+        if notes != ["once"] or seen["version"] != 3:
             raise SystemExit(f"the note was not applied exactly once: {seen}")
         expect(
             await other.call_tool(

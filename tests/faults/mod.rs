@@ -209,7 +209,7 @@ impl Agent {
         let ret = Ret::Read {
             version,
             memory_gib: state["memory_gib"].as_u64().unwrap(),
-            notes: state["notes"].as_array().map_or(0, Vec::len) as u64,
+            notes: state["notes"]["len"].as_u64().unwrap(),
         };
         self.history.complete(self.client, self.basket, ret);
         (version, state)
@@ -375,19 +375,33 @@ pub async fn assert_exactly_once(url: &str, report: &Report, history: &History) 
         .unwrap_or_else(|refusal| panic!("{refusal}"));
     let mut applied_seen = 0;
     for handle in &report.handles {
-        let read = match call(url, "basket_get", &json!({ "basket_id": handle })).await {
-            Answer::Settled(read) => read,
-            Answer::Retry(why) => panic!("the final read failed with the faults off: {why}"),
+        // The basket, and its notes page by page.
+        let mut arguments = json!({ "basket_id": handle });
+        let mut notes: Vec<String> = Vec::new();
+        let (version, memory) = loop {
+            let read = match call(url, "basket_get", &arguments).await {
+                Answer::Settled(read) => read,
+                Answer::Retry(why) => panic!("the final read failed with the faults off: {why}"),
+            };
+            let basket = &read["structuredContent"];
+            let page = &basket["state"]["notes"];
+            notes.extend(
+                page["items"]
+                    .as_array()
+                    .map_or(&[][..], Vec::as_slice)
+                    .iter()
+                    .map(|note| note["value"].as_str().unwrap().to_owned()),
+            );
+            match page["next_cursor"].as_str() {
+                Some(cursor) => arguments["items_cursor"] = json!(cursor),
+                None => {
+                    break (
+                        basket["version"].as_u64().unwrap(),
+                        basket["state"]["memory_gib"].as_u64().unwrap(),
+                    );
+                }
+            }
         };
-        let basket = &read["structuredContent"];
-        let version = basket["version"].as_u64().unwrap();
-        let memory = basket["state"]["memory_gib"].as_u64().unwrap();
-        let notes: Vec<&str> = basket["state"]["notes"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|note| note.as_str().unwrap())
-            .collect();
         let count = |text: &str| notes.iter().filter(|note| **note == text).count();
         let acknowledged = &report.notes_applied[handle];
         for text in acknowledged {

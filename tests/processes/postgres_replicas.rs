@@ -233,7 +233,10 @@ async fn five_hundred_calls_with_one_operation_id_over_three_replicas_apply_once
         assert_eq!((applied, replayed), (1, CALLS - 1));
         let (version, state) = agents[1].get(&handle).await;
         assert_eq!(version, 2);
-        assert_eq!(state["notes"], json!(["exactly once"]));
+        assert_eq!(
+            state["notes"]["items"],
+            json!([{ "id": 1, "version": 2, "value": "exactly once" }])
+        );
     })
     .await;
 }

@@ -66,6 +66,27 @@ async fn tools_publish_the_added_arguments_and_derived_hints() {
     }
 
     assert_eq!(tool("basket_get")["annotations"]["readOnlyHint"], true);
+    let get = tool("basket_get");
+    let cursor = &get["inputSchema"]["properties"]["items_cursor"];
+    assert!(
+        cursor["description"]
+            .as_str()
+            .unwrap()
+            .contains("next_cursor"),
+        "{get}"
+    );
+    // Each change says which rule it follows.
+    for (name, rule) in [
+        ("basket_add_note", "commutes"),
+        ("basket_edit_note", "per_item"),
+        ("basket_remove_note", "per_item"),
+        ("basket_upgrade_memory", "versioned"),
+        ("basket_checkout", "versioned"),
+    ] {
+        let state = &tool(name)["_meta"]["io.github.mcp-tools/state"];
+        assert_eq!(state["concurrency"], rule, "{name}: {state}");
+        assert_eq!(state["collections"], json!(["notes"]), "{name}");
+    }
     let note = tool("basket_add_note");
     let properties = note["inputSchema"]["properties"].as_object().unwrap();
     assert!(!properties.contains_key("expected_version"), "{note}");
@@ -147,13 +168,13 @@ async fn each_tool_publishes_its_own_outcomes_and_contract() {
     let validator = common::compile(schema);
     let resumption = json!({"handle": "bsk_a", "basis_version": 2, "lifecycle": "active"});
     let view = json!({"model": "Laptop 14", "memory_gib": 32, "storage_gib": 512,
-        "note_count": 0, "recent_notes": [], "checked_out": false});
+        "note_count": 0, "checked_out": false});
     let applied = json!({"outcome": "applied", "handle": "bsk_a", "version": 2, "state": view,
         "result": 32, "resumption": resumption});
     assert!(validator.is_valid(&applied), "{applied}");
     let mut whole_basket = applied.clone();
     whole_basket["state"] = json!({"model": "Laptop 14", "memory_gib": 32, "storage_gib": 512,
-        "notes": [], "checked_out": false});
+        "notes": {"len": 0, "next_id": 1}, "checked_out": false});
     assert!(!validator.is_valid(&whole_basket), "the state is the view");
     let mut text_result = applied.clone();
     text_result["result"] = json!("32");
@@ -1023,7 +1044,7 @@ async fn concurrent_rebases_keep_every_acknowledged_change(
         16 + total.memory,
         "a memory upgrade was lost"
     );
-    let mut kept: Vec<String> = serde_json::from_value(state["notes"].clone()).unwrap();
+    let mut kept = agent.all_notes(&handle).await;
     kept.sort();
     total.notes.sort();
     assert_eq!(
@@ -1139,5 +1160,125 @@ async fn one_operation_id_raced_with_two_payloads_applies_exactly_the_winner_in_
     let agent = Agent::connect(&server.url(), None).await;
     one_operation_id_raced_with_two_payloads(&agent, 20, "sqlite").await;
     drop(server);
+    basket_client::remove_db(&path);
+}
+
+/// Notes over real HTTP: 120 appends without a version, read page by page through
+/// `items_cursor`, edited and removed per note (a change of another note or of the memory since
+/// the caller's version is no conflict, a change of that note is), and cursors that are not
+/// this basket's refused with a message that says what to send.
+async fn notes_are_a_collection(store: impl Store) {
+    let server = TestServer::start(server(store)).await;
+    let agent = Agent::connect(&server.url(), None).await;
+    let handle = agent.create().await;
+    let other = agent.create().await;
+    for n in 1..=120u64 {
+        let note = json!({ "basket_id": handle, "operation_id": operation_id("note"), "text": format!("note {n}") });
+        let added = agent.call("basket_add_note", note).await;
+        assert_eq!(outcome(&added), "applied", "{added}");
+        assert_eq!(
+            added["structuredContent"]["result"],
+            json!({ "note_id": n, "note_count": n })
+        );
+    }
+    // Three pages: 50, 50, 20, then no cursor.
+    let mut arguments = json!({ "basket_id": handle });
+    let mut pages = Vec::new();
+    loop {
+        let read = agent.call("basket_get", arguments.clone()).await;
+        assert_eq!(outcome(&read), "current", "{read}");
+        let notes = read["structuredContent"]["state"]["notes"].clone();
+        assert_eq!(notes["len"], 120);
+        pages.push(notes["items"].as_array().unwrap().len());
+        match notes["next_cursor"].as_str() {
+            Some(cursor) => arguments["items_cursor"] = json!(cursor),
+            None => break,
+        }
+    }
+    assert_eq!(pages, [50, 50, 20]);
+    assert_eq!(agent.all_notes(&handle).await.len(), 120);
+
+    let seen = 121;
+    let edit = |note_id: u64, text: &str, version: u64| {
+        json!({ "basket_id": handle, "expected_version": version, "note_id": note_id,
+                "text": text, "operation_id": operation_id("edit") })
+    };
+    let first = agent.call("basket_edit_note", edit(7, "seven", seen)).await;
+    assert_eq!(outcome(&first), "applied", "{first}");
+    let upgrade = json!({ "basket_id": handle, "expected_version": 122, "memory_gib": 32,
+                          "operation_id": operation_id("memory") });
+    assert_eq!(
+        outcome(&agent.call("basket_upgrade_memory", upgrade).await),
+        "applied"
+    );
+    // Note 8, from the same old version: other changes since do not block it.
+    let second = agent.call("basket_edit_note", edit(8, "eight", seen)).await;
+    assert_eq!(outcome(&second), "applied", "{second}");
+    assert_eq!(second["structuredContent"]["rebased_from"], seen);
+    // Note 7 again, from that version: that note moved.
+    let stale = agent
+        .call("basket_edit_note", edit(7, "seven?", seen))
+        .await;
+    assert_eq!(outcome(&stale), "stale_view", "{stale}");
+    let delta = &stale["structuredContent"]["delta"];
+    assert_eq!(
+        *delta,
+        json!([{ "path": "/notes/items/7", "after": { "id": 7, "version": 122, "value": "seven" } }])
+    );
+    // Removed, then gone for an edit planned after the removal.
+    let remove = json!({ "basket_id": handle, "expected_version": 124, "note_id": 9,
+                         "operation_id": operation_id("remove") });
+    let removed = agent.call("basket_remove_note", remove).await;
+    assert_eq!(removed["structuredContent"]["result"], 119, "{removed}");
+    for missing in [9, 0, 121, u64::MAX] {
+        let gone = agent
+            .call("basket_edit_note", edit(missing, "nine", 125))
+            .await;
+        assert_eq!(
+            gone["structuredContent"]["code"], "NO_SUCH_NOTE",
+            "{missing}: {gone}"
+        );
+    }
+    let notes = agent.all_notes(&handle).await;
+    assert_eq!(notes.len(), 119);
+    assert_eq!(&notes[6..8], ["seven", "eight"]);
+
+    // Cursors: of another basket, altered, or sent to a basket read for the first time.
+    let read = agent
+        .call("basket_get", json!({ "basket_id": handle }))
+        .await;
+    let cursor = read["structuredContent"]["state"]["notes"]["next_cursor"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let mut altered = cursor.clone();
+    altered.replace_range(0..1, if cursor.starts_with('A') { "B" } else { "A" });
+    for (basket, cursor) in [
+        (&other, cursor.clone()),
+        (&handle, altered),
+        (&handle, "x".into()),
+    ] {
+        let refused = agent
+            .call(
+                "basket_get",
+                json!({ "basket_id": basket, "items_cursor": cursor }),
+            )
+            .await;
+        assert_eq!(refused["isError"], true, "{refused}");
+        assert_eq!(refused["structuredContent"]["code"], "INVALID_ARGUMENTS");
+        let message = refused["structuredContent"]["message"].as_str().unwrap();
+        assert!(message.contains("next_cursor"), "{message}");
+    }
+}
+
+#[tokio::test]
+async fn notes_are_a_collection_in_memory() {
+    notes_are_a_collection(MemoryStore::default()).await;
+}
+
+#[tokio::test]
+async fn notes_are_a_collection_in_sqlite() {
+    let path = basket_client::temp_db("notes-collection");
+    notes_are_a_collection(SqliteStore::open(&path, StoreConfig::default()).unwrap()).await;
     basket_client::remove_db(&path);
 }

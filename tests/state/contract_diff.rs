@@ -783,6 +783,43 @@ fn rows() -> Vec<Row> {
             ],
         ),
         row(
+            "the concurrency rule and the collections published where they were implicit are compatible; changed, breaking",
+            base(),
+            note(|tool| {
+                set(tool, &format!("{STATE}/concurrency"), json!("commutes"));
+                set(tool, &format!("{STATE}/collections"), json!(["notes"]));
+            }),
+            &[
+                (
+                    Compatible,
+                    "_meta[\"io.github.mcp-tools/state\"].collections",
+                ),
+                (
+                    Compatible,
+                    "_meta[\"io.github.mcp-tools/state\"].concurrency",
+                ),
+            ],
+        ),
+        row(
+            "a changed concurrency rule or collection list is breaking",
+            note(|tool| {
+                set(tool, &format!("{STATE}/concurrency"), json!("commutes"));
+                set(tool, &format!("{STATE}/collections"), json!(["notes"]));
+            }),
+            note(|tool| {
+                set(tool, &format!("{STATE}/concurrency"), json!("versioned"));
+                set(
+                    tool,
+                    &format!("{STATE}/collections"),
+                    json!(["notes", "lines"]),
+                );
+            }),
+            &[
+                (Breaking, "_meta[\"io.github.mcp-tools/state\"].collections"),
+                (Breaking, "_meta[\"io.github.mcp-tools/state\"].concurrency"),
+            ],
+        ),
+        row(
             "task support changed is breaking",
             base(),
             note(|tool| {

@@ -54,12 +54,7 @@ impl Tool for ReadCounter {
         ToolInfo::new("counter_get", "Reads a counter.").read_only()
     }
     async fn call(&self, args: ReadArgs, _cx: Context) -> ReadOutcome {
-        let request = ReadRequest {
-            kind: Counter::kind(),
-            principal: Principal::Anonymous,
-            handle: args.handle,
-            since: None,
-        };
+        let request = ReadRequest::new(Counter::kind(), Principal::Anonymous, args.handle);
         self.0.read(request).await.unwrap()
     }
 }

@@ -519,7 +519,8 @@ on_both_stores!(
     retries_that_write_an_argument_differently_replay_and_other_values_are_refused_in_sqlite
 );
 
-// Outcomes show the basket's view (the note count and the latest notes); a read shows it whole.
+// Outcomes show the basket's view (the note count); a read shows the basket with a page of its
+// notes, each with its id and the version that wrote it.
 async fn outcomes_show_the_view(store: impl Store) {
     let edges = Edges::start(store).await;
     let handle = handle_of(
@@ -540,7 +541,6 @@ async fn outcomes_show_the_view(store: impl Store) {
             .await;
         assert_eq!(outcome(&added), "applied", "{added}");
         let state = &added["structuredContent"]["state"];
-        let recent = &notes[(index + 1).saturating_sub(3)..=index];
         assert_eq!(
             *state,
             json!({
@@ -548,14 +548,26 @@ async fn outcomes_show_the_view(store: impl Store) {
                 "memory_gib": 16,
                 "storage_gib": 512,
                 "note_count": index + 1,
-                "recent_notes": recent,
                 "checked_out": false,
             })
+        );
+        assert_eq!(
+            added["structuredContent"]["result"],
+            json!({ "note_id": index + 1, "note_count": index + 1 })
         );
     }
     let (version, whole) = edges.agent.get(&handle).await;
     assert_eq!(version, 6);
-    assert_eq!(whole["notes"], json!(notes));
+    let items: Vec<Value> = notes
+        .iter()
+        .enumerate()
+        .map(|(index, note)| json!({ "id": index + 1, "version": index + 2, "value": note }))
+        .collect();
+    assert_eq!(
+        whole["notes"],
+        json!({ "len": 5, "next_id": 6, "items": items }),
+        "one page, no cursor"
+    );
     assert_eq!(whole.get("note_count"), None);
 }
 

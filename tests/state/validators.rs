@@ -293,10 +293,15 @@ async fn a_read_says_what_changed_since_a_basis(store: impl Store) {
             .iter()
             .map(|change| change["path"].as_str().unwrap())
             .collect();
+        // The view's changes, then each item that changed: the note, with its id.
         assert_eq!(
             paths,
-            ["/memory_gib", "/note_count", "/recent_notes/0"],
+            ["/memory_gib", "/note_count", "/notes/items/1"],
             "{result}"
+        );
+        assert_eq!(
+            changes["delta"][2]["after"],
+            json!({ "id": 1, "version": 2, "value": "rush" })
         );
         let text = result["content"][0]["text"].as_str().unwrap();
         assert!(

@@ -282,6 +282,21 @@ fn state(
             "handle" => "the handle argument",
             "conflict" => "the conflict policy",
             "idempotency" => "the idempotency key",
+            // Stated where an older contract left them implicit: the tool followed the same
+            // rule, and had the same collections, before they were published.
+            "concurrency" | "collections" if o.is_none() => {
+                sink.push(
+                    Severity::Compatible,
+                    location,
+                    format!(
+                        "state {key:?} published: {}",
+                        n.map_or_else(String::new, Value::to_string)
+                    ),
+                );
+                continue;
+            }
+            "concurrency" => "the concurrency rule",
+            "collections" => "the collections",
             _ if key.starts_with("task") => {
                 sink.push(
                     Severity::Breaking,

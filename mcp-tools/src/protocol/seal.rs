@@ -31,6 +31,7 @@ const VALIDATOR_DOMAIN: &[u8] = b"mcp-tools/validator\0";
 const TRACE_DOMAIN: &[u8] = b"mcp-tools/trace-handle\0";
 const TASK_DOMAIN: &[u8] = b"mcp-tools/task-id\0";
 const VALIDATOR_BODY_LEN: usize = 8;
+const ITEMS_CURSOR_DOMAIN: &[u8] = b"mcp-tools/items-cursor\0";
 
 /// Why a cursor was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -212,6 +213,45 @@ impl Seal {
             tag,
         )
         .then(|| u64::from_be_bytes(body.try_into().expect("8 bytes")))
+    }
+
+    /// The cursor of the page of collection `field` of the resource `handle` of `kind` after
+    /// item `after`: only this server's replicas issue it, and only for this resource.
+    pub(crate) fn items_cursor(&self, kind: &str, handle: &str, field: &str, after: u64) -> String {
+        let mut bytes = Vec::with_capacity(8 + field.len() + TAG_LEN);
+        bytes.extend_from_slice(&after.to_be_bytes());
+        bytes.extend_from_slice(field.as_bytes());
+        let tag = self.tag(
+            ITEMS_CURSOR_DOMAIN,
+            &[kind.as_bytes(), handle.as_bytes(), &bytes],
+        );
+        bytes.extend_from_slice(&tag);
+        URL_SAFE_NO_PAD.encode(bytes)
+    }
+
+    /// The collection and the id a cursor of [`Seal::items_cursor`] points after, if this
+    /// server issued it for this resource.
+    pub(crate) fn open_items_cursor(
+        &self,
+        kind: &str,
+        handle: &str,
+        cursor: &str,
+    ) -> Option<(String, u64)> {
+        let bytes = URL_SAFE_NO_PAD.decode(cursor).ok()?;
+        if bytes.len() < 8 + TAG_LEN {
+            return None;
+        }
+        let (body, tag) = bytes.split_at(bytes.len() - TAG_LEN);
+        if !self.verifies(
+            ITEMS_CURSOR_DOMAIN,
+            &[kind.as_bytes(), handle.as_bytes(), body],
+            tag,
+        ) {
+            return None;
+        }
+        let (after, field) = body.split_at(8);
+        let after = u64::from_be_bytes(after.try_into().ok()?);
+        Some((String::from_utf8(field.to_vec()).ok()?, after))
     }
 
     /// Seals a tool's `state` for the retry of the request described by `binding`.

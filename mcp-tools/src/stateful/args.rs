@@ -118,6 +118,9 @@ pub struct Injected {
     pub operation_id: bool,
     /// Whether `basis_version` is an argument (every `reads` tool).
     pub basis_version: bool,
+    /// Whether `items_cursor` is an argument (every `reads` tool): published only for an
+    /// entity with collections.
+    pub items_cursor: bool,
 }
 
 /// The input schema of a stateful tool: the arguments struct's schema, with descriptions of the
@@ -166,6 +169,15 @@ pub fn input_schema<T: JsonSchema, R: IsEntity>(
             ),
         );
     }
+    if injected.items_cursor && !R::COLLECTIONS.is_empty() {
+        let fields = R::COLLECTIONS.join("`, `");
+        describe(
+            "items_cursor",
+            format!(
+                "Optional: the `next_cursor` of a collection (`{fields}`) in an earlier read of                  this {kind}, for its next page of items. Without it, each collection shows its                  first page."
+            ),
+        );
+    }
     if injected.operation_id && injected.handle.is_empty() {
         describe(
             "operation_id",
@@ -187,6 +199,12 @@ pub fn input_schema<T: JsonSchema, R: IsEntity>(
              including a re-planned change after `stale_view`."
                 .to_owned(),
         );
+    }
+    if injected.items_cursor
+        && R::COLLECTIONS.is_empty()
+        && let Some(Value::Object(properties)) = schema.pointer_mut("/properties")
+    {
+        properties.remove("items_cursor");
     }
     schema
 }

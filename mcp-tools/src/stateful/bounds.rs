@@ -50,3 +50,12 @@ impl<R: Entity> IsEntity for R {}
 
 /// Compile-time assertion, spanned at the type named by the tool kind.
 pub const fn assert_resource<R: IsEntity>() {}
+
+/// Compile-time assertion for `on_conflict = items`: the entity has collections to version.
+pub const fn assert_has_collections<R: IsEntity>() {
+    if R::COLLECTIONS.is_empty() {
+        panic!(
+            "`on_conflict = items` versions the items of the entity's `Collection` fields, and this entity has none: add a `Collection<T>` field, or use `reject`, `rebase` or `reconfirm`"
+        );
+    }
+}

@@ -42,6 +42,8 @@ pub enum PublishedPolicy {
     Rebase,
     /// `stale_view` asking for the change to be confirmed again.
     Reconfirm,
+    /// `stale_view` only when a collection item the change reaches moved.
+    Items,
 }
 
 impl PublishedPolicy {
@@ -50,6 +52,7 @@ impl PublishedPolicy {
             PublishedPolicy::Reject => "reject",
             PublishedPolicy::Rebase => "rebase",
             PublishedPolicy::Reconfirm => "reconfirm",
+            PublishedPolicy::Items => "items",
         }
     }
 }
@@ -231,6 +234,15 @@ impl StatefulContract {
             contract.insert("handle".into(), json!(self.handle));
         }
         if self.kind == ToolKind::Mutates {
+            // Which rule the tool follows: no precondition (it commutes with every other
+            // change), the version of the whole resource, or the versions of the items it
+            // reaches.
+            let concurrency = match (self.expected_version, self.policy) {
+                (false, _) => "commutes",
+                (true, PublishedPolicy::Items) => "per_item",
+                (true, _) => "versioned",
+            };
+            contract.insert("concurrency".into(), json!(concurrency));
             contract.insert("conflict".into(), json!(self.policy.as_str()));
             if self.policy == PublishedPolicy::Rebase {
                 contract.insert("touches".into(), json!(touches));
@@ -253,6 +265,9 @@ impl StatefulContract {
                 Value::Null
             },
         );
+        if !R::COLLECTIONS.is_empty() {
+            contract.insert("collections".into(), json!(R::COLLECTIONS));
+        }
         contract.insert("codes".into(), Value::Array(codes));
         contract.insert("codes_open".into(), json!((self.domain_codes)().is_none()));
         Value::Object(contract)

@@ -206,6 +206,7 @@ mod tests {
             state: json!({"notes": ["a", "b"], "memory_gib": 16}).into(),
             resumption: resumption(),
             changes: None,
+            pages: Vec::new(),
         }
     }
 

@@ -104,14 +104,40 @@ pub async fn create<R: IsEntity>(
     }
 }
 
-/// Reads the current version for a `reads` tool: the snapshot and the typed resource, or the
+/// Reads the current version for a `reads` tool: the snapshot and the typed resource, its
+/// collections holding their first page of items (or the page `items_cursor` names), or the
 /// result the call ends with (`NOT_FOUND`, `EXPIRED`, a store failure).
 pub async fn read<R: IsEntity>(
     cx: &Context,
     handle: String,
     basis: Option<ExpectedVersion>,
+    items_cursor: Option<String>,
 ) -> Result<(Snapshot, R), CallToolResult> {
     let store = store(cx)?;
+    let page_after = match items_cursor {
+        None => None,
+        Some(cursor) => {
+            let opened = cx
+                .seal()
+                .and_then(|seal| seal.open_items_cursor(R::KIND, &handle, &cursor))
+                .filter(|(field, _)| R::COLLECTIONS.contains(&field.as_str()));
+            match opened {
+                Some(page) => Some(page),
+                None => {
+                    return Err(ToolError::new(
+                        code::INVALID_ARGUMENTS,
+                        format!(
+                            "`items_cursor` is not a cursor this server issued for this {kind}: \
+                             pass the `next_cursor` of an earlier read of the same {kind}, or \
+                             read again without `items_cursor` for the first page.",
+                            kind = R::KIND
+                        ),
+                    )
+                    .into_result());
+                }
+            }
+        }
+    };
     let since = match basis {
         None => None,
         Some(ExpectedVersion::Number(version)) => Some(version),
@@ -135,6 +161,7 @@ pub async fn read<R: IsEntity>(
     let traced = (!span.is_disabled()).then(|| handle.clone());
     let mut request = ReadRequest::new(R::kind(), cx.principal().clone(), handle);
     request.since = since;
+    request.page_after = page_after;
     let read = store.read(request).await;
     if let Some(handle) = traced {
         let (version, label) = match &read {
@@ -145,17 +172,33 @@ pub async fn read<R: IsEntity>(
         record_fields(cx, &span, Some(&handle), since, version, label);
     }
     match read {
-        Ok(ReadOutcome::Current(mut snapshot)) => match R::deserialize(&*snapshot.state) {
-            Ok(resource) => {
-                seal_validator(cx, R::KIND, &mut snapshot.resumption);
-                Ok((snapshot, resource))
+        Ok(ReadOutcome::Current(mut snapshot)) => {
+            let unreadable = |error: &dyn std::fmt::Display| {
+                ToolError::new(
+                    code::INVALID_STATE,
+                    format!("stored {} is unreadable: {error}", R::KIND),
+                )
+                .into_result()
+            };
+            let mut resource = R::deserialize(&*snapshot.state).map_err(|e| unreadable(&e))?;
+            for page in std::mem::take(&mut snapshot.pages) {
+                let Some(collection) = resource.collection(page.field) else {
+                    continue;
+                };
+                collection
+                    .hand(&page.items, None)
+                    .map_err(|e| unreadable(&e))?;
+                let next = match (page.more, page.items.last(), cx.seal()) {
+                    (true, Some(last), Some(seal)) => {
+                        Some(seal.items_cursor(R::KIND, &snapshot.handle, page.field, last.id))
+                    }
+                    _ => None,
+                };
+                collection.set_next_cursor(next);
             }
-            Err(error) => Err(ToolError::new(
-                code::INVALID_STATE,
-                format!("stored {} is unreadable: {error}", R::KIND),
-            )
-            .into_result()),
-        },
+            seal_validator(cx, R::KIND, &mut snapshot.resumption);
+            Ok((snapshot, resource))
+        }
         Ok(rejected @ ReadOutcome::Rejected(_)) => Err(rejected.into_call_tool_result()),
         Err(error) => Err(error.into_tool_error().into_result()),
     }

@@ -9,6 +9,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::clock::{Clock, SystemClock};
+use super::collection::{InHand, ItemWrite};
 use super::entity::{Entity, EntityKind, Lifecycle};
 use super::error::{StoreError, StoreFuture};
 use super::fingerprint::Fingerprint;
@@ -32,6 +33,11 @@ pub enum ConflictPolicy {
     },
     /// Consequential change: any intervening change gives `stale_view` with recovery `reconfirm`.
     Reconfirm,
+    /// Versioned per item: `stale_view` only when a [`Collection`](super::Collection) item the
+    /// transition reached (read, changed or removed) changed after `expected_version`; a change
+    /// anywhere else in the resource meanwhile is no conflict, and the transition runs on the
+    /// current version (`applied` with `rebased_from`). The scalar fields are not compared.
+    Items,
 }
 
 impl ConflictPolicy {
@@ -56,9 +62,10 @@ impl ConflictPolicy {
 /// fails.
 pub struct Transition(Box<TransitionFn>);
 
-/// From the stored state, the next state and the tool's result. The stored state is only
-/// borrowed, so a transition that fails or panics leaves it as it was.
-type TransitionFn = dyn FnMut(&Value) -> Result<Changed, ToolError> + Send;
+/// From the stored state and the collection items in hand, the next state and the tool's
+/// result. The stored state is only borrowed, so a transition that fails or panics leaves it as
+/// it was.
+type TransitionFn = dyn FnMut(&Value, &InHand) -> Result<Changed, ToolError> + Send;
 
 /// What a transition made of the stored state.
 pub(crate) struct Changed {
@@ -69,6 +76,8 @@ pub(crate) struct Changed {
     /// What a typed transition read off the resource it had in hand, so the store need not
     /// decode the next state again for it.
     pub(crate) known: Option<Known>,
+    /// The collection items the transition made, changed or removed.
+    pub(crate) items: Vec<ItemWrite>,
 }
 
 /// The lifecycle and view of a next state, as its own type computes them.
@@ -83,13 +92,14 @@ pub(crate) struct Known {
 impl Transition {
     /// A transition over the JSON state (it changes a copy).
     pub fn new(mut f: impl FnMut(&mut Value) -> Result<Value, ToolError> + Send + 'static) -> Self {
-        Transition(Box::new(move |state: &Value| {
+        Transition(Box::new(move |state: &Value, _: &InHand| {
             let mut next = state.clone();
             let result = f(&mut next)?;
             Ok(Changed {
                 state: next,
                 result,
                 known: None,
+                items: Vec::new(),
             })
         }))
     }
@@ -105,14 +115,33 @@ impl Transition {
         E: IntoToolError,
     {
         // Decoded straight from the stored state: the decoded resource is the copy.
-        Transition(Box::new(move |state: &Value| {
-            let mut resource = R::deserialize(state).map_err(|error| {
+        Transition(Box::new(move |state: &Value, in_hand: &InHand| {
+            let unreadable = |error: &dyn fmt::Display| {
                 ToolError::new(
                     crate::protocol::framework::code::INVALID_STATE,
                     format!("stored {} is unreadable: {error}", R::KIND),
                 )
-            })?;
+            };
+            let mut resource = R::deserialize(state).map_err(|error| unreadable(&error))?;
+            for field in R::COLLECTIONS {
+                if let Some(collection) = resource.collection(field) {
+                    collection
+                        .hand(in_hand.items(field), Some((&in_hand.misses, field)))
+                        .map_err(|error| unreadable(&error))?;
+                }
+            }
             let result = f(&mut resource).map_err(IntoToolError::into_tool_error)?;
+            let mut items = Vec::new();
+            for field in R::COLLECTIONS {
+                if let Some(collection) = resource.collection(field) {
+                    items.extend(collection.take_writes(field).map_err(|error| {
+                        ToolError::new(
+                            crate::protocol::framework::code::INVALID_STATE,
+                            format!("cannot encode the {field} of the state: {error}"),
+                        )
+                    })?);
+                }
+            }
             let known = Known {
                 kind: R::KIND,
                 lifecycle: resource.lifecycle(),
@@ -122,13 +151,14 @@ impl Transition {
                 state: encode(&resource)?,
                 result: encode(&result)?,
                 known: Some(known),
+                items,
             })
         }))
     }
 
-    /// The next state and the result, from `state`.
-    pub(crate) fn run(&mut self, state: &Value) -> Result<Changed, ToolError> {
-        (self.0)(state)
+    /// The next state and the result, from `state` and the items in hand.
+    pub(crate) fn run(&mut self, state: &Value, in_hand: &InHand) -> Result<Changed, ToolError> {
+        (self.0)(state, in_hand)
     }
 }
 
@@ -247,6 +277,7 @@ impl<'a> CreateRequest<'a> {
 
 /// Reads the current state of a resource.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct ReadRequest {
     /// The resource kind.
     pub kind: EntityKind,
@@ -257,6 +288,9 @@ pub struct ReadRequest {
     /// The version the caller last saw, to learn what changed since (revalidation without a
     /// write): the snapshot then carries [`Changes`](super::Changes).
     pub since: Option<u64>,
+    /// `(collection, id)`: the page of that collection's items after that id, instead of its
+    /// first page (the other collections give their first page).
+    pub page_after: Option<(String, u64)>,
 }
 
 impl ReadRequest {
@@ -267,6 +301,7 @@ impl ReadRequest {
             principal,
             handle: handle.into(),
             since: None,
+            page_after: None,
         }
     }
 

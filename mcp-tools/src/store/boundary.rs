@@ -11,7 +11,8 @@ use futures_util::FutureExt;
 use serde_json::Value;
 
 use super::clock::{duration_millis, format_rfc3339};
-use super::delta::diff;
+use super::collection::{InHand, ItemWrite, ItemsPage, PAGE_SIZE, StoredItem};
+use super::delta::{FieldChange, diff};
 use super::entity::{EntityKind, Lifecycle};
 use super::fingerprint::Fingerprint;
 use super::handle::mint_handle;
@@ -110,6 +111,29 @@ pub(crate) trait Txn {
     ) -> Result<Option<Vec<Vec<Undo>>>, StoreError>;
     /// Stores `record` (version 1) under a newly minted handle.
     fn insert(&mut self, handle: &str, record: Record) -> Result<(), StoreError>;
+    /// The stored items among `wanted` (`value: None`: a removal still remembered); an id not
+    /// returned is not there.
+    fn items_get(
+        &mut self,
+        handle: &str,
+        wanted: &[(&'static str, u64)],
+    ) -> Result<Vec<(&'static str, StoredItem)>, StoreError>;
+    /// Up to `limit` items of `field` with ids after `after`, in id order.
+    fn items_page(
+        &mut self,
+        handle: &str,
+        field: &'static str,
+        after: u64,
+        limit: usize,
+    ) -> Result<Vec<StoredItem>, StoreError>;
+    /// Up to `limit` items written after `version` (removals too, as long as they are
+    /// remembered), by collection, in version order.
+    fn items_since(
+        &mut self,
+        handle: &str,
+        version: u64,
+        limit: usize,
+    ) -> Result<Vec<(String, StoredItem)>, StoreError>;
     /// Writes `record` as the new current version with the undo patch back to the previous one,
     /// and drops the patches of versions `<= drop_through` (now or later: the boundary never asks
     /// for them again). `recorded` says a ledger record about this change follows in the same
@@ -132,6 +156,32 @@ pub(crate) struct Change {
     /// column, and so its index, only then.
     #[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
     pub(crate) expiry_moved: bool,
+    /// The collection items written at the new version (`value: None`: removed); a removal is
+    /// remembered as long as the versions up to it are (see `drop_through`), for deltas.
+    pub(crate) items: Vec<ItemWrite>,
+    /// The resource's kind has collections, so remembered removals may need forgetting.
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+    pub(crate) collections: bool,
+}
+
+/// How often a transition may ask for collection items it was not handed before it is refused:
+/// each round fetches every item the last run asked for, so only a transition that finds each
+/// item through the one before needs more than one or two.
+const MAX_ITEM_ROUNDS: usize = 16;
+
+/// How many item changes a read since a version lists before it answers "re-read" instead.
+pub(crate) const MAX_ITEM_DELTA: usize = 100;
+
+/// An item change as a delta entry: its path (`/notes/items/7`) and the item now (`after`
+/// absent: removed). An item's earlier value is not kept, so `before` is never given.
+fn item_change(field: &str, item: &StoredItem) -> FieldChange {
+    FieldChange {
+        path: format!("/{field}/items/{}", item.id),
+        before: None,
+        after: item.value.as_ref().map(
+            |value| serde_json::json!({ "id": item.id, "version": item.version, "value": value }),
+        ),
+    }
 }
 
 pub(crate) fn resumption(handle: &str, record: &Record) -> Resumption {
@@ -230,12 +280,32 @@ pub(crate) fn read(
         Some(since) => {
             let before = state_at(txn, config, &request.handle, &record, since)?;
             // Between the views, as a `stale_view` delta: never what the view hides.
-            let delta = before.map(|before| {
+            let mut delta = before.map(|before| {
                 diff(
                     &request.kind.view_of(&before),
                     &request.kind.view_of(&record.state),
                 )
             });
+            if let Some(delta) = &mut delta
+                && !request.kind.collections.is_empty()
+            {
+                let items = txn.items_since(&request.handle, since, MAX_ITEM_DELTA + 1)?;
+                if items.len() > MAX_ITEM_DELTA {
+                    // Too many to list: the caller re-reads.
+                    delta.clear();
+                    return Ok(ReadOutcome::Current(snapshot(
+                        txn,
+                        request,
+                        record,
+                        Some(Changes {
+                            since_version: since,
+                            delta_available: false,
+                            delta: Vec::new(),
+                        }),
+                    )?));
+                }
+                delta.extend(items.iter().map(|(field, item)| item_change(field, item)));
+            }
             Some(Changes {
                 since_version: since,
                 delta_available: delta.is_some(),
@@ -243,13 +313,37 @@ pub(crate) fn read(
             })
         }
     };
-    Ok(ReadOutcome::Current(Snapshot {
+    Ok(ReadOutcome::Current(snapshot(
+        txn, request, record, changes,
+    )?))
+}
+
+/// A read's snapshot of `record`, with a page of each collection's items.
+fn snapshot(
+    txn: &mut impl Txn,
+    request: &ReadRequest,
+    record: Record,
+    changes: Option<Changes>,
+) -> Result<Snapshot, StoreError> {
+    let mut pages = Vec::with_capacity(request.kind.collections.len());
+    for field in request.kind.collections {
+        let after = match &request.page_after {
+            Some((paged, after)) if paged == field => *after,
+            _ => 0,
+        };
+        let mut items = txn.items_page(&request.handle, field, after, PAGE_SIZE + 1)?;
+        let more = items.len() > PAGE_SIZE;
+        items.truncate(PAGE_SIZE);
+        pages.push(ItemsPage { field, items, more });
+    }
+    Ok(Snapshot {
         handle: request.handle.clone(),
         version: record.version,
         resumption: resumption(&request.handle, &record),
         state: record.state,
         changes,
-    }))
+        pages,
+    })
 }
 
 /// The resource a replayed outcome names, as the caller may see it now.
@@ -282,6 +376,7 @@ fn current_view(
         resumption: resumption(handle, &record),
         state,
         changes: None,
+        pages: Vec::new(),
     }))
 }
 
@@ -876,7 +971,15 @@ fn decide(
             record.version,
         )));
     }
+    let per_item = matches!(request.policy, ConflictPolicy::Items);
     if let Some(expected) = request.expected_version
+        && expected != record.version
+        && !config.skips_version_checks()
+        && per_item
+    {
+        // Which items count is known once the transition ran.
+        rebased_from = Some(expected);
+    } else if let Some(expected) = request.expected_version
         && expected != record.version
         && !config.skips_version_checks()
     {
@@ -925,7 +1028,53 @@ fn decide(
     }
 
     // The transition only borrows the stored state: it stays intact when it fails or panics.
-    let changed = match panic::catch_unwind(AssertUnwindSafe(|| transition.run(&record.state))) {
+    // Collection items it asks for and was not handed are fetched, and it runs again with them.
+    let mut in_hand = InHand::default();
+    let mut rounds = 0;
+    let run = loop {
+        let run = panic::catch_unwind(AssertUnwindSafe(|| transition.run(&record.state, &in_hand)));
+        let wanted = in_hand.misses.take();
+        if wanted.is_empty() {
+            break run;
+        }
+        rounds += 1;
+        if rounds > MAX_ITEM_ROUNDS {
+            return Ok(Decision::Unrecorded(MutationOutcome::Rejected(
+                Rejected::too_many_item_rounds(kind.kind, MAX_ITEM_ROUNDS),
+            )));
+        }
+        let found = txn.items_get(handle, &wanted)?;
+        in_hand.add(&wanted, found);
+    };
+    if let (true, Some(expected)) = (per_item, rebased_from) {
+        let moved: Vec<FieldChange> = in_hand
+            .all()
+            .filter(|(_, item)| item.version > expected)
+            .map(|(field, item)| item_change(field, item))
+            .collect();
+        if !moved.is_empty() {
+            let Some(current_state) = entity_code(|| kind.view_shared(&record.state)) else {
+                return Ok(Decision::Unrecorded(MutationOutcome::Rejected(
+                    Rejected::panicked(kind.kind),
+                )));
+            };
+            let stale = StaleView {
+                code: code::STALE_VIEW.to_owned(),
+                handle: handle.to_owned(),
+                expected_version: expected,
+                current_version: record.version,
+                recovery: Recovery::RefreshAndReplan,
+                delta_available: true,
+                delta: moved,
+                resumption: resumption(handle, &record),
+                current_state,
+                confirmation: None,
+            };
+            let summary = RecordedOutcome::StaleView(RecordedStaleView::from(&stale));
+            return Ok(Decision::Record(MutationOutcome::StaleView(stale), summary));
+        }
+    }
+    let changed = match run {
         Ok(Ok(changed)) => changed,
         // Recorded, so its details are bounded as a state is; past the bound it is refused
         // unrecorded, as a state would be.
@@ -946,6 +1095,7 @@ fn decide(
         state,
         result,
         known,
+        items,
     } = changed;
     // Unrecorded, as a panic is: a server whose tool was fixed applies the retry.
     if deeper_than(&state, MAX_DEPTH) || deeper_than(&result, MAX_DEPTH) {
@@ -993,6 +1143,8 @@ fn decide(
         drop_through,
         recorded: request.operation.is_some(),
         expiry_moved,
+        items,
+        collections: !kind.collections.is_empty(),
     };
     txn.write(handle, record, change)?;
     let summary = RecordedOutcome::Applied(RecordedApplied::from(&applied));

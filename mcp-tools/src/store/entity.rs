@@ -102,12 +102,25 @@ pub trait Entity: Serialize + DeserializeOwned + JsonSchema + Clone + Send + 'st
         Some(field)
     }
 
+    /// The serialized names of the entity's [`Collection`](super::Collection) fields, whose
+    /// items are stored one by one rather than in the entity's document. `#[derive(Entity)]`
+    /// lists every field whose type is named `Collection`.
+    const COLLECTIONS: &'static [&'static str] = &[];
+
+    /// The collection field stored under `name` (one of [`Entity::COLLECTIONS`]). Not API:
+    /// `#[derive(Entity)]` implements it.
+    #[doc(hidden)]
+    fn collection(&mut self, _name: &str) -> Option<&mut dyn super::collection::Items> {
+        None
+    }
+
     /// The untyped descriptor the stores work with.
     fn kind() -> EntityKind {
         EntityKind {
             kind: Self::KIND,
             prefix: Self::PREFIX,
             ttl: Self::TTL,
+            collections: Self::COLLECTIONS,
             lifecycle: lifecycle_of::<Self>,
             view: if Self::VIEW.is_some() {
                 Some(view_of::<Self>)
@@ -170,6 +183,8 @@ pub struct EntityKind {
     pub lifecycle: fn(&Value) -> Lifecycle,
     /// Computes the view outcomes show from a JSON state; `None` shows the whole state.
     pub view: Option<fn(&Value) -> Value>,
+    /// The serialized names of the collection fields, whose items are stored one by one.
+    pub collections: &'static [&'static str],
 }
 
 impl EntityKind {
@@ -181,7 +196,14 @@ impl EntityKind {
             ttl: None,
             lifecycle: always_active,
             view: None,
+            collections: &[],
         }
+    }
+
+    /// Sets the collection fields, by serialized name.
+    pub const fn with_collections(mut self, collections: &'static [&'static str]) -> Self {
+        self.collections = collections;
+        self
     }
 
     /// Sets how the view is computed from a state.

@@ -54,6 +54,7 @@
 mod api;
 mod boundary;
 pub(crate) mod clock;
+pub(crate) mod collection;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod columns;
 mod delta;
@@ -80,6 +81,7 @@ pub use api::{
 #[doc(hidden)]
 pub use clock::format_rfc3339;
 pub use clock::{Clock, ManualClock, SystemClock};
+pub use collection::Collection;
 pub use delta::FieldChange;
 pub use depth::MAX_DEPTH;
 pub use entity::{Entity, EntityKind, Lifecycle, ViewType};

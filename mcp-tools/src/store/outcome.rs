@@ -194,6 +194,19 @@ impl Rejected {
         }
     }
 
+    /// The transition reached collection items one at a time more often than a store fetches
+    /// them for it (each round fetches what the last run asked for).
+    pub fn too_many_item_rounds(kind: &str, rounds: usize) -> Self {
+        Rejected {
+            code: code::INVALID_STATE.into(),
+            message: format!(
+                "The tool reached the items of a {kind} one after another more than {rounds} times, each found through the one before; nothing was changed. The same call will fail the same way: report it to the server's operator."
+            ),
+            recovery: Some(Recovery::Stop),
+            details: None,
+        }
+    }
+
     /// The tool made a state, a result or an error's details nested deeper than
     /// [`MAX_DEPTH`](super::MAX_DEPTH) levels, more than a store keeps.
     pub fn too_deep(kind: &str) -> Self {
@@ -561,6 +574,11 @@ pub struct Snapshot {
     /// What changed since the version the caller asked about, when it asked.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub changes: Option<Changes>,
+    /// A page of each collection's items, which a `reads` tool shows through its entity.
+    #[serde(skip)]
+    #[schemars(skip)]
+    #[doc(hidden)]
+    pub pages: Vec<super::collection::ItemsPage>,
 }
 
 impl Snapshot {

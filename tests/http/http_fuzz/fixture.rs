@@ -24,7 +24,7 @@ pub const BODY_LIMIT: usize = 16 * 1024;
 pub const PAGE_SIZE: usize = 4;
 
 /// Every tool, in listing order.
-pub const TOOLS: [&str; 12] = [
+pub const TOOLS: [&str; 14] = [
     "echo",
     "math/divide",
     "route",
@@ -37,6 +37,8 @@ pub const TOOLS: [&str; 12] = [
     "basket_replace_configuration",
     "basket_checkout",
     "basket_add_note",
+    "basket_edit_note",
+    "basket_remove_note",
 ];
 
 /// The `x-mcp-header` names of `route`, with the argument each mirrors.

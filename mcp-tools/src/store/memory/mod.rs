@@ -27,6 +27,7 @@ use crate::store::error::{StoreError, StoreFuture};
 // A panicking transition only ever changed a copy, so the data behind a poisoned lock is intact.
 use crate::sync::{lock, read, write};
 
+mod items;
 mod tasks;
 #[cfg(test)]
 mod tests;
@@ -171,6 +172,8 @@ struct Guarded {
     history: VecDeque<(u64, Vec<Undo>)>,
     /// Expiry of each ledger record counted against the resource, in recording order.
     ledger: VecDeque<i64>,
+    /// The items of the resource's collections.
+    items: items::ItemTable,
 }
 
 /// A store that keeps everything in process memory; state is lost when the process ends.
@@ -405,9 +408,11 @@ impl Inner {
         let now = self.config.clock.now_millis();
         // A plain read takes no lock; one that asks what changed reads the history, and holds
         // the cell's lock so the state and its history are of one moment.
-        let mut guarded = match request.since {
-            Some(_) => cell.map(|cell| lock(&cell.guarded)),
-            None => None,
+        // A read of a resource with collections holds it too, so its page of items is of the
+        // version it reads.
+        let mut guarded = match (request.since, request.kind.collections.is_empty()) {
+            (None, true) => None,
+            _ => cell.map(|cell| lock(&cell.guarded)),
         };
         let mut txn = MemoryTxn {
             inner: self,
@@ -520,10 +525,11 @@ impl Store for MemoryStore {
     fn read(&self, request: ReadRequest) -> StoreFuture<'_, ReadOutcome> {
         Box::pin(async move {
             let cell = self.inner.cell(&request.handle);
-            // Only a read of what changed holds `guarded`, so only it waits for a turn.
-            let _turn = match request.since {
-                Some(_) => turn(cell.as_deref()).await,
-                None => None,
+            // Only a read of what changed, or of collection items, holds `guarded`, so only it
+            // waits for a turn.
+            let _turn = match (request.since, request.kind.collections.is_empty()) {
+                (None, true) => None,
+                _ => turn(cell.as_deref()).await,
             };
             self.inner.read(cell.as_deref(), &request)
         })

@@ -3,6 +3,7 @@
 
 use super::*;
 use crate::store::boundary::{Change, LedgerEntry, LedgerState, Record, Txn};
+use crate::store::collection::StoredItem;
 use crate::store::error::StoreError;
 use crate::store::history::Undo;
 use arc_swap::ArcSwap;
@@ -156,13 +157,50 @@ impl Txn for MemoryTxn<'_> {
         Ok(())
     }
 
+    fn items_get(
+        &mut self,
+        _: &str,
+        wanted: &[(&'static str, u64)],
+    ) -> Result<Vec<(&'static str, StoredItem)>, StoreError> {
+        Ok(self.items()?.get(wanted))
+    }
+
+    fn items_page(
+        &mut self,
+        _: &str,
+        field: &'static str,
+        after: u64,
+        limit: usize,
+    ) -> Result<Vec<StoredItem>, StoreError> {
+        // A resource that does not exist has no items; one that does is held by a read of it.
+        Ok(match self.guarded.as_ref() {
+            Some(guarded) => guarded.items.page(field, after, limit),
+            None => Vec::new(),
+        })
+    }
+
+    fn items_since(
+        &mut self,
+        _: &str,
+        version: u64,
+        limit: usize,
+    ) -> Result<Vec<(String, StoredItem)>, StoreError> {
+        Ok(self.items()?.since(version, limit))
+    }
+
     fn write(&mut self, _: &str, record: Record, change: Change) -> Result<(), StoreError> {
         let Change {
-            undo, drop_through, ..
+            undo,
+            drop_through,
+            items,
+            ..
         } = change;
         let (Some((_, cell)), Some(guarded)) = (self.cell, self.guarded.as_mut()) else {
             return Err(StoreError::Backend("resource entry not held".into()));
         };
+        if !items.is_empty() {
+            guarded.items.write(items, record.version, drop_through);
+        }
         guarded.history.push_back((record.version, undo));
         while guarded
             .history
@@ -174,6 +212,15 @@ impl Txn for MemoryTxn<'_> {
         self.inner.resource_falls_due(&record);
         cell.current.store(Arc::new(record));
         Ok(())
+    }
+}
+
+impl MemoryTxn<'_> {
+    fn items(&self) -> Result<&items::ItemTable, StoreError> {
+        self.guarded
+            .as_ref()
+            .map(|guarded| &guarded.items)
+            .ok_or_else(|| StoreError::Backend("resource entry not held".into()))
     }
 }
 

@@ -20,7 +20,9 @@ mod txn;
 
 use schema::{Sql, backend, describe};
 use turns::Turns;
-use txn::{Need, PgTxn, history_from, know_opened, record_from, statements};
+use txn::{
+    Need, PgTxn, history_from, item_from, item_statements, know_opened, record_from, statements,
+};
 
 use crate::auth::Principal;
 use crate::store::api::{
@@ -28,6 +30,8 @@ use crate::store::api::{
 };
 use crate::store::boundary;
 use crate::store::clock::duration_millis;
+use crate::store::collection::StoredItem;
+use crate::store::columns::version_from_sql;
 use crate::store::error::{StoreError, StoreFuture};
 use crate::store::handle::has_prefix;
 use crate::store::outcome::{MutationOutcome, ReadOutcome};
@@ -600,8 +604,87 @@ impl Inner {
                 let live = record_from(&row, 1)?.map_or(0, |(_, live)| live);
                 pg.know_exact_count(&handle, live);
             }
+            Need::Items(handle, wanted) => {
+                let found = self.fetch_items(client, &handle, &wanted).await?;
+                pg.know_items(&handle, &wanted, found);
+            }
+            Need::Page(handle, field, after, limit) => {
+                let read = client
+                    .prepare_cached(&self.sql.items_page)
+                    .await
+                    .map_err(backend)?;
+                let params: [&(dyn ToSql + Sync); 4] =
+                    [&handle, &field, &to_sql(after), &to_sql(limit as u64)];
+                let rows = client.query(&read, &params).await.map_err(backend)?;
+                let items = rows
+                    .iter()
+                    .map(|row| item_from(row, 0, Some(2)))
+                    .collect::<Result<_, _>>()?;
+                pg.know_page((handle, field, after, limit), items);
+            }
+            Need::Since(handle, version, limit) => {
+                let read = client
+                    .prepare_cached(&self.sql.items_since)
+                    .await
+                    .map_err(backend)?;
+                let params: [&(dyn ToSql + Sync); 3] =
+                    [&handle, &to_sql(version), &to_sql(limit as u64)];
+                let rows = client.query(&read, &params).await.map_err(backend)?;
+                let mut items = rows
+                    .iter()
+                    .map(|row| {
+                        let field: String = row.try_get(0).map_err(corrupt)?;
+                        Ok((field, item_from(row, 1, Some(3))?))
+                    })
+                    .collect::<Result<Vec<_>, StoreError>>()?;
+                items.sort_by_key(|(field, item)| (item.version, field.clone(), item.id));
+                items.truncate(limit);
+                pg.know_since((handle, version, limit), items);
+            }
         }
         Ok(())
+    }
+
+    /// The items of `handle` among `wanted`, and the remembered removals among the rest.
+    async fn fetch_items(
+        &self,
+        client: &ClientWrapper,
+        handle: &str,
+        wanted: &[(&'static str, u64)],
+    ) -> Result<Vec<(&'static str, StoredItem)>, StoreError> {
+        let read = client
+            .prepare_cached(&self.sql.items_get)
+            .await
+            .map_err(backend)?;
+        let fields: Vec<&str> = wanted.iter().map(|(field, _)| *field).collect();
+        let ids: Vec<i64> = wanted.iter().map(|(_, id)| to_sql(*id)).collect();
+        let rows = client
+            .query(&read, &[&handle, &fields, &ids])
+            .await
+            .map_err(backend)?;
+        let mut found = Vec::new();
+        for row in &rows {
+            let (field, id): (&str, i64) = (
+                row.try_get(0).map_err(corrupt)?,
+                row.try_get(1).map_err(corrupt)?,
+            );
+            let Some(&(field, _)) = wanted.iter().find(|(wanted, _)| *wanted == field) else {
+                continue;
+            };
+            let version: Option<i64> = row.try_get(2).map_err(corrupt)?;
+            let removed: Option<i64> = row.try_get(4).map_err(corrupt)?;
+            let item = match (version, removed) {
+                (Some(_), _) => item_from(row, 1, Some(3))?,
+                (None, Some(at)) => StoredItem {
+                    id: version_from_sql(id)?,
+                    version: version_from_sql(at)?,
+                    value: None,
+                },
+                (None, None) => continue,
+            };
+            found.push((field, item));
+        }
+        Ok(found)
     }
 
     async fn read_row(
@@ -657,6 +740,7 @@ impl Inner {
         let client = session.client();
         let mut list = Vec::new();
         statements(pg.writes, &mut list)?;
+        item_statements(pg.item_writes, &mut list);
         let mut prepared = Vec::with_capacity(list.len());
         for (statement, _, _) in &list {
             let sql = self.sql.of(*statement);
@@ -744,6 +828,9 @@ impl Inner {
     }
 
     async fn read(&self, request: &ReadRequest) -> Result<ReadOutcome, StoreError> {
+        if !request.kind.collections.is_empty() {
+            return self.read_with_items(request).await;
+        }
         let session = self.session().await?;
         let row = self
             .read_row(session.client(), &request.handle, request.since)
@@ -756,6 +843,41 @@ impl Inner {
         let now = self.now(row.try_get(0).map_err(corrupt)?);
         session.release();
         boundary::read(&mut pg, &self.config, request, now)
+    }
+
+    /// A read of a resource with collections: its state, history and items from one snapshot
+    /// (a read-only repeatable-read transaction), the items fetched as the boundary asks.
+    async fn read_with_items(&self, request: &ReadRequest) -> Result<ReadOutcome, StoreError> {
+        let session = self.session().await?;
+        let client = session.client();
+        let read = client
+            .prepare_cached(&self.sql.read)
+            .await
+            .map_err(backend)?;
+        let since = request
+            .since
+            .map(|version| i64::try_from(version).unwrap_or(i64::MAX));
+        let params: [&(dyn ToSql + Sync); 2] = [&request.handle, &since];
+        let (_, row) = tokio::try_join!(
+            biased;
+            client.batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"),
+            client.query_one(&read, &params),
+        )
+        .map_err(backend)?;
+        let mut pg = PgTxn::new();
+        pg.know_resource(&request.handle, record_from(&row, 1)?);
+        if let Some(since) = request.since {
+            pg.know_history(history_from(&row, request.handle.clone(), since)?);
+        }
+        let now = self.now(row.try_get(0).map_err(corrupt)?);
+        let outcome = self
+            .settle(&session, &mut pg, now, |pg| {
+                boundary::read(pg, &self.config, request, now)
+            })
+            .await?;
+        client.batch_execute("COMMIT").await.map_err(backend)?;
+        session.release();
+        Ok(outcome)
     }
 
     async fn mutate(
@@ -867,6 +989,11 @@ async fn sweep_loop(store: Weak<Inner>, wake: Arc<tokio::sync::Notify>, interval
             tracing::warn!(%error, "the state store's sweep failed; it will run again");
         }
     }
+}
+
+/// An id, version or count as PostgreSQL's `int8`; none this store makes reaches past it.
+fn to_sql(value: u64) -> i64 {
+    i64::try_from(value).unwrap_or(i64::MAX)
 }
 
 fn corrupt(error: tokio_postgres::Error) -> StoreError {

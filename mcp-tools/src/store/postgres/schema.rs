@@ -11,7 +11,7 @@ use crate::store::error::StoreError;
 /// records `compatible_from`: the oldest schema version whose code may still use a database
 /// that has it. Code finding a newer schema it is compatible with uses it as it is; one finding
 /// a schema it is not compatible with, or tables no migration made, refuses to start.
-pub(crate) const LATEST: i32 = 2;
+pub(crate) const LATEST: i32 = 3;
 
 /// The migrations, in order: version, the oldest version whose code may use the result, what
 /// it does, its statements.
@@ -65,6 +65,29 @@ CREATE TABLE {tasks} (
 CREATE INDEX {tasks_expiry} ON {tasks} (expires_at);
 ",
     ),
+    (
+        3,
+        1,
+        "collection items, one row each, and their remembered removals",
+        "
+CREATE TABLE {items} (
+    handle  text NOT NULL,
+    field   text NOT NULL,
+    id      bigint NOT NULL,
+    version bigint NOT NULL,
+    value   text NOT NULL,
+    PRIMARY KEY (handle, field, id)
+);
+CREATE INDEX {items_version} ON {items} (handle, version);
+CREATE TABLE {item_removals} (
+    handle  text NOT NULL,
+    version bigint NOT NULL,
+    field   text NOT NULL,
+    id      bigint NOT NULL,
+    PRIMARY KEY (handle, version, field, id)
+);
+",
+    ),
 ];
 
 /// A PostgreSQL identifier, quoted: any name is safe in SQL this way.
@@ -104,6 +127,8 @@ pub(crate) struct Sql {
     pub(crate) changes: String,
     pub(crate) ledger: String,
     pub(crate) tasks: String,
+    pub(crate) items: String,
+    pub(crate) item_removals: String,
     /// What names a table of the store without the schema (for `to_regclass`).
     unqualified: Vec<String>,
     pub(crate) open_create: String,
@@ -118,6 +143,16 @@ pub(crate) struct Sql {
     pub(crate) delete_ledger: String,
     pub(crate) prune_ledger: String,
     pub(crate) prune_resources: String,
+    /// Collection items of handle $1 by (collection, id) from the arrays $2 and $3, with the
+    /// version of a remembered removal where there is no item.
+    pub(crate) items_get: String,
+    /// Up to $4 items of handle $1's collection $2 after id $3, in id order.
+    pub(crate) items_page: String,
+    /// Up to $3 items of handle $1 written after version $2, and up to $3 removals.
+    pub(crate) items_since: String,
+    pub(crate) upsert_items: String,
+    pub(crate) remove_items: String,
+    pub(crate) forget_removals: String,
     #[cfg_attr(not(feature = "test-hooks"), allow(dead_code))]
     pub(crate) resource_count: String,
     /// The task statements: by id, by id locking the row, insert unless present, write back,
@@ -159,6 +194,9 @@ impl Sql {
             Statement::InsertLedger => &self.insert_ledger,
             Statement::InsertLedgerCounted => &self.insert_ledger_counted,
             Statement::DeleteLedger => &self.delete_ledger,
+            Statement::UpsertItems => &self.upsert_items,
+            Statement::RemoveItems => &self.remove_items,
+            Statement::ForgetRemovals => &self.forget_removals,
         }
     }
 
@@ -186,6 +224,7 @@ impl Sql {
             )
         };
         let tasks = table("tasks");
+        let (items, item_removals) = (table("items"), table("item_removals"));
         let columns = |alias: &str| {
             RESOURCE_COLUMNS
                 .split(", ")
@@ -210,10 +249,17 @@ impl Sql {
         Sql {
             schema: quote(schema),
             migrations: table("migrations"),
-            unqualified: ["resources", "changes", "ledger", "tasks"]
-                .iter()
-                .map(|name| format!("{prefix}{name}"))
-                .collect(),
+            unqualified: [
+                "resources",
+                "changes",
+                "ledger",
+                "tasks",
+                "items",
+                "item_removals",
+            ]
+            .iter()
+            .map(|name| format!("{prefix}{name}"))
+            .collect(),
             // After the locks: the clock, and the ledger record of (principal, operation id)
             // with the resource it names (a replay shows it); one statement, so one snapshot.
             open_create: format!(
@@ -312,8 +358,51 @@ impl Sql {
                          SELECT handle FROM {resources} WHERE expires_at <= $1::int8 LIMIT $2::int8)
                      RETURNING handle),
                  history AS (
-                     DELETE FROM {changes} AS c USING gone WHERE c.handle = gone.handle)
+                     DELETE FROM {changes} AS c USING gone WHERE c.handle = gone.handle),
+                 owned AS (
+                     DELETE FROM {items} AS i USING gone WHERE i.handle = gone.handle),
+                 removed AS (
+                     DELETE FROM {item_removals} AS x USING gone WHERE x.handle = gone.handle)
                  SELECT count(*) FROM gone"
+            ),
+            items_get: format!(
+                "SELECT u.field, u.id, i.version, i.value,
+                        (SELECT max(x.version) FROM {item_removals} AS x
+                         WHERE x.handle = $1::text AND x.field = u.field AND x.id = u.id)
+                 FROM unnest($2::text[], $3::int8[]) AS u(field, id)
+                 LEFT JOIN {items} AS i
+                     ON i.handle = $1::text AND i.field = u.field AND i.id = u.id"
+            ),
+            items_page: format!(
+                "SELECT id, version, value FROM {items}
+                 WHERE handle = $1::text AND field = $2::text AND id > $3::int8
+                 ORDER BY id LIMIT $4::int8"
+            ),
+            items_since: format!(
+                "(SELECT field, id, version, value FROM {items}
+                  WHERE handle = $1::text AND version > $2::int8 ORDER BY version LIMIT $3::int8)
+                 UNION ALL
+                 (SELECT field, id, version, NULL FROM {item_removals}
+                  WHERE handle = $1::text AND version > $2::int8 ORDER BY version LIMIT $3::int8)"
+            ),
+            upsert_items: format!(
+                "INSERT INTO {items} (handle, field, id, version, value)
+                 SELECT $1::text, u.field, u.id, $2::int8, u.value
+                 FROM unnest($3::text[], $4::int8[], $5::text[]) AS u(field, id, value)
+                 ON CONFLICT (handle, field, id)
+                 DO UPDATE SET version = excluded.version, value = excluded.value"
+            ),
+            remove_items: format!(
+                "WITH gone AS (
+                     DELETE FROM {items} AS i
+                     USING unnest($3::text[], $4::int8[]) AS u(field, id)
+                     WHERE i.handle = $1::text AND i.field = u.field AND i.id = u.id)
+                 INSERT INTO {item_removals} (handle, version, field, id)
+                 SELECT $1::text, $2::int8, u.field, u.id
+                 FROM unnest($3::text[], $4::int8[]) AS u(field, id)"
+            ),
+            forget_removals: format!(
+                "DELETE FROM {item_removals} WHERE handle = $1::text AND version <= $2::int8"
             ),
             resource_count: format!("SELECT count(*) FROM {resources}"),
             // One row even for an unknown id, for the clock reading it carries.
@@ -331,6 +420,8 @@ impl Sql {
             changes,
             ledger,
             tasks,
+            items,
+            item_removals,
         }
     }
 
@@ -343,6 +434,9 @@ impl Sql {
             )
             .replace("{ledger_key}", &quote(&format!("{prefix}ledger_key")))
             .replace("{tasks_expiry}", &quote(&format!("{prefix}tasks_expiry")))
+            .replace("{items_version}", &quote(&format!("{prefix}items_version")))
+            .replace("{item_removals}", &self.item_removals)
+            .replace("{items}", &self.items)
             .replace("{tasks}", &self.tasks)
             .replace("{resources}", &self.resources)
             .replace("{changes}", &self.changes)

@@ -9,6 +9,7 @@ use tokio_postgres::Row;
 use tokio_postgres::types::ToSql;
 
 use crate::store::boundary::{Change, LedgerEntry, LedgerState, Record, Txn};
+use crate::store::collection::{ItemWrite, StoredItem};
 pub(crate) use crate::store::columns::version_to_sql;
 use crate::store::columns::{
     history_to_drop, json, ledger_state_from_sql, ledger_state_to_sql, to_json, version_from_sql,
@@ -30,6 +31,28 @@ pub(crate) enum Need {
     /// The live ledger records of a resource at its share's limit, counted after the expired
     /// ones are taken off.
     Count(String),
+    /// Collection items of a handle, by (collection, id).
+    Items(String, Vec<(&'static str, u64)>),
+    /// A page of a collection's items: handle, collection, after id, how many.
+    Page(String, &'static str, u64, usize),
+    /// The items written after a version: handle, version, how many.
+    Since(String, u64, usize),
+}
+
+/// An item: handle, collection, id.
+type ItemKey = (String, &'static str, u64);
+/// A page: handle, collection, after id, how many.
+pub(crate) type PageKey = (String, &'static str, u64, usize);
+/// The changes since a version: handle, version, how many.
+pub(crate) type SinceKey = (String, u64, usize);
+
+/// Collection items written by one change: the handle, its new version, the writes, and the
+/// version through which remembered removals may be forgotten (0: none).
+pub(crate) struct ItemWrites {
+    pub(crate) handle: String,
+    pub(crate) version: i64,
+    pub(crate) writes: Vec<ItemWrite>,
+    pub(crate) forget_through: i64,
 }
 
 /// A fetched undo history: the patches of `handle` after `since`, newest first.
@@ -76,6 +99,14 @@ pub(crate) struct PgTxn {
     /// Resources whose share was counted exactly (after expired records were taken off).
     exact: Vec<String>,
     pub(crate) writes: Vec<Write>,
+    /// The collection items the writes change, sent after them.
+    pub(crate) item_writes: Vec<ItemWrites>,
+    /// Items fetched, by (handle, collection, id): `None` when there is no such item.
+    items: Vec<(ItemKey, Option<StoredItem>)>,
+    /// Pages fetched, by what [`Need::Page`] asked.
+    pages: Vec<(PageKey, Vec<StoredItem>)>,
+    /// Changes since a version fetched, by what [`Need::Since`] asked.
+    since: Vec<(SinceKey, Vec<(String, StoredItem)>)>,
     pub(crate) need: Option<Need>,
 }
 
@@ -87,8 +118,36 @@ impl PgTxn {
             history: Vec::new(),
             exact: Vec::new(),
             writes: Vec::new(),
+            item_writes: Vec::new(),
+            items: Vec::new(),
+            pages: Vec::new(),
+            since: Vec::new(),
             need: None,
         }
+    }
+
+    /// What a fetch of [`Need::Items`] found: `found` among `wanted`.
+    pub(crate) fn know_items(
+        &mut self,
+        handle: &str,
+        wanted: &[(&'static str, u64)],
+        found: Vec<(&'static str, StoredItem)>,
+    ) {
+        for &(field, id) in wanted {
+            let item = found
+                .iter()
+                .find(|(known, item)| *known == field && item.id == id)
+                .map(|(_, item)| item.clone());
+            self.items.push(((handle.to_owned(), field, id), item));
+        }
+    }
+
+    pub(crate) fn know_page(&mut self, asked: PageKey, items: Vec<StoredItem>) {
+        self.pages.push((asked, items));
+    }
+
+    pub(crate) fn know_since(&mut self, asked: SinceKey, items: Vec<(String, StoredItem)>) {
+        self.since.push((asked, items));
     }
 
     pub(crate) fn know_resource(&mut self, handle: &str, record: Option<(Record, i64)>) {
@@ -124,6 +183,7 @@ impl PgTxn {
     /// forgotten.
     pub(crate) fn restart(&mut self) {
         self.writes.clear();
+        self.item_writes.clear();
         self.need = None;
     }
 
@@ -268,7 +328,67 @@ impl Txn for PgTxn {
         Ok(())
     }
 
-    fn write(&mut self, handle: &str, record: Record, change: Change) -> Result<(), StoreError> {
+    fn items_get(
+        &mut self,
+        handle: &str,
+        wanted: &[(&'static str, u64)],
+    ) -> Result<Vec<(&'static str, StoredItem)>, StoreError> {
+        let mut found = Vec::with_capacity(wanted.len());
+        for &(field, id) in wanted {
+            let known = self
+                .items
+                .iter()
+                .find(|((h, f, i), _)| h == handle && *f == field && *i == id);
+            match known {
+                Some((_, item)) => found.extend(item.clone().map(|item| (field, item))),
+                None => return self.missing(Need::Items(handle.to_owned(), wanted.to_vec())),
+            }
+        }
+        Ok(found)
+    }
+
+    fn items_page(
+        &mut self,
+        handle: &str,
+        field: &'static str,
+        after: u64,
+        limit: usize,
+    ) -> Result<Vec<StoredItem>, StoreError> {
+        let asked = (handle.to_owned(), field, after, limit);
+        match self.pages.iter().find(|(known, _)| *known == asked) {
+            Some((_, items)) => Ok(items.clone()),
+            None => self.missing(Need::Page(handle.to_owned(), field, after, limit)),
+        }
+    }
+
+    fn items_since(
+        &mut self,
+        handle: &str,
+        version: u64,
+        limit: usize,
+    ) -> Result<Vec<(String, StoredItem)>, StoreError> {
+        let asked = (handle.to_owned(), version, limit);
+        match self.since.iter().find(|(known, _)| *known == asked) {
+            Some((_, items)) => Ok(items.clone()),
+            None => self.missing(Need::Since(handle.to_owned(), version, limit)),
+        }
+    }
+
+    fn write(
+        &mut self,
+        handle: &str,
+        record: Record,
+        mut change: Change,
+    ) -> Result<(), StoreError> {
+        let writes = std::mem::take(&mut change.items);
+        if !writes.is_empty() || change.collections {
+            self.item_writes.push(ItemWrites {
+                handle: handle.to_owned(),
+                version: version_to_sql(record.version)?,
+                writes,
+                forget_through: version_to_sql(history_to_drop(change.drop_through))?,
+            });
+        }
         self.writes.push(Write::Update {
             handle: handle.to_owned(),
             record,
@@ -308,6 +428,24 @@ pub(crate) fn record_from(row: &Row, at: usize) -> Result<Option<(Record, i64)>,
 }
 
 /// A ledger record from the 6 ledger columns starting at `at`; `None` when they are null.
+/// An item from its id and version columns (`at`, `at + 1`) and its value column (`value`;
+/// a null value is a removal).
+pub(crate) fn item_from(
+    row: &Row,
+    at: usize,
+    value: Option<usize>,
+) -> Result<StoredItem, StoreError> {
+    let text: Option<&str> = match value {
+        Some(value) => column(row, value)?,
+        None => None,
+    };
+    Ok(StoredItem {
+        id: version_from_sql(column(row, at)?)?,
+        version: version_from_sql(column(row, at + 1)?)?,
+        value: text.map(|text| json(text, "collection item")).transpose()?,
+    })
+}
+
 pub(crate) fn entry_from(row: &Row, at: usize) -> Result<Option<LedgerEntry>, StoreError> {
     let Some(fingerprint) = column::<Option<&[u8]>>(row, at)? else {
         return Ok(None);
@@ -379,6 +517,77 @@ pub(crate) enum Statement {
     /// A ledger record and its count against the resource it names.
     InsertLedgerCounted,
     DeleteLedger,
+    /// Collection items made or changed at one version.
+    UpsertItems,
+    /// Collection items removed at one version, remembered.
+    RemoveItems,
+    /// Remembered removals the history no longer reaches.
+    ForgetRemovals,
+}
+
+/// The statements that write `item_writes`, after the resource writes they belong to.
+pub(crate) fn item_statements(
+    item_writes: Vec<ItemWrites>,
+    out: &mut Vec<(Statement, Vec<Param>, bool)>,
+) {
+    for ItemWrites {
+        handle,
+        version,
+        writes,
+        forget_through,
+    } in item_writes
+    {
+        let (mut kept, mut gone) = (
+            (Vec::new(), Vec::new(), Vec::new()),
+            (Vec::new(), Vec::new()),
+        );
+        for ItemWrite { field, id, value } in writes {
+            let id = i64::try_from(id).unwrap_or(i64::MAX);
+            match value {
+                Some(value) => {
+                    kept.0.push(field.to_owned());
+                    kept.1.push(id);
+                    kept.2.push(value.to_string());
+                }
+                None => {
+                    gone.0.push(field.to_owned());
+                    gone.1.push(id);
+                }
+            }
+        }
+        if !kept.0.is_empty() {
+            out.push((
+                Statement::UpsertItems,
+                vec![
+                    Box::new(handle.clone()),
+                    Box::new(version),
+                    Box::new(kept.0),
+                    Box::new(kept.1),
+                    Box::new(kept.2),
+                ],
+                false,
+            ));
+        }
+        if !gone.0.is_empty() {
+            out.push((
+                Statement::RemoveItems,
+                vec![
+                    Box::new(handle.clone()),
+                    Box::new(version),
+                    Box::new(gone.0),
+                    Box::new(gone.1),
+                ],
+                false,
+            ));
+        }
+        if forget_through > 0 {
+            out.push((
+                Statement::ForgetRemovals,
+                vec![Box::new(handle), Box::new(forget_through)],
+                false,
+            ));
+        }
+    }
 }
 
 /// The statements the writes run, with their parameters, in order; `true` where exactly one row
@@ -590,6 +799,8 @@ mod tests {
             drop_through,
             recorded: true,
             expiry_moved: true,
+            items: Vec::new(),
+            collections: false,
         }
     }
 

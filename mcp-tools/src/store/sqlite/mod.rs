@@ -262,7 +262,8 @@ impl Inner {
     fn read(&self, request: &ReadRequest) -> Result<ReadOutcome, StoreError> {
         let now = self.config.clock.now_millis();
         self.with_reader(|connection| {
-            if request.since.is_none() {
+            // A read of collection items reads them from the snapshot its state is from.
+            if request.since.is_none() && request.kind.collections.is_empty() {
                 let mut txn = SqlTxn::new(connection, &self.states);
                 let outcome = boundary::read(&mut txn, &self.config, request, now);
                 self.states.publish(txn.take_decoded());
@@ -318,9 +319,17 @@ impl PruneStep {
                 let mut changes = txn
                     .connection
                     .prepare_cached("DELETE FROM mcp_changes WHERE handle = ?1")?;
+                let mut items = txn
+                    .connection
+                    .prepare_cached("DELETE FROM mcp_items WHERE handle = ?1")?;
+                let mut removals = txn
+                    .connection
+                    .prepare_cached("DELETE FROM mcp_item_removals WHERE handle = ?1")?;
                 for handle in &handles {
                     resource.execute([handle])?;
                     changes.execute([handle])?;
+                    items.execute([handle])?;
+                    removals.execute([handle])?;
                 }
                 Ok(handles.len() as u64)
             }

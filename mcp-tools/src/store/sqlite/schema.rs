@@ -18,6 +18,11 @@ use std::time::{Duration, Instant};
 ///   order, so with one retention the oldest rows expire first and a sweep deletes a rowid range
 ///   without an expiry index; the unique index on (principal, operation id) serves lookups. A row
 ///   holds the outcome's summary, never a state.
+/// - `mcp_items` holds each item of the resources' collections (`Collection` fields) by
+///   (handle, collection, id), with the version that last wrote it; its index by (handle,
+///   version) finds what changed since a version. `mcp_item_removals` remembers each removal
+///   (handle, version, collection, id) as long as the history of that version is kept. Files of
+///   this layout made before collections existed get both tables when they are next opened.
 /// - `mcp_tasks` holds one row per task of the Tasks extension: its record as a JSON document
 ///   and its expiry, for the purge. Files of this layout made before tasks existed get the
 ///   table when they are next opened.
@@ -62,6 +67,22 @@ CREATE TABLE IF NOT EXISTS mcp_tasks (
     record     BLOB NOT NULL
 ) STRICT, WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS mcp_tasks_expiry ON mcp_tasks (expires_at);
+CREATE TABLE IF NOT EXISTS mcp_items (
+    handle  TEXT NOT NULL,
+    field   TEXT NOT NULL,
+    id      INTEGER NOT NULL,
+    version INTEGER NOT NULL,
+    value   TEXT NOT NULL,
+    PRIMARY KEY (handle, field, id)
+) STRICT, WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS mcp_items_version ON mcp_items (handle, version);
+CREATE TABLE IF NOT EXISTS mcp_item_removals (
+    handle  TEXT NOT NULL,
+    version INTEGER NOT NULL,
+    field   TEXT NOT NULL,
+    id      INTEGER NOT NULL,
+    PRIMARY KEY (handle, version, field, id)
+) STRICT, WITHOUT ROWID;
 ";
 
 /// The layout this version writes and reads.

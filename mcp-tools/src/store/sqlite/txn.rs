@@ -3,6 +3,7 @@
 use super::prune_ledger;
 use super::states::{self, Decoded, StateCache};
 use crate::store::boundary::{Change, LedgerEntry, LedgerState, Record, Txn};
+use crate::store::collection::{ItemWrite, StoredItem};
 use crate::store::columns::{
     history_to_drop, json, ledger_state_from_sql, ledger_state_to_sql, to_json, version_from_sql,
     version_to_sql,
@@ -262,6 +263,8 @@ impl Txn for SqlTxn<'_> {
             drop_through,
             recorded,
             expiry_moved,
+            items,
+            collections,
         } = change;
         let version = version_to_sql(record.version)?;
         // The boundary loaded version - 1 inside this write transaction; the condition makes
@@ -308,11 +311,187 @@ impl Txn for SqlTxn<'_> {
         self.connection
             .prepare_cached("INSERT INTO mcp_changes (handle, version, undo) VALUES (?1, ?2, ?3)")?
             .execute(params![handle, version, to_json(&undo, "history")?])?;
+        self.write_items(handle, version, items)?;
         let drop_through = history_to_drop(drop_through);
         if drop_through > 0 {
             self.connection
                 .prepare_cached("DELETE FROM mcp_changes WHERE handle = ?1 AND version <= ?2")?
                 .execute(params![handle, version_to_sql(drop_through)?])?;
+            if collections {
+                self.connection
+                    .prepare_cached(
+                        "DELETE FROM mcp_item_removals WHERE handle = ?1 AND version <= ?2",
+                    )?
+                    .execute(params![handle, version_to_sql(drop_through)?])?;
+            }
+        }
+        Ok(())
+    }
+
+    fn items_get(
+        &mut self,
+        handle: &str,
+        wanted: &[(&'static str, u64)],
+    ) -> Result<Vec<(&'static str, StoredItem)>, StoreError> {
+        let mut live = self.connection.prepare_cached(
+            "SELECT version, value FROM mcp_items WHERE handle = ?1 AND field = ?2 AND id = ?3",
+        )?;
+        let mut removal = self.connection.prepare_cached(
+            "SELECT version FROM mcp_item_removals WHERE handle = ?1 AND field = ?2 AND id = ?3",
+        )?;
+        let mut found = Vec::with_capacity(wanted.len());
+        for &(field, id) in wanted {
+            // No id past SQLite's integers was ever minted.
+            let Ok(sql_id) = i64::try_from(id) else {
+                continue;
+            };
+            let key = params![handle, field, sql_id];
+            let item = live
+                .query_row(key, |row| {
+                    Ok((row.get::<_, i64>(0)?, row.get::<_, String>(1)?))
+                })
+                .optional()?;
+            let item = match item {
+                Some((version, value)) => Some(StoredItem {
+                    id,
+                    version: version_from_sql(version)?,
+                    value: Some(json(&value, "collection item")?),
+                }),
+                None => removal
+                    .query_row(key, |row| row.get::<_, i64>(0))
+                    .optional()?
+                    .map(|version| {
+                        Ok::<_, StoreError>(StoredItem {
+                            id,
+                            version: version_from_sql(version)?,
+                            value: None,
+                        })
+                    })
+                    .transpose()?,
+            };
+            found.extend(item.map(|item| (field, item)));
+        }
+        Ok(found)
+    }
+
+    fn items_page(
+        &mut self,
+        handle: &str,
+        field: &'static str,
+        after: u64,
+        limit: usize,
+    ) -> Result<Vec<StoredItem>, StoreError> {
+        self.connection
+            .prepare_cached(
+                "SELECT id, version, value FROM mcp_items
+                 WHERE handle = ?1 AND field = ?2 AND id > ?3 ORDER BY id LIMIT ?4",
+            )?
+            .query_map(
+                params![handle, field, version_to_sql(after)?, limit as i64],
+                |row| {
+                    Ok((
+                        row.get::<_, i64>(0)?,
+                        row.get::<_, i64>(1)?,
+                        row.get::<_, String>(2)?,
+                    ))
+                },
+            )?
+            .map(|row| {
+                let (id, version, value) = row?;
+                Ok(StoredItem {
+                    id: version_from_sql(id)?,
+                    version: version_from_sql(version)?,
+                    value: Some(json(&value, "collection item")?),
+                })
+            })
+            .collect()
+    }
+
+    fn items_since(
+        &mut self,
+        handle: &str,
+        version: u64,
+        limit: usize,
+    ) -> Result<Vec<(String, StoredItem)>, StoreError> {
+        let since = version_to_sql(version)?;
+        let mut written = Vec::new();
+        let mut live = self.connection.prepare_cached(
+            "SELECT field, id, version, value FROM mcp_items
+             WHERE handle = ?1 AND version > ?2 ORDER BY version LIMIT ?3",
+        )?;
+        let mut rows = live.query(params![handle, since, limit as i64])?;
+        while let Some(row) = rows.next()? {
+            written.push((
+                row.get::<_, String>(0)?,
+                StoredItem {
+                    id: version_from_sql(row.get(1)?)?,
+                    version: version_from_sql(row.get(2)?)?,
+                    value: Some(json(text_at(row, 3)?, "collection item")?),
+                },
+            ));
+        }
+        let mut removed = self.connection.prepare_cached(
+            "SELECT field, id, version FROM mcp_item_removals
+             WHERE handle = ?1 AND version > ?2 ORDER BY version LIMIT ?3",
+        )?;
+        let mut rows = removed.query(params![handle, since, limit as i64])?;
+        while let Some(row) = rows.next()? {
+            written.push((
+                row.get::<_, String>(0)?,
+                StoredItem {
+                    id: version_from_sql(row.get(1)?)?,
+                    version: version_from_sql(row.get(2)?)?,
+                    value: None,
+                },
+            ));
+        }
+        written.sort_by_key(|(field, item)| (item.version, field.clone(), item.id));
+        written.truncate(limit);
+        Ok(written)
+    }
+}
+
+impl SqlTxn<'_> {
+    /// Writes the collection items a change made, changed or removed, at `version`.
+    fn write_items(
+        &mut self,
+        handle: &str,
+        version: i64,
+        items: Vec<ItemWrite>,
+    ) -> Result<(), StoreError> {
+        for ItemWrite { field, id, value } in items {
+            let id = version_to_sql(id)?;
+            match value {
+                Some(value) => {
+                    self.connection
+                        .prepare_cached(
+                            "INSERT INTO mcp_items (handle, field, id, version, value)
+                             VALUES (?1, ?2, ?3, ?4, ?5)
+                             ON CONFLICT (handle, field, id)
+                             DO UPDATE SET version = excluded.version, value = excluded.value",
+                        )?
+                        .execute(params![
+                            handle,
+                            field,
+                            id,
+                            version,
+                            to_json(&value, "collection item")?
+                        ])?;
+                }
+                None => {
+                    self.connection
+                        .prepare_cached(
+                            "DELETE FROM mcp_items WHERE handle = ?1 AND field = ?2 AND id = ?3",
+                        )?
+                        .execute(params![handle, field, id])?;
+                    self.connection
+                        .prepare_cached(
+                            "INSERT INTO mcp_item_removals (handle, version, field, id)
+                             VALUES (?1, ?2, ?3, ?4)",
+                        )?
+                        .execute(params![handle, version, field, id])?;
+                }
+            }
         }
         Ok(())
     }
