@@ -1009,20 +1009,14 @@ fn decide(
                     Rejected::panicked(kind.kind),
                 )));
             };
-            let stale = StaleView {
-                code: code::STALE_VIEW.to_owned(),
-                handle: handle.to_owned(),
-                expected_version: expected,
-                current_version: record.version,
+            return Ok(stale_view(
+                handle,
+                &record,
+                expected,
                 recovery,
-                delta_available: delta.is_some(),
-                delta: delta.unwrap_or_default(),
-                resumption: resumption(handle, &record),
+                delta,
                 current_state,
-                confirmation: None,
-            };
-            let summary = RecordedOutcome::StaleView(RecordedStaleView::from(&stale));
-            return Ok(Decision::Record(MutationOutcome::StaleView(stale), summary));
+            ));
         }
         rebased_from = Some(expected);
     }
@@ -1058,20 +1052,14 @@ fn decide(
                     Rejected::panicked(kind.kind),
                 )));
             };
-            let stale = StaleView {
-                code: code::STALE_VIEW.to_owned(),
-                handle: handle.to_owned(),
-                expected_version: expected,
-                current_version: record.version,
-                recovery: Recovery::RefreshAndReplan,
-                delta_available: true,
-                delta: moved,
-                resumption: resumption(handle, &record),
+            return Ok(stale_view(
+                handle,
+                &record,
+                expected,
+                Recovery::RefreshAndReplan,
+                Some(moved),
                 current_state,
-                confirmation: None,
-            };
-            let summary = RecordedOutcome::StaleView(RecordedStaleView::from(&stale));
-            return Ok(Decision::Record(MutationOutcome::StaleView(stale), summary));
+            ));
         }
     }
     let changed = match run {
@@ -1149,6 +1137,32 @@ fn decide(
     txn.write(handle, record, change)?;
     let summary = RecordedOutcome::Applied(RecordedApplied::from(&applied));
     Ok(Decision::Record(MutationOutcome::Applied(applied), summary))
+}
+
+/// A recorded `stale_view` of `record` for a caller that expected `expected`: `delta` is `None`
+/// when the history of that version is no longer kept.
+fn stale_view(
+    handle: &str,
+    record: &Record,
+    expected: u64,
+    recovery: Recovery,
+    delta: Option<Vec<FieldChange>>,
+    current_state: Arc<Value>,
+) -> Decision {
+    let stale = StaleView {
+        code: code::STALE_VIEW.to_owned(),
+        handle: handle.to_owned(),
+        expected_version: expected,
+        current_version: record.version,
+        recovery,
+        delta_available: delta.is_some(),
+        delta: delta.unwrap_or_default(),
+        resumption: resumption(handle, record),
+        current_state,
+        confirmation: None,
+    };
+    let summary = RecordedOutcome::StaleView(RecordedStaleView::from(&stale));
+    Decision::Record(MutationOutcome::StaleView(stale), summary)
 }
 
 /// The state at an older version, rebuilt from the current one with the kept undo patches, if

@@ -413,35 +413,27 @@ impl Txn for SqlTxn<'_> {
         version: u64,
         limit: usize,
     ) -> Result<Vec<(String, StoredItem)>, StoreError> {
-        let since = version_to_sql(version)?;
+        // Each side is a range of its own index, cut at `limit`, before the two are merged.
+        let mut statement = self.connection.prepare_cached(
+            "SELECT * FROM (SELECT field, id, version, value FROM mcp_items
+                            WHERE handle = ?1 AND version > ?2 ORDER BY version LIMIT ?3)
+             UNION ALL
+             SELECT * FROM (SELECT field, id, version, NULL FROM mcp_item_removals
+                            WHERE handle = ?1 AND version > ?2 ORDER BY version LIMIT ?3)",
+        )?;
+        let mut rows = statement.query(params![handle, version_to_sql(version)?, limit as i64])?;
         let mut written = Vec::new();
-        let mut live = self.connection.prepare_cached(
-            "SELECT field, id, version, value FROM mcp_items
-             WHERE handle = ?1 AND version > ?2 ORDER BY version LIMIT ?3",
-        )?;
-        let mut rows = live.query(params![handle, since, limit as i64])?;
         while let Some(row) = rows.next()? {
+            let value = match row.get::<_, Option<String>>(3)? {
+                Some(text) => Some(json(&text, "collection item")?),
+                None => None,
+            };
             written.push((
                 row.get::<_, String>(0)?,
                 StoredItem {
                     id: version_from_sql(row.get(1)?)?,
                     version: version_from_sql(row.get(2)?)?,
-                    value: Some(json(text_at(row, 3)?, "collection item")?),
-                },
-            ));
-        }
-        let mut removed = self.connection.prepare_cached(
-            "SELECT field, id, version FROM mcp_item_removals
-             WHERE handle = ?1 AND version > ?2 ORDER BY version LIMIT ?3",
-        )?;
-        let mut rows = removed.query(params![handle, since, limit as i64])?;
-        while let Some(row) = rows.next()? {
-            written.push((
-                row.get::<_, String>(0)?,
-                StoredItem {
-                    id: version_from_sql(row.get(1)?)?,
-                    version: version_from_sql(row.get(2)?)?,
-                    value: None,
+                    value,
                 },
             ));
         }
