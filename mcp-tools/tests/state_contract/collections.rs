@@ -482,3 +482,35 @@ pub(super) async fn a_plain_list_migrates_on_its_first_change<S: Store>(open: Op
         ]
     );
 }
+
+/// SQLite keeps each item as a row and each removal while its version's history is kept; an
+/// aggregate reclaimed after its expiry takes its items and removals with it, and no other's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_items_live_and_go_with_their_aggregate() {
+    let fixture = Fixture::new("sqlite").unwrap();
+    let clock = ManualClock::at_millis(T0);
+    let store = fixture.sqlite(StoreConfig {
+        ledger_retention: Duration::from_secs(60),
+        history_limit: 4,
+        ..config(&clock)
+    });
+    let connection = rusqlite::Connection::open(fixture.dir.path().join("state.db")).unwrap();
+    let count = |sql: &str| -> i64 { connection.query_row(sql, [], |row| row.get(0)).unwrap() };
+    let gone = create_plan(&store).await;
+    for n in 1..=3u64 {
+        apply(&store, change(&gone, None, None, json!(n)), append(format!("{n}"))).await;
+    }
+    apply(&store, change(&gone, Some(4), None, json!("r")), remove(1)).await;
+    assert_eq!(count("SELECT count(*) FROM mcp_items"), 2);
+    assert_eq!(count("SELECT count(*) FROM mcp_item_removals"), 1);
+    // The plan expires an hour after its last change; a second plan is made half an hour in.
+    clock.advance(Duration::from_secs(30 * 60));
+    let kept = create_plan(&store).await;
+    apply(&store, change(&kept, None, None, json!(1)), append("kept".into())).await;
+    clock.advance(Duration::from_secs(32 * 60));
+    assert_eq!(prune(&store).await.resources, 1);
+    assert_eq!(count("SELECT count(*) FROM mcp_items"), 1, "the other plan's item stays");
+    assert_eq!(count("SELECT count(*) FROM mcp_item_removals"), 0);
+    let (_, items, _) = read_plan(&store, &kept, None, None).await;
+    assert_eq!(items, vec![(1, 2, "kept".to_owned())]);
+}
