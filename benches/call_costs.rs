@@ -18,8 +18,11 @@
 //! - `basket_get` on the memory and the SQLite store.
 //! - `basket_upgrade_memory` on both: a versioned mutation with a fresh operation id and the
 //!   version the previous call made, each answer checked `applied`.
+//! - `basket_add_note` on both: an append to the basket's notes, a `Collection` (each note a
+//!   row of its own), without a version, with a fresh operation id, checked `applied` with the
+//!   next note id.
 //!
-//! For SQLite it also prints the log frames (pages) one upgrade appends, read from the size of
+//! For SQLite it also prints the log frames (pages) one upgrade and one note append, read from the size of
 //! the write-ahead log (the store's checkpoint thread stays idle below its threshold, so the log
 //! only grows during the measurement).
 //!
@@ -209,6 +212,22 @@ fn upgrade(handle: &str, n: u64) -> http::Request<Body> {
     )
 }
 
+fn note(handle: &str, n: u64) -> http::Request<Body> {
+    request(
+        n,
+        "basket_add_note",
+        json!({
+            "basket_id": handle,
+            "text": format!("note {n}"),
+            "operation_id": format!("costs-note-{handle}-{n:020}"),
+        }),
+    )
+}
+
+fn noted(n: u64, content: &Value) -> bool {
+    content["outcome"] == "applied" && content["result"]["note_id"] == n + 1
+}
+
 fn applied(n: u64, content: &Value) -> bool {
     content["outcome"] == "applied" && content["version"] == n + 2
 }
@@ -245,6 +264,9 @@ async fn run(calls: u64) -> Result<(), String> {
     let handle = created(&memory).await?;
     let upgrades = measure(&memory, calls, |n| upgrade(&handle, n), applied).await?;
     rows.push(("basket_upgrade_memory", "memory", upgrades));
+    let handle = created(&memory).await?;
+    let notes = measure(&memory, calls, |n| note(&handle, n), noted).await?;
+    rows.push(("basket_add_note", "memory", notes));
 
     let folder = tempfile::tempdir().map_err(|error| error.to_string())?;
     let path = folder.path().join("costs.db");
@@ -274,8 +296,20 @@ async fn run(calls: u64) -> Result<(), String> {
     }
     let frames = (frames_in_log(&log, page) - before) as f64 / framed_calls as f64;
     let handle = created(&sqlite).await?;
+    let before = frames_in_log(&log, page);
+    for n in 0..framed_calls {
+        let content = send(&sqlite, note(&handle, n)).await?;
+        if !noted(n, &content) {
+            return Err(format!("note {n}: {content}"));
+        }
+    }
+    let note_frames = (frames_in_log(&log, page) - before) as f64 / framed_calls as f64;
+    let handle = created(&sqlite).await?;
     let upgrades = measure(&sqlite, calls, |n| upgrade(&handle, n), applied).await?;
     rows.push(("basket_upgrade_memory", "SQLite", upgrades));
+    let handle = created(&sqlite).await?;
+    let notes = measure(&sqlite, calls, |n| note(&handle, n), noted).await?;
+    rows.push(("basket_add_note", "SQLite", notes));
 
     println!("| call | store | allocations per call | x add | bytes allocated per call |");
     println!("|---|---|---:|---:|---:|");
@@ -290,6 +324,7 @@ async fn run(calls: u64) -> Result<(), String> {
     }
     println!();
     println!("SQLite: {frames:.2} log frames (4 KiB pages) appended per `basket_upgrade_memory`");
+    println!("SQLite: {note_frames:.2} log frames appended per `basket_add_note`");
     Ok(())
 }
 

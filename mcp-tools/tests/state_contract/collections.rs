@@ -498,7 +498,12 @@ async fn sqlite_items_live_and_go_with_their_aggregate() {
     let count = |sql: &str| -> i64 { connection.query_row(sql, [], |row| row.get(0)).unwrap() };
     let gone = create_plan(&store).await;
     for n in 1..=3u64 {
-        apply(&store, change(&gone, None, None, json!(n)), append(format!("{n}"))).await;
+        apply(
+            &store,
+            change(&gone, None, None, json!(n)),
+            append(format!("{n}")),
+        )
+        .await;
     }
     apply(&store, change(&gone, Some(4), None, json!("r")), remove(1)).await;
     assert_eq!(count("SELECT count(*) FROM mcp_items"), 2);
@@ -506,10 +511,19 @@ async fn sqlite_items_live_and_go_with_their_aggregate() {
     // The plan expires an hour after its last change; a second plan is made half an hour in.
     clock.advance(Duration::from_secs(30 * 60));
     let kept = create_plan(&store).await;
-    apply(&store, change(&kept, None, None, json!(1)), append("kept".into())).await;
+    apply(
+        &store,
+        change(&kept, None, None, json!(1)),
+        append("kept".into()),
+    )
+    .await;
     clock.advance(Duration::from_secs(32 * 60));
     assert_eq!(prune(&store).await.resources, 1);
-    assert_eq!(count("SELECT count(*) FROM mcp_items"), 1, "the other plan's item stays");
+    assert_eq!(
+        count("SELECT count(*) FROM mcp_items"),
+        1,
+        "the other plan's item stays"
+    );
     assert_eq!(count("SELECT count(*) FROM mcp_item_removals"), 0);
     let (_, items, _) = read_plan(&store, &kept, None, None).await;
     assert_eq!(items, vec![(1, 2, "kept".to_owned())]);

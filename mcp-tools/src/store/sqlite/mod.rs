@@ -34,12 +34,15 @@ use crate::store::sweeper::Sweeper;
 // An open transaction rolls back when a panic unwinds through it; the connection stays usable.
 use crate::sync::lock;
 
-/// Up to `?2` resources that expired at or before `?1`.
-const RECLAIMABLE_SQL: &str = "SELECT handle FROM mcp_resources WHERE expires_at <= ?1 LIMIT ?2";
+/// Up to [`SWEEP_BATCH`] resources that expired at or before `?1`. The limit is written into
+/// the SQL: a bound LIMIT expires the statement on every binding (the planner may use its
+/// value), so each sweep step would parse and plan it again.
+const RECLAIMABLE_SQL: &str = "SELECT handle FROM mcp_resources WHERE expires_at <= ?1 LIMIT 4096";
 
 /// Ledger rows or resources one sweep transaction deletes at most, so in-process writers wait
 /// for a short transaction only.
 const SWEEP_BATCH: i64 = 4096;
+const _: () = assert!(SWEEP_BATCH == 4096, "RECLAIMABLE_SQL writes the batch out");
 
 /// Writes between two wake-ups of the sweep thread.
 const SWEEP_EVERY: u64 = 1024;
@@ -269,12 +272,18 @@ impl Inner {
                 self.states.publish(txn.take_decoded());
                 return outcome;
             }
-            // The state and its history from one snapshot of the file.
-            let snapshot = connection.unchecked_transaction()?;
-            let mut txn = SqlTxn::new(&snapshot, &self.states);
+            // The state, its history and its items from one snapshot of the file. `BEGIN` and
+            // `COMMIT` are cached statements: a read parses no SQL.
+            connection.prepare_cached("BEGIN")?.execute([])?;
+            let mut txn = SqlTxn::new(connection, &self.states);
             let outcome = boundary::read(&mut txn, &self.config, request, now);
             let decoded = txn.take_decoded();
-            snapshot.finish()?;
+            let ended = connection.prepare_cached("COMMIT")?.execute([]);
+            if ended.is_err() {
+                // A read-only transaction has nothing to lose; the connection goes back clean.
+                let _ = connection.execute_batch("ROLLBACK");
+            }
+            ended?;
             self.states.publish(decoded);
             outcome
         })
@@ -311,7 +320,7 @@ impl PruneStep {
                 let handles = txn
                     .connection
                     .prepare_cached(RECLAIMABLE_SQL)?
-                    .query_map([cutoff, SWEEP_BATCH], |row| row.get::<_, String>(0))?
+                    .query_map([cutoff], |row| row.get::<_, String>(0))?
                     .collect::<Result<Vec<_>, _>>()?;
                 let mut resource = txn
                     .connection

@@ -320,7 +320,8 @@ impl Txn for SqlTxn<'_> {
             if collections {
                 self.connection
                     .prepare_cached(
-                        "DELETE FROM mcp_item_removals WHERE handle = ?1 AND version <= ?2",
+                        "DELETE FROM mcp_item_removals
+                         WHERE handle = CAST(?1 AS TEXT) AND version <= CAST(?2 AS INTEGER)",
                     )?
                     .execute(params![handle, version_to_sql(drop_through)?])?;
             }
@@ -334,10 +335,14 @@ impl Txn for SqlTxn<'_> {
         wanted: &[(&'static str, u64)],
     ) -> Result<Vec<(&'static str, StoredItem)>, StoreError> {
         let mut live = self.connection.prepare_cached(
-            "SELECT version, value FROM mcp_items WHERE handle = ?1 AND field = ?2 AND id = ?3",
+            "SELECT version, value FROM mcp_items
+             WHERE handle = CAST(?1 AS TEXT) AND field = CAST(?2 AS TEXT)
+               AND id = CAST(?3 AS INTEGER)",
         )?;
         let mut removal = self.connection.prepare_cached(
-            "SELECT version FROM mcp_item_removals WHERE handle = ?1 AND field = ?2 AND id = ?3",
+            "SELECT version FROM mcp_item_removals
+             WHERE handle = CAST(?1 AS TEXT) AND field = CAST(?2 AS TEXT)
+               AND id = CAST(?3 AS INTEGER)",
         )?;
         let mut found = Vec::with_capacity(wanted.len());
         for &(field, id) in wanted {
@@ -381,21 +386,23 @@ impl Txn for SqlTxn<'_> {
         after: u64,
         limit: usize,
     ) -> Result<Vec<StoredItem>, StoreError> {
+        // The limit is written into the SQL, not bound: a bound LIMIT lets SQLite's planner use
+        // its value, which expires the statement on every new binding and re-plans it on every
+        // call. The limits the boundary asks for are constants, so each is one cached statement.
         self.connection
-            .prepare_cached(
+            .prepare_cached(&format!(
                 "SELECT id, version, value FROM mcp_items
-                 WHERE handle = ?1 AND field = ?2 AND id > ?3 ORDER BY id LIMIT ?4",
-            )?
-            .query_map(
-                params![handle, field, version_to_sql(after)?, limit as i64],
-                |row| {
-                    Ok((
-                        row.get::<_, i64>(0)?,
-                        row.get::<_, i64>(1)?,
-                        row.get::<_, String>(2)?,
-                    ))
-                },
-            )?
+                 WHERE handle = CAST(?1 AS TEXT) AND field = CAST(?2 AS TEXT)
+                   AND id > CAST(?3 AS INTEGER)
+                 ORDER BY id LIMIT {limit}"
+            ))?
+            .query_map(params![handle, field, version_to_sql(after)?], |row| {
+                Ok((
+                    row.get::<_, i64>(0)?,
+                    row.get::<_, i64>(1)?,
+                    row.get::<_, String>(2)?,
+                ))
+            })?
             .map(|row| {
                 let (id, version, value) = row?;
                 Ok(StoredItem {
@@ -414,14 +421,17 @@ impl Txn for SqlTxn<'_> {
         limit: usize,
     ) -> Result<Vec<(String, StoredItem)>, StoreError> {
         // Each side is a range of its own index, cut at `limit`, before the two are merged.
-        let mut statement = self.connection.prepare_cached(
+        // A literal limit, as in `items_page`.
+        let mut statement = self.connection.prepare_cached(&format!(
             "SELECT * FROM (SELECT field, id, version, value FROM mcp_items
-                            WHERE handle = ?1 AND version > ?2 ORDER BY version LIMIT ?3)
+                            WHERE handle = CAST(?1 AS TEXT) AND version > CAST(?2 AS INTEGER)
+                            ORDER BY version LIMIT {limit})
              UNION ALL
              SELECT * FROM (SELECT field, id, version, NULL FROM mcp_item_removals
-                            WHERE handle = ?1 AND version > ?2 ORDER BY version LIMIT ?3)",
-        )?;
-        let mut rows = statement.query(params![handle, version_to_sql(version)?, limit as i64])?;
+                            WHERE handle = CAST(?1 AS TEXT) AND version > CAST(?2 AS INTEGER)
+                            ORDER BY version LIMIT {limit})"
+        ))?;
+        let mut rows = statement.query(params![handle, version_to_sql(version)?])?;
         let mut written = Vec::new();
         while let Some(row) = rows.next()? {
             let value = match row.get::<_, Option<String>>(3)? {
@@ -443,6 +453,8 @@ impl Txn for SqlTxn<'_> {
     }
 }
 
+/// The item statements wrap their parameters in `CAST` for the reason [`PREFETCH_SQL`] does:
+/// a bare parameter compared with an indexed column is re-planned on every new binding.
 impl SqlTxn<'_> {
     /// Writes the collection items a change made, changed or removed, at `version`.
     fn write_items(
@@ -473,7 +485,9 @@ impl SqlTxn<'_> {
                 None => {
                     self.connection
                         .prepare_cached(
-                            "DELETE FROM mcp_items WHERE handle = ?1 AND field = ?2 AND id = ?3",
+                            "DELETE FROM mcp_items
+                             WHERE handle = CAST(?1 AS TEXT) AND field = CAST(?2 AS TEXT)
+                               AND id = CAST(?3 AS INTEGER)",
                         )?
                         .execute(params![handle, field, id])?;
                     self.connection
