@@ -952,6 +952,13 @@ fn bump_right() -> Transition {
     })
 }
 
+/// A resource whose items are stored one by one.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema, mcp_tools::store::Entity)]
+#[entity(kind = "tray", prefix = "try")]
+struct Tray {
+    slots: mcp_tools::store::Collection<u64>,
+}
+
 fn refuse() -> Transition {
     Transition::typed(|_: &mut Pair| Err::<u64, _>("refused"))
 }
@@ -1038,6 +1045,30 @@ async fn round_trips_per_call_are_those_documented() {
                     if replayed.current.as_ref().is_some_and(|now| now.handle == handle)),
                 "{replay:?}"
             );
+
+            // Collections: a read with its first page, an append, a change of an item the
+            // transition reaches (fetched first).
+            let tray = CreateRequest::typed(alice(), &Tray { slots: Default::default() }).unwrap();
+            let tray = store.create(tray).await.unwrap().applied().unwrap().handle.clone();
+            let read = ReadRequest::new(Tray::kind(), alice(), &tray);
+            count!("read of an entity with collections", store.read(read));
+            let push = Transition::typed(|tray: &mut Tray| Ok::<_, String>(tray.slots.push(7)));
+            let append = MutationRequest::new(Tray::kind(), alice(), &tray)
+                .operation(op("push"), fingerprint("push"));
+            let outcome = count!("append to a collection, `applied`", store.mutate(append, push));
+            let MutationOutcome::Applied(pushed) = outcome else {
+                panic!("{outcome:?}");
+            };
+            let slot = pushed.result.as_u64().unwrap();
+            let bump = Transition::typed(move |tray: &mut Tray| {
+                let value = tray.slots.get_mut(slot).ok_or("no such slot")?;
+                *value += 1;
+                Ok::<_, &str>(*value)
+            });
+            let change = MutationRequest::new(Tray::kind(), alice(), &tray)
+                .operation(op("bump"), fingerprint("bump"));
+            let outcome = count!("change of an item, fetched first", store.mutate(change, bump));
+            assert!(matches!(outcome, MutationOutcome::Applied(_)), "{outcome:?}");
 
             let stale = recorded("stale").expect_version(4);
             let outcome = count!(

@@ -318,6 +318,16 @@ pub(crate) fn read(
     )?))
 }
 
+/// The page of `field` a read asks for: the id it starts after, and how many items to fetch
+/// (one more than a page, to tell whether more follow).
+pub(crate) fn page_of(request: &ReadRequest, field: &str) -> (u64, usize) {
+    let after = match &request.page_after {
+        Some((paged, after)) if paged == field => *after,
+        _ => 0,
+    };
+    (after, PAGE_SIZE + 1)
+}
+
 /// A read's snapshot of `record`, with a page of each collection's items.
 fn snapshot(
     txn: &mut impl Txn,
@@ -327,11 +337,8 @@ fn snapshot(
 ) -> Result<Snapshot, StoreError> {
     let mut pages = Vec::with_capacity(request.kind.collections.len());
     for field in request.kind.collections {
-        let after = match &request.page_after {
-            Some((paged, after)) if paged == field => *after,
-            _ => 0,
-        };
-        let mut items = txn.items_page(&request.handle, field, after, PAGE_SIZE + 1)?;
+        let (after, limit) = page_of(request, field);
+        let mut items = txn.items_page(&request.handle, field, after, limit)?;
         let more = items.len() > PAGE_SIZE;
         items.truncate(PAGE_SIZE);
         pages.push(ItemsPage { field, items, more });

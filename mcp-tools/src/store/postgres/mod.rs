@@ -157,6 +157,16 @@ impl Default for PostgresOptions {
 /// | create, state known up front | 2 | 5 |
 /// | create whose function makes the state | 4 (claim, then store) | 11 |
 /// | mutation or create without an operation id | 3 | 5 |
+/// | read of an entity with collections | 1 | 4 |
+/// | append to a collection, `applied` | 2 | 6 |
+/// | change of an item, fetched first | 3 | 7 |
+///
+/// A read of an entity with collections runs in a read-only repeatable-read transaction, its
+/// first page of each collection asked for in the same flight (`BEGIN`, the read, one query a
+/// collection, `COMMIT`). A change writes the items it made or changed in one statement, and
+/// those it removed in another; an item the transition reaches that the unit has not read yet
+/// costs one more round trip (all the items a run asks for in one query), then the boundary
+/// runs again.
 ///
 /// `round_trips_per_call_are_those_documented` (`mcp-tools/tests/postgres_store.rs`) holds this
 /// table: it runs each call through a proxy that reads the PostgreSQL protocol on its way to the
@@ -846,22 +856,57 @@ impl Inner {
     }
 
     /// A read of a resource with collections: its state, history and items from one snapshot
-    /// (a read-only repeatable-read transaction), the items fetched as the boundary asks.
+    /// (a read-only repeatable-read transaction). The first page of each collection is asked
+    /// for with the state, and without a `since` the `COMMIT` too: one round trip. What changed
+    /// since a version is fetched as the boundary asks, before the `COMMIT`.
     async fn read_with_items(&self, request: &ReadRequest) -> Result<ReadOutcome, StoreError> {
         let session = self.session().await?;
         let client = session.client();
-        let read = client
-            .prepare_cached(&self.sql.read)
-            .await
-            .map_err(backend)?;
+        let (read, page) = tokio::try_join!(
+            client.prepare_cached(&self.sql.read),
+            client.prepare_cached(&self.sql.items_page),
+        )
+        .map_err(backend)?;
         let since = request
             .since
             .map(|version| i64::try_from(version).unwrap_or(i64::MAX));
         let params: [&(dyn ToSql + Sync); 2] = [&request.handle, &since];
-        let (_, row) = tokio::try_join!(
+        let pages: Vec<(&'static str, u64, usize)> = request
+            .kind
+            .collections
+            .iter()
+            .map(|field| {
+                let (after, limit) = boundary::page_of(request, field);
+                (*field, after, limit)
+            })
+            .collect();
+        let page_params: Vec<(i64, i64)> = pages
+            .iter()
+            .map(|(_, after, limit)| (to_sql(*after), to_sql(*limit as u64)))
+            .collect();
+        let page_bindings: Vec<[&(dyn ToSql + Sync); 4]> = pages
+            .iter()
+            .zip(&page_params)
+            .map(|((field, ..), (after, limit))| {
+                [&request.handle as &(dyn ToSql + Sync), field, after, limit]
+            })
+            .collect();
+        let page_queries = page_bindings
+            .iter()
+            .map(|params| client.query(&page, params));
+        let one_trip = request.since.is_none();
+        let commit = async {
+            match one_trip {
+                true => client.batch_execute("COMMIT").await,
+                false => Ok(()),
+            }
+        };
+        let (_, row, page_rows, ()) = tokio::try_join!(
             biased;
             client.batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"),
             client.query_one(&read, &params),
+            futures_util::future::try_join_all(page_queries),
+            commit,
         )
         .map_err(backend)?;
         let mut pg = PgTxn::new();
@@ -869,13 +914,22 @@ impl Inner {
         if let Some(since) = request.since {
             pg.know_history(history_from(&row, request.handle.clone(), since)?);
         }
+        for ((field, after, limit), rows) in pages.into_iter().zip(page_rows) {
+            let items = rows
+                .iter()
+                .map(|row| item_from(row, 0, Some(2)))
+                .collect::<Result<_, _>>()?;
+            pg.know_page((request.handle.clone(), field, after, limit), items);
+        }
         let now = self.now(row.try_get(0).map_err(corrupt)?);
         let outcome = self
             .settle(&session, &mut pg, now, |pg| {
                 boundary::read(pg, &self.config, request, now)
             })
             .await?;
-        client.batch_execute("COMMIT").await.map_err(backend)?;
+        if !one_trip {
+            client.batch_execute("COMMIT").await.map_err(backend)?;
+        }
         session.release();
         Ok(outcome)
     }
