@@ -90,7 +90,10 @@ pub(crate) struct Known {
 }
 
 impl Transition {
-    /// A transition over the JSON state (it changes a copy).
+    /// A transition over the JSON state (it changes a copy). A [`Collection`](super::Collection)
+    /// field shows here as its counts only (`{"len", "next_id"}`): its items are reached through
+    /// a typed transition ([`Transition::typed`]), and a JSON transition must leave the field as
+    /// it is.
     pub fn new(mut f: impl FnMut(&mut Value) -> Result<Value, ToolError> + Send + 'static) -> Self {
         Transition(Box::new(move |state: &Value, _: &InHand| {
             let mut next = state.clone();
