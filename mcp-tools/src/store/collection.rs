@@ -693,4 +693,79 @@ mod tests {
         let error = counts.hand(&[stored(1, 1, "x")], None).unwrap_err();
         assert!(error.contains("item 1"), "{error}");
     }
+
+    #[test]
+    fn what_is_in_hand_is_seen_in_id_order_and_changed_where_it_was_made() {
+        let mut notes: Collection<String> = Collection::new();
+        assert!(notes.is_empty());
+        let log = Arc::new(MissLog::default());
+        notes
+            .hand(
+                &[
+                    stored(2, 4, "two"),
+                    StoredItem {
+                        id: 3,
+                        version: 5,
+                        value: None,
+                    },
+                ],
+                Some((&log, "notes")),
+            )
+            .unwrap();
+        let made = notes.push("made".into());
+        assert!(!notes.is_empty());
+        notes.get_mut(made).unwrap().push('!');
+        assert_eq!(made, 1);
+        assert_eq!(
+            notes.iter().collect::<Vec<_>>(),
+            [(made, &"made!".to_owned()), (2, &"two".to_owned())]
+        );
+        // A read shows what it has in hand; an item this call made has no version yet.
+        assert_eq!(
+            serde_json::to_value(&notes).unwrap(),
+            json!({ "len": 1, "next_id": 2, "items": [
+                { "id": 1, "value": "made!" },
+                { "id": 2, "version": 4, "value": "two" },
+            ] })
+        );
+        let copy = notes.clone();
+        assert_eq!(copy, notes);
+        assert!(format!("{copy:?}").contains("made!"), "{copy:?}");
+        let writes = notes.take_writes("notes").unwrap();
+        assert_eq!(
+            writes,
+            [ItemWrite {
+                field: "notes",
+                id: made,
+                value: Some(json!("made!"))
+            }]
+        );
+    }
+
+    #[test]
+    fn collections_differ_by_count_next_id_or_items_in_hand() {
+        let base: Collection<String> =
+            serde_json::from_value(json!({ "len": 2, "next_id": 5 })).unwrap();
+        let other_len: Collection<String> =
+            serde_json::from_value(json!({ "len": 3, "next_id": 5 })).unwrap();
+        let other_next: Collection<String> =
+            serde_json::from_value(json!({ "len": 2, "next_id": 6 })).unwrap();
+        let mut other_items = base.clone();
+        other_items.hand(&[stored(1, 1, "a")], None).unwrap();
+        assert_eq!(base, base.clone());
+        assert_ne!(base, other_len);
+        assert_ne!(base, other_next);
+        assert_ne!(base, other_items);
+    }
+
+    #[test]
+    fn a_wrong_shape_says_what_a_collection_is_and_the_schema_shows_one() {
+        let error = serde_json::from_value::<Collection<u32>>(json!("text")).unwrap_err();
+        assert!(error.to_string().contains("a collection"), "{error}");
+        let schema = serde_json::to_value(schemars::schema_for!(Collection<String>)).unwrap();
+        let properties = &schema["properties"];
+        for member in ["len", "next_id", "items", "next_cursor"] {
+            assert!(properties.get(member).is_some(), "{member}: {schema}");
+        }
+    }
 }
