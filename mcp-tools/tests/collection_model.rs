@@ -1638,18 +1638,7 @@ async fn two_postgres_stores_on_one_database_lose_no_item_update() {
     let next = std::sync::atomic::AtomicUsize::new(0);
     concurrent("two PostgresStores on one database", || {
         let n = next.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        let options = mcp_tools::store::PostgresOptions {
-            table_prefix: format!("c{n}_"),
-            ..schema.options()
-        };
-        (0..2)
-            .map(|_| {
-                tokio::task::block_in_place(|| {
-                    tokio::runtime::Handle::current()
-                        .block_on(schema.connect_with(StoreConfig::default(), options.clone()))
-                })
-            })
-            .collect()
+        schema.replicas(2, &format!("c{n}_"))
     })
     .await;
 }

@@ -1926,18 +1926,7 @@ async fn three_postgres_stores_on_one_database_apply_each_operation_once() {
     let next = std::sync::atomic::AtomicUsize::new(0);
     concurrent("three PostgresStores on one database", || {
         let n = next.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        let options = mcp_tools::store::PostgresOptions {
-            table_prefix: format!("c{n}_"),
-            ..schema.options()
-        };
-        (0..3)
-            .map(|_| {
-                tokio::task::block_in_place(|| {
-                    tokio::runtime::Handle::current()
-                        .block_on(schema.connect_with(StoreConfig::default(), options.clone()))
-                })
-            })
-            .collect()
+        schema.replicas(3, &format!("c{n}_"))
     })
     .await;
 }

@@ -96,6 +96,24 @@ impl Schema {
         })
     }
 
+    /// `count` stores on one set of tables (`prefix` before their names), standing for replicas
+    /// on as many hosts; opened from synchronous code inside a multi-threaded runtime.
+    #[allow(dead_code)]
+    pub fn replicas(&self, count: usize, prefix: &str) -> Vec<PostgresStore> {
+        let options = PostgresOptions {
+            table_prefix: prefix.to_owned(),
+            ..self.options()
+        };
+        (0..count)
+            .map(|_| {
+                tokio::task::block_in_place(|| {
+                    tokio::runtime::Handle::current()
+                        .block_on(self.connect_with(StoreConfig::default(), options.clone()))
+                })
+            })
+            .collect()
+    }
+
     /// A plain client on the test database.
     pub async fn client(&self) -> tokio_postgres::Client {
         let connecting = tokio_postgres::connect(&self.url, tokio_postgres::NoTls);
