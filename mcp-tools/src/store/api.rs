@@ -129,7 +129,10 @@ impl Transition {
             for field in R::COLLECTIONS {
                 if let Some(collection) = resource.collection(field) {
                     collection
-                        .hand(in_hand.items(field), Some((&in_hand.misses, field)))
+                        .hand(
+                            in_hand.items(field),
+                            in_hand.misses.as_ref().map(|log| (log, *field)),
+                        )
                         .map_err(|error| unreadable(&error))?;
                 }
             }

@@ -1030,11 +1030,11 @@ fn decide(
 
     // The transition only borrows the stored state: it stays intact when it fails or panics.
     // Collection items it asks for and was not handed are fetched, and it runs again with them.
-    let mut in_hand = InHand::default();
+    let mut in_hand = InHand::for_kind(kind);
     let mut rounds = 0;
     let run = loop {
         let run = panic::catch_unwind(AssertUnwindSafe(|| transition.run(&record.state, &in_hand)));
-        let wanted = in_hand.misses.take();
+        let wanted = in_hand.take_misses();
         if wanted.is_empty() {
             break run;
         }

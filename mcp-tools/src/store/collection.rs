@@ -279,13 +279,29 @@ impl MissLog {
 
 /// The items a store handed a transition, by collection, and where it notes what else the
 /// transition asked for.
-#[derive(Default)]
 pub(crate) struct InHand {
     items: BTreeMap<&'static str, Vec<StoredItem>>,
-    pub(crate) misses: Arc<MissLog>,
+    /// `None` for a kind without collections: its changes allocate nothing for items.
+    pub(crate) misses: Option<Arc<MissLog>>,
 }
 
 impl InHand {
+    /// Nothing in hand yet, for a change of a resource of `kind`.
+    pub(crate) fn for_kind(kind: &super::entity::EntityKind) -> Self {
+        InHand {
+            items: BTreeMap::new(),
+            misses: (!kind.collections.is_empty()).then(Arc::default),
+        }
+    }
+
+    /// What the last run asked for and was not handed.
+    pub(crate) fn take_misses(&self) -> Vec<(&'static str, u64)> {
+        self.misses
+            .as_deref()
+            .map(MissLog::take)
+            .unwrap_or_default()
+    }
+
     /// The items of `field` in hand.
     pub(crate) fn items(&self, field: &str) -> &[StoredItem] {
         self.items.get(field).map_or(&[], Vec::as_slice)
