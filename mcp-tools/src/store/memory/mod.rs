@@ -185,8 +185,8 @@ struct Guarded {
 /// always taken in that order; shard locks are held only to find, insert or remove an entry.
 /// Requests on different handles with operation ids on different locks never wait for each
 /// other, and reads wait for nobody: they load the published current version (a read of what
-/// changed since a version takes the resource's turn, to read the state and its history of one
-/// moment).
+/// changed since a version, or of a resource whose entity has collections, takes the resource's
+/// turn, to read the state with its history or its items of one moment).
 ///
 /// Expired ledger records and long-expired resources are swept every few thousand writes (and
 /// when the store is idle) on a thread of the store's own, a shard at a time (see
