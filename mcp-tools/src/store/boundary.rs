@@ -1030,7 +1030,7 @@ fn decide(
 
     // The transition only borrows the stored state: it stays intact when it fails or panics.
     // Collection items it asks for and was not handed are fetched, and it runs again with them.
-    let mut in_hand = InHand::for_kind(kind);
+    let mut in_hand = InHand::new(!kind.collections.is_empty());
     let mut rounds = 0;
     let run = loop {
         let run = panic::catch_unwind(AssertUnwindSafe(|| transition.run(&record.state, &in_hand)));

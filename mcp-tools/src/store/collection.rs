@@ -286,11 +286,11 @@ pub(crate) struct InHand {
 }
 
 impl InHand {
-    /// Nothing in hand yet, for a change of a resource of `kind`.
-    pub(crate) fn for_kind(kind: &super::entity::EntityKind) -> Self {
+    /// Nothing in hand yet, for a change of a resource whose kind has collections or not.
+    pub(crate) fn new(collections: bool) -> Self {
         InHand {
             items: BTreeMap::new(),
-            misses: (!kind.collections.is_empty()).then(Arc::default),
+            misses: collections.then(Arc::default),
         }
     }
 
