@@ -8,8 +8,15 @@
 //! a URL or libpq `key=value` string, completed from the `PG*` environment variables), and
 //! `--signing-key-file PATH` (the secret replicas share to sign cursors, request states, validators
 //! and task ids), `--task-lease-ms MS` (how soon a task whose replica died is marked failed), and
-//! `--max-running-tasks N` / `--max-running-tasks-per-principal N` (the caps on running tasks).
+//! `--max-running-tasks N` / `--max-running-tasks-per-principal N` (the caps on running tasks),
+//! and `--effect-timeout-ms MS` / `--effect-retry-ms MS` / `--effect-attempts N` (how a
+//! checkout's charge is delivered).
 //! `schema`, `docs`, `list` and `contract` open no store.
+//!
+//! `basket_checkout` charges the basket's price through an outbox: the charge is stored with
+//! the checkout and delivered after it commits, by whichever replica claims it, to the payment
+//! service at `BASKET_PAYMENT_URL` (only logged without one), with an idempotency key that is
+//! the same on every attempt.
 //!
 //! `basket_quote` runs as a task for clients that take tasks (the Tasks extension): the task
 //! record lives in the same store, so any replica answers `tasks/get`, `tasks/update` and
@@ -76,6 +83,18 @@ struct Options {
     /// without OAuth every caller is the one anonymous principal).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..), env = "BASKET_MAX_RUNNING_TASKS_PER_PRINCIPAL")]
     max_running_tasks_per_principal: Option<u64>,
+    /// How long one attempt to deliver an effect (a checkout's charge) may take, in
+    /// milliseconds (default 30000). A replica that dies mid-delivery leaves the effect to
+    /// another replica twice this long (plus a second) later.
+    #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u64).range(10..), env = "BASKET_EFFECT_TIMEOUT_MS")]
+    effect_timeout_ms: Option<u64>,
+    /// The delay before a failed delivery is attempted again, in milliseconds (default 1000),
+    /// doubling on each further failure up to 5 minutes.
+    #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u64).range(1..), env = "BASKET_EFFECT_RETRY_MS")]
+    effect_retry_ms: Option<u64>,
+    /// How many attempts an effect gets before it is failed (default 8).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..), env = "BASKET_EFFECT_ATTEMPTS")]
+    effect_attempts: Option<u32>,
     /// OAuth: the issuer identifier of the authorization server whose tokens are accepted.
     #[arg(long, value_name = "URL", requires_all = ["audience", "jwks_url"], env = "BASKET_ISSUER")]
     issuer: Option<String>,
@@ -179,7 +198,24 @@ async fn server(mode: Mode<Options>) -> Result<McpServer, BuildFailure> {
     if let Some(max) = options.max_running_tasks_per_principal {
         tasks = tasks.max_running_per_principal(usize::try_from(max).unwrap_or(usize::MAX));
     }
-    let mut builder = builder.store(store).task_options(tasks);
+    let mut delivery = mcp_tools::effects::DeliveryPolicy::default();
+    if let Some(timeout) = options.effect_timeout_ms {
+        let timeout = std::time::Duration::from_millis(timeout);
+        delivery = delivery
+            .timeout(timeout)
+            .lease(timeout * 2 + std::time::Duration::from_secs(1))
+            .poll_interval(timeout.min(std::time::Duration::from_secs(1)));
+    }
+    if let Some(retry) = options.effect_retry_ms {
+        delivery = delivery.first_retry(std::time::Duration::from_millis(retry));
+    }
+    if let Some(attempts) = options.effect_attempts {
+        delivery = delivery.max_attempts(attempts);
+    }
+    let mut builder = builder
+        .store(store)
+        .task_options(tasks)
+        .delivery_policy(delivery);
     let key_file = match &options.signing_key_file {
         Some(path) => Some(path.clone()),
         // One host: the key lives next to the database file, made once.

@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 use mcp_tools::IntoToolError;
+use mcp_tools::effects::{Delivery, Effect, EffectError, Effects};
 use mcp_tools::store::{Collection, Entity, Lifecycle};
 use mcp_tools::tools::ToolSet;
 use mcp_tools::{ToolError, tool, tools};
@@ -218,22 +219,95 @@ pub fn basket_replace_configuration(
 pub struct Receipt {
     /// The configuration that was ordered.
     pub ordered: String,
+    /// The price charged, in euros.
+    pub price_eur: u32,
 }
 
-/// Checks the basket out: orders exactly the configuration at `expected_version`.
+/// The price of a basket's configuration, in euros.
+pub fn price_eur(basket: &Basket) -> u32 {
+    900 + basket.memory_gib.saturating_mul(6) + basket.storage_gib / 4
+}
+
+fn configuration(basket: &Basket) -> String {
+    format!(
+        "{} with {} GiB memory and {} GiB storage",
+        basket.model, basket.memory_gib, basket.storage_gib
+    )
+}
+
+/// A charge of the customer's card for a checked-out basket, made by the payment service once
+/// the checkout is committed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Charge {
+    /// The amount, in euros.
+    pub amount_eur: u32,
+    /// What is paid for.
+    pub description: String,
+}
+
+impl Effect for Charge {
+    const KIND: &'static str = "charge";
+}
+
+/// Checks the basket out: orders exactly the configuration at `expected_version`, and charges
+/// its price once the order is recorded (the charge's delivery shows in `basket_get`).
 ///
-/// Consequential: if the basket changed since, nothing is ordered and the result asks you to
-/// confirm the current configuration first (`recovery: reconfirm`). Afterwards the basket is
-/// terminal and accepts no change.
+/// Consequential: if the basket changed since, nothing is ordered or charged and the result
+/// asks you to confirm the current configuration first (`recovery: reconfirm`). Afterwards the
+/// basket is terminal and accepts no change.
 #[tool(mutates = Basket, on_conflict = reconfirm, terminal, scopes = ["basket:write"])]
-pub fn basket_checkout(basket: &mut Basket) -> Receipt {
+pub fn basket_checkout(basket: &mut Basket, payment: &mut Effects<Charge>) -> Receipt {
     basket.checked_out = true;
-    Receipt {
-        ordered: format!(
-            "{} with {} GiB memory and {} GiB storage",
-            basket.model, basket.memory_gib, basket.storage_gib
-        ),
+    let ordered = configuration(basket);
+    let price_eur = price_eur(basket);
+    payment.emit(Charge {
+        amount_eur: price_eur,
+        description: ordered.clone(),
+    });
+    Receipt { ordered, price_eur }
+}
+
+/// Charges a checkout through the payment service at `BASKET_PAYMENT_URL` (a JSON `POST` with
+/// the effect's key as its `Idempotency-Key` header, so a repeated delivery is not a second
+/// charge); without it, the charge is only logged. A 2xx answer is the charge's result; a 4xx
+/// other than 408 and 429 refuses it for good; anything else is retried.
+pub async fn charge_card(delivery: Delivery<Charge>) -> Result<serde_json::Value, EffectError> {
+    let charge = delivery.effect();
+    let Ok(url) = std::env::var("BASKET_PAYMENT_URL") else {
+        tracing::info!(
+            key = delivery.idempotency_key(),
+            amount_eur = charge.amount_eur,
+            "no payment service (BASKET_PAYMENT_URL): the charge is only logged"
+        );
+        return Ok(serde_json::json!({ "logged": true, "amount_eur": charge.amount_eur }));
+    };
+    static CLIENT: std::sync::OnceLock<reqwest::Client> = std::sync::OnceLock::new();
+    let client = CLIENT.get_or_init(reqwest::Client::new);
+    let body = serde_json::json!({
+        "basket_id": delivery.handle(),
+        "amount_eur": charge.amount_eur,
+        "description": charge.description,
+    });
+    let response = client
+        .post(&url)
+        .header("Idempotency-Key", delivery.idempotency_key())
+        .json(&body)
+        .send()
+        .await
+        .map_err(|error| EffectError::retry(format!("the payment service: {error}")))?;
+    let status = response.status();
+    let text = response
+        .text()
+        .await
+        .map_err(|error| EffectError::retry(format!("the payment service's answer: {error}")))?;
+    if status.is_success() {
+        return Ok(serde_json::from_str(&text).unwrap_or(serde_json::Value::String(text)));
     }
+    let message = format!("the payment service answered {status}: {text}");
+    if status.is_client_error() && status.as_u16() != 408 && status.as_u16() != 429 {
+        return Err(EffectError::permanent(message));
+    }
+    Err(EffectError::retry(message))
 }
 
 /// What adding a note did.
@@ -317,11 +391,8 @@ pub async fn basket_quote(
     cx: &mcp_tools::Context,
 ) -> Result<Quote, ToolError> {
     let seconds = seconds.unwrap_or(3.0).clamp(0.0, 600.0);
-    let configuration = format!(
-        "{} with {} GiB memory and {} GiB storage",
-        basket.model, basket.memory_gib, basket.storage_gib
-    );
-    let price_eur = 900 + basket.memory_gib * 6 + basket.storage_gib / 4;
+    let configuration = configuration(basket);
+    let price_eur = price_eur(basket);
     // Pricing runs in four steps, each reported to a client that asked for progress. A
     // zero-length sleep still waits for the timer's next tick (a millisecond): none is taken.
     if seconds > 0.0 {
@@ -364,6 +435,7 @@ pub fn tool_set() -> ToolSet {
         basket_edit_note,
         basket_remove_note,
     ]
+    .effect_handler(charge_card)
 }
 
 /// The basket tools and `basket_quote`, which runs as a task: what the basket server offers.

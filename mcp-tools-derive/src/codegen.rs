@@ -126,6 +126,7 @@ fn arguments(tool: &ToolFn, cx: &TokenStream) -> Arguments {
         let ident = &param.ident;
         match param.kind {
             ParamKind::Resource { .. } => out.call_args.push(quote!(__mcp_resource)),
+            ParamKind::Effects { .. } => out.call_args.push(quote!(__mcp_effects)),
             ParamKind::Context => out.call_args.push(quote!(::core::clone::Clone::clone(#cx))),
             ParamKind::ContextRef => out.call_args.push(quote!(#cx)),
             ParamKind::Extract => {
@@ -263,6 +264,14 @@ fn tool_impl(tool: &ToolFn, target: &TokenStream, callee: &TokenStream) -> Token
             }
         }
     });
+    let effect_kinds = tool.effect_type().map(|effect| {
+        quote! {
+            fn effect_kinds(&self) -> &'static [&'static str] {
+                const KINDS: &[&str] = &[<#effect as ::mcp_tools::effects::Effect>::KIND];
+                KINDS
+            }
+        }
+    });
     let args_struct = args_struct(&fields);
     quote! {
         #args_struct
@@ -293,6 +302,8 @@ fn tool_impl(tool: &ToolFn, target: &TokenStream, callee: &TokenStream) -> Token
             }
 
             #entity_kind
+
+            #effect_kinds
 
             #[allow(#call_lints)]
             async fn call(
@@ -651,6 +662,19 @@ fn stateful_parts(
             } else {
                 quote!(::core::option::Option::None)
             };
+            let transition = match tool.effect_type() {
+                Some(effect) => quote! {
+                    ::mcp_tools::store::Transition::typed_with_effects(
+                        move |__mcp_resource: &mut #resource,
+                              __mcp_effects: &mut ::mcp_tools::effects::Effects<#effect>| #as_result,
+                    )
+                },
+                None => quote! {
+                    ::mcp_tools::store::Transition::typed(
+                        move |__mcp_resource: &mut #resource| #as_result,
+                    )
+                },
+            };
             (
                 quote!(__MCP_CONTRACT.mutation_schema::<#resource, #ok_ty>(generator)),
                 quote! {
@@ -664,9 +688,7 @@ fn stateful_parts(
                         operation_id: #operation,
                         resource: ::core::marker::PhantomData,
                     };
-                    let __mcp_transition = ::mcp_tools::store::Transition::typed(
-                        move |__mcp_resource: &mut #resource| #as_result,
-                    );
+                    let __mcp_transition = #transition;
                     ::mcp_tools::stateful::mutate::<#resource>(
                         &__mcp_cx,
                         __mcp_spec,
@@ -731,6 +753,11 @@ fn published_contract(tool: &ToolFn, kind: StatefulKind, output: &Output) -> Tok
     let operation_id = tool.takes_operation_id();
     let touches = tool.touched_fields();
     let terminal = tool.is_terminal();
+    let effects: Vec<TokenStream> = tool
+        .effect_type()
+        .map(|effect| quote!(<#effect as ::mcp_tools::effects::Effect>::KIND))
+        .into_iter()
+        .collect();
     let domain_codes = match output {
         Output::Result { err, .. } => {
             quote!(<#err as ::mcp_tools::IntoToolError>::declared_codes)
@@ -746,6 +773,7 @@ fn published_contract(tool: &ToolFn, kind: StatefulKind, output: &Output) -> Tok
             policy: #policy,
             touches: &[#(#touches),*],
             terminal: #terminal,
+            effects: &[#(#effects),*],
             domain_codes: #domain_codes,
         }
     }

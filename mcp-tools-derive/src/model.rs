@@ -283,6 +283,9 @@ pub enum ParamKind {
     Extract,
     /// The resource of a `reads` (`&T`) or `mutates` (`&mut T`) tool.
     Resource { mutable: bool },
+    /// The effects a `mutates` transition emits: `&mut Effects<E>`. `effect` is `E` when the
+    /// type names exactly one; `mutable` whether it is a `&mut` reference.
+    Effects { effect: Option<Type>, mutable: bool },
 }
 
 /// The keys of `#[arg(...)]`.
@@ -365,6 +368,17 @@ impl ToolFn {
 
     pub fn kind(&self) -> Option<StatefulKind> {
         self.stateful().map(|stateful| stateful.kind)
+    }
+
+    /// The effect type of the `&mut Effects<E>` parameter, if the tool takes one.
+    pub fn effect_type(&self) -> Option<&Type> {
+        self.params.iter().find_map(|param| match &param.kind {
+            ParamKind::Effects {
+                effect: Some(effect),
+                mutable: true,
+            } => Some(effect),
+            _ => None,
+        })
     }
 
     /// The wire name of the handle argument of a `reads` or `mutates` tool.

@@ -402,6 +402,20 @@ fn type_arguments(arguments: &PathArguments) -> Vec<&Type> {
 
 /// Where a parameter's value comes from, by its type's last path segment.
 fn param_kind(ty: &Type) -> ParamKind {
+    let (referenced, mutable) = match ty {
+        Type::Reference(reference) => (&*reference.elem, reference.mutability.is_some()),
+        other => (other, false),
+    };
+    if let Some((ident, arguments)) = last_segment(referenced)
+        && ident == "Effects"
+    {
+        let effect = match type_arguments(arguments).as_slice() {
+            [effect] => Some((*effect).clone()),
+            _ => None,
+        };
+        let mutable = mutable && matches!(ty, Type::Reference(_));
+        return ParamKind::Effects { effect, mutable };
+    }
     if let Type::Reference(reference) = ty
         && reference.mutability.is_none()
         && matches!(last_segment(&reference.elem), Some((ident, PathArguments::None)) if ident == "Context")

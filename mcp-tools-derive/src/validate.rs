@@ -63,9 +63,15 @@ pub fn tool(tool: &ToolFn, cx: &Ctxt) {
 
     let mut seen: HashMap<String, Span> = HashMap::new();
     let mut context_params = 0;
+    let mut effects_params = 0;
     for param in &tool.params {
-        let optional = match param.kind {
-            ParamKind::Argument { optional } => optional,
+        let optional = match &param.kind {
+            ParamKind::Argument { optional } => *optional,
+            ParamKind::Effects { effect, mutable } => {
+                effects_params += 1;
+                effects_param(tool, param, effect.as_ref(), *mutable, effects_params, cx);
+                continue;
+            }
             ParamKind::Resource { .. } => {
                 if let Some(span) = param.attrs.span {
                     cx.error_at(
@@ -313,6 +319,52 @@ fn stateful(tool: &ToolFn, cx: &Ctxt) {
             Some((_, false)) => {}
         },
         StatefulKind::Mutates => mutation(tool, &ty_text, resources.first().copied(), cx),
+    }
+}
+
+/// Rules of an `Effects<E>` parameter: the `n`-th of the tool's.
+fn effects_param(
+    tool: &ToolFn,
+    param: &Param,
+    effect: Option<&Type>,
+    mutable: bool,
+    n: usize,
+    cx: &Ctxt,
+) {
+    if let Some(span) = param.attrs.span {
+        cx.error_at(
+            span,
+            "`#[arg]` does not apply to the effects parameter: the runtime passes it in; remove it",
+        );
+    }
+    if tool.kind() != Some(StatefulKind::Mutates) {
+        cx.error_spanned_by(
+            &param.ty,
+            "effects are emitted by a `mutates` transition, stored with the change it commits; declare `mutates = Entity`, or remove this parameter",
+        );
+        return;
+    }
+    if n == 2 {
+        cx.error_spanned_by(
+            &param.ty,
+            "the effects are already a parameter of this tool; take `&mut Effects<E>` once (for several kinds of effect, make `E` an enum)",
+        );
+    }
+    match (effect, mutable) {
+        (None, _) => cx.error_spanned_by(
+            &param.ty,
+            "name the effect type: `&mut Effects<E>`, where `E` implements `mcp_tools::effects::Effect`",
+        ),
+        (Some(effect), false) => {
+            let effect = effect.to_token_stream().to_string().replace(' ', "");
+            cx.error_spanned_by(
+                &param.ty,
+                format!(
+                    "the transition emits effects into its `Effects`, so it takes `&mut Effects<{effect}>`"
+                ),
+            );
+        }
+        (Some(_), true) => {}
     }
 }
 

@@ -65,6 +65,7 @@ pub mod completion;
 mod context;
 pub mod contract;
 mod dispatch;
+pub mod effects;
 pub mod guide;
 pub mod prompts;
 pub mod protocol;

@@ -150,6 +150,7 @@ pub(crate) async fn handle(
     transport: Transport<'_>,
     caller: Caller,
 ) -> Outcome {
+    server.start_effect_delivery();
     let Some(id) = envelope.id.clone() else {
         // Notifications carry nothing this server acts on in 2026-07-28; accept and drop.
         return Outcome::Accepted;

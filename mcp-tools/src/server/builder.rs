@@ -64,6 +64,19 @@ pub enum BuildError {
         "tools {0:?} keep state, and the server has no store: add one with `.store(..)` (for example `MemoryStore::default()` or `SqliteStore::open(..)`)"
     )]
     MissingStore(Vec<String>),
+    /// A tool emits effects of a kind no handler is registered for.
+    #[error(
+        "tool {tool:?} emits {effect:?} effects, and the server has no handler for them: register one on its tool set with `.effect_handler(..)`"
+    )]
+    MissingEffectHandler {
+        /// The tool.
+        tool: String,
+        /// The effect kind.
+        effect: String,
+    },
+    /// Two handlers for one effect kind.
+    #[error("two handlers are registered for {0:?} effects: register one per kind")]
+    DuplicateEffectHandler(String),
     /// Two prompts share a name.
     #[error("two prompts are named {0:?}: prompt names must be unique")]
     DuplicatePrompt(String),
@@ -165,6 +178,7 @@ pub struct McpServerBuilder {
     /// The store of the stateful tools and of the tasks' records, when one is registered.
     store: Option<Arc<dyn Store>>,
     task_options: crate::tasks::TaskOptions,
+    delivery_policy: crate::effects::DeliveryPolicy,
 }
 
 /// How many `subscriptions/listen` streams one principal may hold open by default.
@@ -210,6 +224,7 @@ impl McpServerBuilder {
             oauth: None,
             legacy_era: true,
             keep_alive: DEFAULT_KEEP_ALIVE,
+            delivery_policy: crate::effects::DeliveryPolicy::default(),
             connections: ConnectionLimits::default(),
             max_listens: DEFAULT_MAX_LISTENS_PER_PRINCIPAL,
             #[cfg(feature = "rate-limits")]
@@ -518,6 +533,13 @@ impl McpServerBuilder {
         self
     }
 
+    /// How effects are delivered: attempts, delays between them, timeouts, leases (see
+    /// [`DeliveryPolicy`](crate::effects::DeliveryPolicy)).
+    pub fn delivery_policy(mut self, policy: crate::effects::DeliveryPolicy) -> Self {
+        self.delivery_policy = policy;
+        self
+    }
+
     /// Path of the MCP endpoint in [`McpServer::router`] (default `/mcp`).
     pub fn endpoint_path(mut self, path: impl Into<String>) -> Self {
         self.endpoint_path = path.into();
@@ -599,6 +621,11 @@ impl McpServerBuilder {
         self.task_options
             .check()
             .map_err(BuildError::InvalidSetting)?;
+        let effects = effect_delivery(
+            &self.catalog.tools,
+            self.store.as_ref(),
+            self.delivery_policy,
+        )?;
         let task_store: Arc<dyn crate::tasks::TaskStore> = match &self.store {
             Some(store) => Arc::clone(store) as Arc<dyn crate::tasks::TaskStore>,
             None => Arc::new(crate::store::memory::MemoryStore::default()),
@@ -666,6 +693,7 @@ impl McpServerBuilder {
                 limits,
                 listens: Mutex::new(Default::default()),
                 store: self.store,
+                effects,
                 tasks,
                 state: SharedState::new(self.state),
                 base,
@@ -676,4 +704,44 @@ impl McpServerBuilder {
             }),
         })
     }
+}
+
+/// The delivery of effects, when some handler is registered: every effect kind a tool emits
+/// has one handler, and there is a store to keep the effects in.
+fn effect_delivery(
+    tools: &crate::tools::ToolSet,
+    store: Option<&Arc<dyn Store>>,
+    policy: crate::effects::DeliveryPolicy,
+) -> Result<Option<Arc<crate::effects::deliver::Deliverer>>, BuildError> {
+    let emitted = tools.effects();
+    let handlers = tools.effect_handlers();
+    let mut kinds = std::collections::HashSet::new();
+    for handler in &handlers {
+        if !kinds.insert(handler.kind) {
+            return Err(BuildError::DuplicateEffectHandler(handler.kind.to_owned()));
+        }
+    }
+    if let Some((tool, _, effect)) = emitted.iter().find(|(_, _, effect)| !kinds.contains(effect))
+    {
+        return Err(BuildError::MissingEffectHandler {
+            tool: tool.clone(),
+            effect: (*effect).to_owned(),
+        });
+    }
+    if handlers.is_empty() {
+        return Ok(None);
+    }
+    policy.check().map_err(BuildError::InvalidSetting)?;
+    let Some(store) = store else {
+        return Err(BuildError::InvalidSetting(
+            "effect handlers deliver what a store keeps: add one with `.store(..)`",
+        ));
+    };
+    let reporting = emitted.iter().map(|(_, entity, _)| *entity).collect();
+    Ok(Some(Arc::new(crate::effects::deliver::Deliverer::new(
+        Arc::clone(store),
+        handlers,
+        policy,
+        reporting,
+    ))))
 }

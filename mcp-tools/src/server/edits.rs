@@ -42,6 +42,17 @@ impl McpServer {
         if tool.entity_kind().is_some() && self.shared.store.is_none() {
             return Err(BuildError::MissingStore(vec![tool.info().name.to_string()]));
         }
+        for effect in tool.effect_kinds() {
+            match (&self.shared.effects, tool.entity_kind()) {
+                (Some(effects), Some(entity)) if effects.handles(effect) => effects.report(entity),
+                _ => {
+                    return Err(BuildError::MissingEffectHandler {
+                        tool: tool.info().name.to_string(),
+                        effect: (*effect).to_owned(),
+                    });
+                }
+            }
+        }
         let addition = ToolSet::new().with(tool);
         self.edit(Change::Tools, move |offer| {
             for name in addition.names() {

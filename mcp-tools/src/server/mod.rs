@@ -77,6 +77,8 @@ pub(crate) struct Shared {
     /// The store of the stateful tools, when one was registered (stateful tools added later are
     /// refused without one).
     pub(crate) store: Option<Arc<dyn crate::store::Store>>,
+    /// The delivery of the effects tools emit, when some handler is registered.
+    pub(crate) effects: Option<Arc<crate::effects::deliver::Deliverer>>,
     /// The tasks of the Tasks extension, and where they are kept.
     pub(crate) tasks: Arc<crate::tasks::runtime::Tasks>,
     pub(crate) state: SharedState,
@@ -146,12 +148,32 @@ impl Drop for ListenSlot {
     }
 }
 
+impl McpServer {
+    /// Starts delivering effects on the current tokio runtime, if the server has handlers and
+    /// delivery has not started yet. Serving starts it, and so does the first request: a
+    /// replica that restarts delivers what the one before left pending.
+    pub(crate) fn start_effect_delivery(&self) {
+        if let Some(effects) = &self.shared.effects {
+            effects.start();
+        }
+    }
+}
+
 impl crate::context::Context {
     /// The store of the serving server, if it has one.
     pub(crate) fn store(&self) -> Option<&dyn crate::store::Store> {
         self.server_handle()
             .downcast_ref::<Shared>()
             .and_then(|shared| shared.store.as_deref())
+    }
+
+    /// Whether reads of entity `kind` report the effects its changes emitted: some tool of the
+    /// serving server emits effects for it.
+    pub(crate) fn reports_effects(&self, kind: &str) -> bool {
+        self.server_handle()
+            .downcast_ref::<Shared>()
+            .and_then(|shared| shared.effects.as_deref())
+            .is_some_and(|effects| effects.reports(kind))
     }
 
     /// The seal of the serving server, for values handed out to clients.

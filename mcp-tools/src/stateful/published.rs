@@ -75,6 +75,8 @@ pub struct StatefulContract {
     pub touches: &'static [&'static str],
     /// Whether the tool is declared to end the resource's life (`terminal`).
     pub terminal: bool,
+    /// The kinds of the effects the tool emits.
+    pub effects: &'static [&'static str],
     /// The codes the tool's own error type declares ([`IntoToolError::declared_codes`](crate::IntoToolError::declared_codes));
     /// `None` when the set is open.
     pub domain_codes: fn() -> Option<&'static [DomainCode]>,
@@ -248,6 +250,9 @@ impl StatefulContract {
                 contract.insert("touches".into(), json!(touches));
             }
             contract.insert("terminal".into(), json!(self.terminal));
+            if !self.effects.is_empty() {
+                contract.insert("effects".into(), json!(self.effects));
+            }
         }
         contract.insert(
             "precondition".into(),
@@ -427,6 +432,7 @@ mod tests {
         policy: PublishedPolicy::Reject,
         touches: &[],
         terminal: false,
+        effects: &[],
         domain_codes: counter_codes,
     };
 

@@ -12,7 +12,8 @@ use crate::protocol::reply::Rendered;
 use crate::protocol::reply::Reply;
 use crate::protocol::tool_error::{IntoToolError, ToolError};
 use crate::store::{
-    Changes, MutationOutcome, ReadOutcome, Replayed, Resumption, Snapshot, StoreError,
+    Changes, EffectStatus, MutationOutcome, ReadOutcome, Replayed, Resumption, Snapshot,
+    StoreError,
 };
 use crate::tools::reply::IntoCallToolResult;
 
@@ -83,6 +84,8 @@ impl Snapshot {
             resumption: &'a Resumption,
             #[serde(skip_serializing_if = "Option::is_none")]
             changes: Option<&'a Changes>,
+            #[serde(skip_serializing_if = "<[_]>::is_empty")]
+            effects: &'a [EffectStatus],
         }
         Rendered::new(
             self.text(),
@@ -93,6 +96,7 @@ impl Snapshot {
                 state: view,
                 resumption: &self.resumption,
                 changes: self.changes.as_ref(),
+                effects: &self.effects,
             },
         )
     }
@@ -206,6 +210,7 @@ mod tests {
             state: json!({"notes": ["a", "b"], "memory_gib": 16}).into(),
             resumption: resumption(),
             changes: None,
+            effects: Vec::new(),
             pages: Vec::new(),
         }
     }
@@ -220,6 +225,10 @@ mod tests {
             result: json!(32),
             rebased_from: Some(2),
             resumption: resumption(),
+            effects: vec![crate::store::EffectTicket {
+                key: "eff_0".into(),
+                kind: "charge".into(),
+            }],
         };
         let stale = StaleView {
             code: code::STALE_VIEW.into(),
@@ -238,6 +247,7 @@ mod tests {
             recorded_at: "2026-07-28T09:30:00.000Z".into(),
             original: RecordedOutcome::Applied(RecordedApplied::from(&applied)),
             current: Some(snapshot()),
+            effects: Vec::new(),
         };
         for outcome in [
             MutationOutcome::Applied(applied),

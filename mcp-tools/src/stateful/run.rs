@@ -16,9 +16,11 @@ use crate::protocol::content::CallToolResult;
 use crate::protocol::framework::code;
 use crate::protocol::reply::Reply;
 use crate::protocol::tool_error::{IntoToolError, ToolError};
+use crate::store::outbox::STATUSES_PER_READ;
 use crate::store::{
     ConflictPolicy, CreateRequest, Creation, MutationOutcome, MutationRequest, ReadOutcome,
-    ReadRequest, Rejected, Replayed, Resumption, Snapshot, Store, Transition,
+    ReadRequest, RecordedOutcome, Rejected, Replayed, Resumption, Snapshot, Store, StoreError,
+    Transition,
 };
 
 /// Seals the validator of every resumption record in an outcome.
@@ -52,6 +54,33 @@ fn store(cx: &Context) -> Result<&dyn Store, CallToolResult> {
         )
         .into_result()
     })
+}
+
+/// Wakes this process's delivery of the effects an applied change emitted; for a replay of
+/// one, reports how the delivery of each is going.
+async fn effects_of(store: &dyn Store, outcome: &mut MutationOutcome) -> Result<(), StoreError> {
+    match outcome {
+        MutationOutcome::Applied(applied) if !applied.effects.is_empty() => {
+            store.effects_emitted();
+        }
+        MutationOutcome::Replayed(Replayed {
+            original: RecordedOutcome::Applied(original),
+            effects,
+            ..
+        }) if !original.effects.is_empty() => {
+            // The resource's newest statuses name the replayed change's effects unless many
+            // changes emitted effects since: then those are not reported.
+            let statuses = store
+                .effect_statuses(&original.handle, STATUSES_PER_READ)
+                .await?;
+            *effects = statuses
+                .into_iter()
+                .filter(|status| original.effects.iter().any(|t| t.key == status.key))
+                .collect();
+        }
+        _ => {}
+    }
+    Ok(())
 }
 
 /// Converts a tool function's error for a stateful outcome.
@@ -197,6 +226,12 @@ pub async fn read<R: IsEntity>(
                 collection.set_next_cursor(next);
             }
             seal_validator(cx, R::KIND, &mut snapshot.resumption);
+            if cx.reports_effects(R::KIND) {
+                snapshot.effects = store
+                    .effect_statuses(&snapshot.handle, STATUSES_PER_READ)
+                    .await
+                    .map_err(|error| error.into_tool_error().into_result())?;
+            }
             Ok((snapshot, resource))
         }
         Ok(rejected @ ReadOutcome::Rejected(_)) => Err(rejected.into_call_tool_result()),
@@ -301,6 +336,9 @@ pub async fn mutate<R: IsEntity>(
     let expected_version = request.expected_version;
     match store.mutate(request, transition).await {
         Ok(mut outcome) => {
+            if let Err(error) = effects_of(store, &mut outcome).await {
+                return error.into_tool_error().into_result().into();
+            }
             if let Some(handle) = &traced {
                 record_state(cx, Some(handle), expected_version, &outcome);
             }

@@ -13,6 +13,7 @@ use super::collection::{InHand, ItemWrite};
 use super::entity::{Entity, EntityKind, Lifecycle};
 use super::error::{StoreError, StoreFuture};
 use super::fingerprint::Fingerprint;
+use super::outbox::{Effect, Effects, Emitted};
 use super::outcome::{MutationOutcome, ReadOutcome};
 use crate::auth::Principal;
 use crate::protocol::tool_error::{IntoToolError, ToolError};
@@ -78,6 +79,8 @@ pub(crate) struct Changed {
     pub(crate) known: Option<Known>,
     /// The collection items the transition made, changed or removed.
     pub(crate) items: Vec<ItemWrite>,
+    /// The effects the transition emitted, in order.
+    pub(crate) effects: Vec<Emitted>,
 }
 
 /// The lifecycle and view of a next state, as its own type computes them.
@@ -103,6 +106,7 @@ impl Transition {
                 result,
                 known: None,
                 items: Vec::new(),
+                effects: Vec::new(),
             })
         }))
     }
@@ -117,6 +121,40 @@ impl Transition {
         T: Serialize,
         E: IntoToolError,
     {
+        Transition::typed_parts(move |resource: &mut R| {
+            let result = f(resource).map_err(IntoToolError::into_tool_error)?;
+            Ok((encode(&result)?, Vec::new()))
+        })
+    }
+
+    /// A typed transition that may emit effects of type `F` (see [`Effects`]): they are stored
+    /// with the change, in the same atomic unit, and delivered after it commits by the handler
+    /// registered for `F` on the server. Each run of the transition starts with no effects, so
+    /// only those of the run that was committed are kept.
+    pub fn typed_with_effects<R, T, E, F>(
+        mut f: impl FnMut(&mut R, &mut Effects<F>) -> Result<T, E> + Send + 'static,
+    ) -> Self
+    where
+        R: Entity,
+        T: Serialize,
+        E: IntoToolError,
+        F: Effect,
+    {
+        Transition::typed_parts(move |resource: &mut R| {
+            let mut effects = Effects::new();
+            let result = f(resource, &mut effects).map_err(IntoToolError::into_tool_error)?;
+            let emitted = effects.into_emitted().map_err(|error| {
+                ToolError::new(crate::protocol::framework::code::INVALID_STATE, error)
+            })?;
+            Ok((encode(&result)?, emitted))
+        })
+    }
+
+    /// A typed transition from `f`, which changes the resource and gives the encoded result and
+    /// the effects it emitted.
+    fn typed_parts<R: Entity>(
+        mut f: impl FnMut(&mut R) -> Result<(Value, Vec<Emitted>), ToolError> + Send + 'static,
+    ) -> Self {
         // Decoded straight from the stored state: the decoded resource is the copy.
         Transition(Box::new(move |state: &Value, in_hand: &InHand| {
             let unreadable = |error: &dyn fmt::Display| {
@@ -136,7 +174,7 @@ impl Transition {
                         .map_err(|error| unreadable(&error))?;
                 }
             }
-            let result = f(&mut resource).map_err(IntoToolError::into_tool_error)?;
+            let (result, effects) = f(&mut resource)?;
             let mut items = Vec::new();
             for field in R::COLLECTIONS {
                 if let Some(collection) = resource.collection(field) {
@@ -155,9 +193,10 @@ impl Transition {
             };
             Ok(Changed {
                 state: encode(&resource)?,
-                result: encode(&result)?,
+                result,
                 known: Some(known),
                 items,
+                effects,
             })
         }))
     }
@@ -388,6 +427,8 @@ pub struct PruneReport {
     pub ledger_records: u64,
     /// Resources that expired longer ago than the ledger retention, removed with their history.
     pub resources: u64,
+    /// Effects delivered or failed longer ago than the ledger retention.
+    pub effects: u64,
 }
 
 /// Settings shared by every store.
@@ -514,7 +555,7 @@ impl fmt::Debug for StoreConfig {
 ///
 /// A store also keeps the records of the Tasks extension ([`TaskStore`](crate::tasks::TaskStore)),
 /// so a server's versioned state and its tasks live, and are shared by replicas, in one place.
-pub trait Store: super::tasks::TaskStore {
+pub trait Store: super::tasks::TaskStore + super::outbox::Outbox {
     /// Mints a handle and stores version 1: `applied` with the handle and the view. With an
     /// operation id it consults and claims the ledger before it makes the state (see
     /// [`CreateRequest`]): a recorded outcome with the same fingerprint is `replayed` (nothing

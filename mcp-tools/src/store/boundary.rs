@@ -18,6 +18,7 @@ use super::fingerprint::Fingerprint;
 use super::handle::mint_handle;
 use super::handle::{has_prefix, random};
 use super::history::{Undo, apply_undo, undo_patch};
+use super::outbox::{EffectTicket, OutboxEntry, effect_key};
 use crate::auth::Principal;
 use crate::protocol::framework::code;
 use crate::protocol::recovery::Recovery;
@@ -162,6 +163,8 @@ pub(crate) struct Change {
     /// The resource's kind has collections, so remembered removals may need forgetting.
     #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
     pub(crate) collections: bool,
+    /// The effects the change emitted, written to the outbox in the same unit.
+    pub(crate) effects: Vec<OutboxEntry>,
 }
 
 /// How often a transition may ask for collection items it was not handed before it is refused:
@@ -349,6 +352,7 @@ fn snapshot(
         resumption: resumption(&request.handle, &record),
         state: record.state,
         changes,
+        effects: Vec::new(),
         pages,
     })
 }
@@ -383,6 +387,7 @@ fn current_view(
         resumption: resumption(handle, &record),
         state,
         changes: None,
+        effects: Vec::new(),
         pages: Vec::new(),
     }))
 }
@@ -467,6 +472,7 @@ fn answer(
         recorded_at: format_rfc3339(entry.recorded_at),
         original,
         current,
+        effects: Vec::new(),
     }))
 }
 
@@ -785,6 +791,7 @@ pub(crate) fn finish_create(
         result: Value::Null,
         rebased_from: None,
         resumption: resumption(handle, &record),
+        effects: Vec::new(),
     };
     txn.insert(handle, record)?;
     if let Some(operation) = operation {
@@ -1091,6 +1098,7 @@ fn decide(
         result,
         known,
         items,
+        effects,
     } = changed;
     // Unrecorded, as a panic is: a server whose tool was fixed applies the retry.
     if deeper_than(&state, MAX_DEPTH) || deeper_than(&result, MAX_DEPTH) {
@@ -1122,6 +1130,20 @@ fn decide(
     let expiry_moved = record.expires_at != expires_at;
     record.expires_at = expires_at;
     record.state = state;
+    let operation_id = request.operation.as_ref().map(|(id, _)| id.as_str());
+    let principal = request.principal.key();
+    let effects: Vec<OutboxEntry> = effects
+        .into_iter()
+        .enumerate()
+        .map(|(index, emitted)| OutboxEntry {
+            key: effect_key(principal, operation_id, handle, record.version, index),
+            kind: emitted.kind.to_owned(),
+            handle: handle.to_owned(),
+            principal: principal.to_owned(),
+            payload: emitted.payload,
+            created_at: now,
+        })
+        .collect();
     let applied = Applied {
         handle: handle.to_owned(),
         version: record.version,
@@ -1129,6 +1151,13 @@ fn decide(
         result,
         rebased_from,
         resumption: resumption(handle, &record),
+        effects: effects
+            .iter()
+            .map(|entry| EffectTicket {
+                key: entry.key.clone(),
+                kind: entry.kind.clone(),
+            })
+            .collect(),
     };
     let drop_through = record
         .version
@@ -1140,6 +1169,7 @@ fn decide(
         expiry_moved,
         items,
         collections: !kind.collections.is_empty(),
+        effects,
     };
     txn.write(handle, record, change)?;
     let summary = RecordedOutcome::Applied(RecordedApplied::from(&applied));

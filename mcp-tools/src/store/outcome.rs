@@ -8,6 +8,7 @@ use serde_json::Value;
 
 use super::delta::FieldChange;
 use super::entity::Lifecycle;
+use super::outbox::{EffectStatus, EffectTicket};
 use crate::protocol::recovery::Recovery;
 use crate::protocol::tool_error::ToolError;
 
@@ -51,6 +52,10 @@ pub struct Applied {
     pub rebased_from: Option<u64>,
     /// Where to resume from.
     pub resumption: Resumption,
+    /// The effects the change emitted, to be delivered now that it is committed (each starts
+    /// `pending`; a read of the resource reports how each delivery went).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub effects: Vec<EffectTicket>,
 }
 
 /// A transition refused because the caller's view is out of date (`isError: true`).
@@ -324,6 +329,9 @@ pub struct RecordedApplied {
     /// The version the caller expected, when the change was rebased.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rebased_from: Option<u64>,
+    /// The effects the change emitted (a replay never emits them again).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub effects: Vec<EffectTicket>,
 }
 
 /// The summary of a `stale_view` outcome.
@@ -348,6 +356,7 @@ impl From<&Applied> for RecordedApplied {
             version: applied.version,
             result: applied.result.clone(),
             rebased_from: applied.rebased_from,
+            effects: applied.effects.clone(),
         }
     }
 }
@@ -381,6 +390,9 @@ pub struct Replayed {
     // what it needs, that the operation was applied.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub current: Option<Snapshot>,
+    /// How the delivery of each effect the original change emitted is going, now.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub effects: Vec<EffectStatus>,
 }
 
 /// The outcome of a mutation: the `structuredContent` of a mutating tool.
@@ -446,7 +458,18 @@ fn applied_text(handle: &str, version: u64, rebased_from: Option<u64>) -> String
 
 impl Applied {
     fn text(&self) -> String {
-        applied_text(&self.handle, self.version, self.rebased_from)
+        let applied = applied_text(&self.handle, self.version, self.rebased_from);
+        match self.effects.len() {
+            0 => applied,
+            1 => format!(
+                "{applied} It emitted a {} effect, delivered now that the change is committed: read {} to see how its delivery went.",
+                self.effects[0].kind, self.handle
+            ),
+            n => format!(
+                "{applied} It emitted {n} effects, delivered now that the change is committed: read {} to see how each delivery went.",
+                self.handle
+            ),
+        }
     }
 }
 
@@ -574,6 +597,10 @@ pub struct Snapshot {
     /// What changed since the version the caller asked about, when it asked.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub changes: Option<Changes>,
+    /// The effects changes of the resource emitted (the newest 20, oldest first), with how
+    /// each delivery is going: reported by reads of resources whose tools emit effects.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub effects: Vec<EffectStatus>,
     /// A page of each collection's items, which a `reads` tool shows through its entity.
     #[serde(skip)]
     #[schemars(skip)]

@@ -95,6 +95,14 @@ pub trait Tool: Send + Sync + 'static {
         None
     }
 
+    /// The kinds of the effects this tool emits ([`Effect::KIND`](crate::effects::Effect::KIND)
+    /// of the `Effects<E>` a `mutates` tool takes). A server without a
+    /// [handler](crate::McpServerBuilder::effect_handler) for each does not build. Read once,
+    /// when the tool is added.
+    fn effect_kinds(&self) -> &'static [&'static str] {
+        &[]
+    }
+
     /// Runs the tool.
     fn call(&self, args: Self::Args, cx: Context) -> impl Future<Output = Self::Output> + Send;
 }

@@ -30,6 +30,8 @@ use crate::tools::{Erased, ErasedTool, Tool, ToolDefinition};
 #[derive(Clone, Default)]
 pub struct ToolSet {
     entries: Vec<Entry>,
+    /// The handlers of the effects the tools emit, delivered by the server that serves them.
+    handlers: Vec<crate::effects::Handler>,
 }
 
 #[derive(Clone)]
@@ -37,6 +39,8 @@ struct Entry {
     definition: ToolDefinition,
     /// The entity kind of a stateful tool.
     entity_kind: Option<&'static str>,
+    /// The kinds of the effects it emits.
+    effect_kinds: &'static [&'static str],
     tool: Arc<dyn ErasedTool>,
 }
 
@@ -91,6 +95,7 @@ impl ToolSet {
                 task_support: info.task_support,
             },
             entity_kind: tool.entity_kind(),
+            effect_kinds: tool.effect_kinds(),
             tool: Arc::new(Erased(tool)),
         });
         self
@@ -116,8 +121,35 @@ impl ToolSet {
         self.entries.len() != before
     }
 
-    /// Appends every tool of `other`.
+    /// Registers the handler of effects of type `E`, which tools of this set emit (see
+    /// [`effects`](crate::effects)): the server's delivery worker calls it with each effect a
+    /// committed change emitted, until it succeeds, fails for good
+    /// ([`EffectError::permanent`](crate::effects::EffectError::permanent)) or runs out of
+    /// attempts. It may be called more than once for one effect (a retry, a replica that died
+    /// mid-delivery), always with the same
+    /// [idempotency key](crate::effects::Delivery::idempotency_key): pass that key on to the
+    /// external service. What it returns is what reads report as the effect's `result`.
+    ///
+    /// A server whose tools emit a kind of effect with no handler, or with two, does not build.
+    pub fn effect_handler<E, F, Fut, T>(mut self, handler: F) -> Self
+    where
+        E: crate::effects::Effect,
+        F: Fn(crate::effects::Delivery<E>) -> Fut + Send + Sync + 'static,
+        Fut: std::future::Future<Output = Result<T, crate::effects::EffectError>> + Send + 'static,
+        T: serde::Serialize,
+    {
+        self.handlers.push(crate::effects::Handler::new(handler));
+        self
+    }
+
+    /// The effect handlers registered on the set.
+    pub(crate) fn effect_handlers(&self) -> Vec<crate::effects::Handler> {
+        self.handlers.clone()
+    }
+
+    /// Appends every tool of `other`, and its effect handlers.
     pub fn merge(mut self, other: ToolSet) -> Self {
+        self.handlers.extend(other.handlers);
         self.entries.extend(other.entries);
         self
     }
@@ -129,6 +161,22 @@ impl ToolSet {
             .filter(|entry| entry.entity_kind.is_some())
             .map(|entry| entry.definition.name.to_string())
             .collect()
+    }
+
+    /// Each tool that emits effects: its name, its entity kind and an effect kind, once per
+    /// effect kind.
+    pub(crate) fn effects(&self) -> Vec<(String, &'static str, &'static str)> {
+        let mut effects = Vec::new();
+        for entry in &self.entries {
+            for effect in entry.effect_kinds {
+                effects.push((
+                    entry.definition.name.to_string(),
+                    entry.entity_kind.unwrap_or_default(),
+                    *effect,
+                ));
+            }
+        }
+        effects
     }
 
     /// The number of tools.

@@ -138,6 +138,7 @@ impl McpServer {
                  (a local process is trusted by whoever spawned it)",
             ));
         }
+        self.start_effect_delivery();
         let inflight = Arc::new(Inflight::default());
         let (lines, queued) = mpsc::channel(QUEUE);
         let writing = write_lines(writer, queued);

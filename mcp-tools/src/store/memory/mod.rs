@@ -28,6 +28,7 @@ use crate::store::error::{StoreError, StoreFuture};
 use crate::sync::{lock, read, write};
 
 mod items;
+mod outbox;
 mod tasks;
 #[cfg(test)]
 mod tests;
@@ -120,7 +121,8 @@ impl Kept {
             LedgerState::Pending { token } => KeptOutcome::Pending { token },
             LedgerState::Done(RecordedOutcome::Applied(applied))
                 if handle.as_deref() == Some(applied.handle.as_str())
-                    && applied.rebased_from != Some(0) =>
+                    && applied.rebased_from != Some(0)
+                    && applied.effects.is_empty() =>
             {
                 KeptOutcome::Applied {
                     version: applied.version,
@@ -152,6 +154,7 @@ impl Kept {
                 version: *version,
                 result: result.clone(),
                 rebased_from: rebased_from.map(NonZeroU64::get),
+                effects: Vec::new(),
             })),
             KeptOutcome::Done(outcome) => LedgerState::Done(RecordedOutcome::clone(outcome)),
         };
@@ -209,6 +212,9 @@ struct Inner {
     /// Task records by id, sharded like the resources: a shard's table grows (and rehashes)
     /// under its own lock, so a growing table stalls only the tasks that hash to it.
     tasks: Box<[Mutex<HashMap<String, TaskRecord>>]>,
+    /// The effects changes emitted, written under the resource's lock with the change.
+    outbox: Mutex<outbox::OutboxTable>,
+    outbox_signal: tokio::sync::Notify,
     sweeper: Sweeper,
 }
 
@@ -226,6 +232,8 @@ impl MemoryStore {
             ledger_due: AtomicI64::new(i64::MAX),
             resources_due: AtomicI64::new(i64::MAX),
             tasks: (0..SHARDS).map(|_| Mutex::default()).collect(),
+            outbox: Mutex::default(),
+            outbox_signal: tokio::sync::Notify::new(),
             sweeper: Sweeper::spawn(weak.clone(), Inner::sweep, SWEEP_EVERY),
         });
         MemoryStore { inner }
@@ -301,9 +309,11 @@ impl Inner {
 
     fn prune(&self) -> PruneReport {
         let now = self.config.clock.now_millis();
+        let retention = duration_millis(self.config.ledger_retention);
         PruneReport {
             ledger_records: self.prune_ledger(now),
             resources: self.prune_resources(now),
+            effects: lock(&self.outbox).prune(now.saturating_sub(retention)),
         }
     }
 
@@ -317,6 +327,8 @@ impl Inner {
         if self.resources_due.load(Ordering::Relaxed) <= now {
             self.prune_resources(now);
         }
+        let retention = duration_millis(self.config.ledger_retention);
+        lock(&self.outbox).prune(now.saturating_sub(retention));
     }
 
     /// Removes the ledger records past their retention, a shard at a time, and notes when the

@@ -401,8 +401,19 @@ fn a_kept_record_reads_back_as_recorded() {
             version: 7,
             result: json!({ "memory_gib": 32 }),
             rebased_from,
+            effects: Vec::new(),
         }))
     };
+    let charged = LedgerState::Done(RecordedOutcome::Applied(RecordedApplied {
+        handle: shared.to_string(),
+        version: 7,
+        result: json!(null),
+        rebased_from: None,
+        effects: vec![crate::store::EffectTicket {
+            key: "eff_0".into(),
+            kind: "charge".into(),
+        }],
+    }));
     let applied = |handle: &str| rebased(handle, Some(5));
     let cases = [
         entry(Some(&shared), applied(&shared)),
@@ -419,6 +430,8 @@ fn a_kept_record_reads_back_as_recorded() {
             )),
         ),
         entry(None, LedgerState::Pending { token: 42 }),
+        // One that emitted effects is kept whole, so a replay names them.
+        entry(Some(&shared), charged),
     ];
     for recorded in cases {
         let kept = Kept::keep(recorded.clone(), Some(&shared));

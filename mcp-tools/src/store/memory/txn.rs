@@ -193,6 +193,7 @@ impl Txn for MemoryTxn<'_> {
             undo,
             drop_through,
             items,
+            effects,
             ..
         } = change;
         let (Some((_, cell)), Some(guarded)) = (self.cell, self.guarded.as_mut()) else {
@@ -208,6 +209,9 @@ impl Txn for MemoryTxn<'_> {
             .is_some_and(|(version, _)| *version <= drop_through)
         {
             guarded.history.pop_front();
+        }
+        if !effects.is_empty() {
+            lock(&self.inner.outbox).insert(effects);
         }
         self.inner.resource_falls_due(&record);
         cell.current.store(Arc::new(record));

@@ -13,6 +13,7 @@ use tokio_postgres::Client;
 use tokio_postgres::types::ToSql;
 
 mod conninfo;
+mod outbox;
 mod schema;
 mod tasks;
 mod turns;
@@ -21,7 +22,7 @@ mod txn;
 use schema::{Sql, backend, describe};
 use turns::Turns;
 use txn::{
-    Need, PgTxn, history_from, item_from, item_statements, know_opened, record_from, statements,
+    Need, PgTxn, effect_statements, history_from, item_from, item_statements, know_opened, record_from, statements,
 };
 
 use crate::auth::Principal;
@@ -247,6 +248,8 @@ struct Inner {
     turns: Turns,
     /// How far the database's clock was ahead of this process's when it last told its time.
     clock_offset: std::sync::atomic::AtomicI64,
+    /// Wakes this process's effect delivery.
+    outbox_signal: tokio::sync::Notify,
 }
 
 /// The unit's locks, in one order for every unit: the resource's, then the operation id's (a
@@ -359,6 +362,7 @@ impl PostgresStore {
             writes: std::sync::atomic::AtomicU64::new(0),
             turns: Turns::new(),
             clock_offset: std::sync::atomic::AtomicI64::new(clock_offset),
+            outbox_signal: tokio::sync::Notify::new(),
         });
         tokio::spawn(sweep_loop(
             Arc::downgrade(&inner),
@@ -751,6 +755,7 @@ impl Inner {
         let mut list = Vec::new();
         statements(pg.writes, &mut list)?;
         item_statements(pg.item_writes, &mut list);
+        effect_statements(pg.effects, &mut list);
         let mut prepared = Vec::with_capacity(list.len());
         for (statement, _, _) in &list {
             let sql = self.sql.of(*statement);
@@ -956,7 +961,7 @@ impl Inner {
 
     /// One prune step in its own transaction, if this replica holds the sweep lock (`wait`:
     /// until it does); the rows it removed.
-    async fn prune_step(&self, ledger: bool, wait: bool) -> Result<Option<u64>, StoreError> {
+    async fn prune_step(&self, step: PruneStep, wait: bool) -> Result<Option<u64>, StoreError> {
         let session = self.session().await?;
         let client = session.client();
         let key = lock_key(&["sweep", &self.options.schema, &self.options.table_prefix]);
@@ -982,20 +987,16 @@ impl Inner {
             return Ok(None);
         }
         let now = self.now(row.try_get(1).map_err(corrupt)?);
-        let removed: i64 = if ledger {
-            let prune = client
-                .prepare_cached(&self.sql.prune_ledger)
-                .await
-                .map_err(backend)?;
-            client.query_one(&prune, &[&now, &SWEEP_BATCH]).await
-        } else {
-            let cutoff = now.saturating_sub(duration_millis(self.config.ledger_retention));
-            let prune = client
-                .prepare_cached(&self.sql.prune_resources)
-                .await
-                .map_err(backend)?;
-            client.query_one(&prune, &[&cutoff, &SWEEP_BATCH]).await
-        }
+        let cutoff = now.saturating_sub(duration_millis(self.config.ledger_retention));
+        let (sql, before) = match step {
+            PruneStep::Ledger => (&self.sql.prune_ledger, now),
+            PruneStep::Resources => (&self.sql.prune_resources, cutoff),
+            PruneStep::Effects => (&self.sql.prune_effects, cutoff),
+        };
+        let prune = client.prepare_cached(sql).await.map_err(backend)?;
+        let removed: i64 = client
+            .query_one(&prune, &[&before, &SWEEP_BATCH])
+            .await
         .map_err(backend)?
         .try_get(0)
         .map_err(corrupt)?;
@@ -1004,28 +1005,38 @@ impl Inner {
         Ok(Some(removed as u64))
     }
 
-    /// A prune as short transactions: the ledger a batch at a time, then the resources.
+    /// A prune as short transactions: the ledger a batch at a time, then the resources, then
+    /// the settled effects.
     async fn prune(&self, wait: bool) -> Result<PruneReport, StoreError> {
         let mut report = PruneReport::default();
-        loop {
-            let Some(removed) = self.bounded(self.prune_step(true, wait)).await? else {
-                return Ok(report);
-            };
-            report.ledger_records += removed;
-            if removed < SWEEP_BATCH as u64 {
-                break;
+        for step in [PruneStep::Ledger, PruneStep::Resources, PruneStep::Effects] {
+            loop {
+                let Some(removed) = self.bounded(self.prune_step(step, wait)).await? else {
+                    return Ok(report);
+                };
+                *match step {
+                    PruneStep::Ledger => &mut report.ledger_records,
+                    PruneStep::Resources => &mut report.resources,
+                    PruneStep::Effects => &mut report.effects,
+                } += removed;
+                if removed < SWEEP_BATCH as u64 {
+                    break;
+                }
             }
         }
-        loop {
-            let Some(removed) = self.bounded(self.prune_step(false, wait)).await? else {
-                return Ok(report);
-            };
-            report.resources += removed;
-            if removed < SWEEP_BATCH as u64 {
-                return Ok(report);
-            }
-        }
+        Ok(report)
     }
+}
+
+/// What one prune transaction removes a batch of.
+#[derive(Debug, Clone, Copy)]
+enum PruneStep {
+    /// Expired ledger records.
+    Ledger,
+    /// Resources expired longer ago than the ledger retention, with their history and items.
+    Resources,
+    /// Effects settled longer ago than the ledger retention.
+    Effects,
 }
 
 /// The automatic sweep: every so many writes or every [`PostgresOptions::sweep_interval`], one

@@ -11,7 +11,7 @@ use crate::store::error::StoreError;
 /// records `compatible_from`: the oldest schema version whose code may still use a database
 /// that has it. Code finding a newer schema it is compatible with uses it as it is; one finding
 /// a schema it is not compatible with, or tables no migration made, refuses to start.
-pub(crate) const LATEST: i32 = 3;
+pub(crate) const LATEST: i32 = 4;
 
 /// The migrations, in order: version, the oldest version whose code may use the result, what
 /// it does, its statements.
@@ -88,6 +88,33 @@ CREATE TABLE {item_removals} (
 );
 ",
     ),
+    (
+        4,
+        1,
+        "the outbox: effects emitted by changes, with their delivery",
+        "
+CREATE TABLE {outbox} (
+    seq         bigserial PRIMARY KEY,
+    key         text NOT NULL UNIQUE,
+    kind        text NOT NULL,
+    handle      text NOT NULL,
+    principal   text NOT NULL,
+    payload     text NOT NULL,
+    state       text NOT NULL,
+    attempts    integer NOT NULL DEFAULT 0,
+    next_at     bigint NOT NULL,
+    lease_owner text,
+    lease_until bigint,
+    result      text,
+    error       text,
+    created_at  bigint NOT NULL,
+    settled_at  bigint
+);
+CREATE INDEX {outbox_pending} ON {outbox} (next_at) WHERE state = 'pending';
+CREATE INDEX {outbox_handle} ON {outbox} (handle, seq);
+CREATE INDEX {outbox_settled} ON {outbox} (settled_at) WHERE settled_at IS NOT NULL;
+",
+    ),
 ];
 
 /// A PostgreSQL identifier, quoted: any name is safe in SQL this way.
@@ -129,6 +156,7 @@ pub(crate) struct Sql {
     pub(crate) tasks: String,
     pub(crate) items: String,
     pub(crate) item_removals: String,
+    pub(crate) outbox: String,
     /// What names a table of the store without the schema (for `to_regclass`).
     unqualified: Vec<String>,
     pub(crate) open_create: String,
@@ -162,6 +190,13 @@ pub(crate) struct Sql {
     pub(crate) task_insert: String,
     pub(crate) task_update: String,
     pub(crate) task_purge: String,
+    /// The outbox: a change's effects (keys $1, kinds $2, payloads $6 of handle $3 by principal
+    /// $4 at $5), a claim, a settlement, a resource's statuses, a sweep batch.
+    pub(crate) insert_effects: String,
+    pub(crate) claim_effects: String,
+    pub(crate) settle_effect: String,
+    pub(crate) effect_statuses: String,
+    pub(crate) prune_effects: String,
 }
 
 /// The database's clock in milliseconds since the epoch, read when the statement runs (after
@@ -197,6 +232,7 @@ impl Sql {
             Statement::UpsertItems => &self.upsert_items,
             Statement::RemoveItems => &self.remove_items,
             Statement::ForgetRemovals => &self.forget_removals,
+            Statement::InsertEffects => &self.insert_effects,
         }
     }
 
@@ -225,6 +261,7 @@ impl Sql {
         };
         let tasks = table("tasks");
         let (items, item_removals) = (table("items"), table("item_removals"));
+        let outbox = table("outbox");
         let columns = |alias: &str| {
             RESOURCE_COLUMNS
                 .split(", ")
@@ -256,6 +293,7 @@ impl Sql {
                 "tasks",
                 "items",
                 "item_removals",
+                "outbox",
             ]
             .iter()
             .map(|name| format!("{prefix}{name}"))
@@ -416,6 +454,52 @@ impl Sql {
             ),
             task_update: format!("UPDATE {tasks} SET record = $2 WHERE id = $1"),
             task_purge: format!("DELETE FROM {tasks} WHERE expires_at < $1"),
+            insert_effects: format!(
+                "INSERT INTO {outbox}
+                     (key, kind, handle, principal, payload, state, next_at, created_at)
+                 SELECT e.key, e.kind, $3::text, $4::text, e.payload, 'pending', $5::int8, $5::int8
+                 FROM unnest($1::text[], $2::text[], $6::text[]) AS e(key, kind, payload)"
+            ),
+            // The database's clock decides what is due and when a lease lapses, so replicas
+            // whose clocks disagree still agree on it; a worker that holds a row does not
+            // stall the others (they skip it).
+            claim_effects: format!(
+                "UPDATE {outbox} AS o
+                 SET attempts = o.attempts + 1, lease_owner = $1::text,
+                     lease_until = {NOW_MS} + $2::int8
+                 WHERE o.seq IN (
+                     SELECT seq FROM {outbox}
+                     WHERE state = 'pending' AND next_at <= {NOW_MS}
+                       AND (lease_until IS NULL OR lease_until <= {NOW_MS})
+                       AND kind = ANY($3::text[])
+                     ORDER BY seq LIMIT $4::int8
+                     FOR UPDATE SKIP LOCKED)
+                 RETURNING o.seq, o.key, o.kind, o.handle, o.principal, o.payload, o.attempts"
+            ),
+            settle_effect: format!(
+                "UPDATE {outbox}
+                 SET state = $3::text, result = $4::text, error = $5::text,
+                     next_at = coalesce($6::int8, next_at),
+                     settled_at = CASE WHEN $3::text = 'pending' THEN NULL ELSE {NOW_MS} END,
+                     lease_owner = NULL, lease_until = NULL
+                 WHERE key = $1::text AND lease_owner = $2::text AND state = 'pending'"
+            ),
+            effect_statuses: format!(
+                "SELECT key, kind, state, attempts, result, error FROM (
+                     SELECT seq, key, kind, state, attempts, result, error FROM {outbox}
+                     WHERE handle = $1::text ORDER BY seq DESC LIMIT $2::int8) AS s
+                 ORDER BY seq"
+            ),
+            prune_effects: format!(
+                "WITH gone AS (
+                     DELETE FROM {outbox} WHERE seq IN (
+                         SELECT seq FROM {outbox}
+                         WHERE settled_at IS NOT NULL AND settled_at <= $1::int8
+                         LIMIT $2::int8)
+                     RETURNING 1)
+                 SELECT count(*) FROM gone"
+            ),
+            outbox,
             resources,
             changes,
             ledger,
@@ -435,6 +519,10 @@ impl Sql {
             .replace("{ledger_key}", &quote(&format!("{prefix}ledger_key")))
             .replace("{tasks_expiry}", &quote(&format!("{prefix}tasks_expiry")))
             .replace("{items_version}", &quote(&format!("{prefix}items_version")))
+            .replace("{outbox_pending}", &quote(&format!("{prefix}outbox_pending")))
+            .replace("{outbox_handle}", &quote(&format!("{prefix}outbox_handle")))
+            .replace("{outbox_settled}", &quote(&format!("{prefix}outbox_settled")))
+            .replace("{outbox}", &self.outbox)
             .replace("{item_removals}", &self.item_removals)
             .replace("{items}", &self.items)
             .replace("{tasks}", &self.tasks)

@@ -18,6 +18,7 @@ use crate::store::entity::Lifecycle;
 use crate::store::error::StoreError;
 use crate::store::fingerprint::Fingerprint;
 use crate::store::history::Undo;
+use crate::store::outbox::OutboxEntry;
 
 /// What the boundary asked for and was not given.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -101,6 +102,8 @@ pub(crate) struct PgTxn {
     pub(crate) writes: Vec<Write>,
     /// The collection items the writes change, sent after them.
     pub(crate) item_writes: Vec<ItemWrites>,
+    /// The effects the writes emitted, sent after them.
+    pub(crate) effects: Vec<OutboxEntry>,
     /// Items fetched, by (handle, collection, id): `None` when there is no such item.
     items: Vec<(ItemKey, Option<StoredItem>)>,
     /// Pages fetched, by what [`Need::Page`] asked.
@@ -119,6 +122,7 @@ impl PgTxn {
             exact: Vec::new(),
             writes: Vec::new(),
             item_writes: Vec::new(),
+            effects: Vec::new(),
             items: Vec::new(),
             pages: Vec::new(),
             since: Vec::new(),
@@ -184,6 +188,7 @@ impl PgTxn {
     pub(crate) fn restart(&mut self) {
         self.writes.clear();
         self.item_writes.clear();
+        self.effects.clear();
         self.need = None;
     }
 
@@ -380,6 +385,7 @@ impl Txn for PgTxn {
         record: Record,
         mut change: Change,
     ) -> Result<(), StoreError> {
+        self.effects.append(&mut change.effects);
         let writes = std::mem::take(&mut change.items);
         if !writes.is_empty() || change.collections {
             self.item_writes.push(ItemWrites {
@@ -523,6 +529,41 @@ pub(crate) enum Statement {
     RemoveItems,
     /// Remembered removals the history no longer reaches.
     ForgetRemovals,
+    /// The effects a change emitted, into the outbox.
+    InsertEffects,
+}
+
+/// The statement that writes `effects` (one change's, all of one resource and principal).
+pub(crate) fn effect_statements(
+    effects: Vec<OutboxEntry>,
+    out: &mut Vec<(Statement, Vec<Param>, bool)>,
+) {
+    let Some(first) = effects.first() else {
+        return;
+    };
+    let (handle, principal, at) = (
+        first.handle.clone(),
+        first.principal.clone(),
+        first.created_at,
+    );
+    let (mut keys, mut kinds, mut payloads) = (Vec::new(), Vec::new(), Vec::new());
+    for effect in effects {
+        keys.push(effect.key);
+        kinds.push(effect.kind);
+        payloads.push(effect.payload.to_string());
+    }
+    out.push((
+        Statement::InsertEffects,
+        vec![
+            Box::new(keys),
+            Box::new(kinds),
+            Box::new(handle),
+            Box::new(principal),
+            Box::new(at),
+            Box::new(payloads),
+        ],
+        false,
+    ));
 }
 
 /// The statements that write `item_writes`, after the resource writes they belong to.
@@ -801,6 +842,7 @@ mod tests {
             expiry_moved: true,
             items: Vec::new(),
             collections: false,
+            effects: Vec::new(),
         }
     }
 

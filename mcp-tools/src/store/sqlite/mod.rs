@@ -11,6 +11,7 @@ use rusqlite::{Connection, TransactionBehavior};
 mod checkpoint;
 mod schema;
 mod states;
+mod outbox;
 mod tasks;
 #[cfg(test)]
 mod tests;
@@ -158,6 +159,8 @@ struct Inner {
     states: Arc<StateCache>,
     /// Idle reader connections, by [`reader_lane`].
     readers: Box<[Mutex<Vec<Connection>>]>,
+    /// Wakes this process's effect delivery.
+    outbox_signal: tokio::sync::Notify,
     sweeper: Sweeper,
 }
 
@@ -200,6 +203,7 @@ impl SqliteStore {
             writer,
             states,
             readers: (0..READER_LANES).map(|_| Mutex::default()).collect(),
+            outbox_signal: tokio::sync::Notify::new(),
             sweeper: Sweeper::spawn(weak.clone(), Inner::sweep, SWEEP_EVERY),
         });
         Ok(SqliteStore { inner })
@@ -307,6 +311,8 @@ enum PruneStep {
     Ledger,
     /// Up to [`SWEEP_BATCH`] resources that expired longer ago than `retention`.
     Resources { retention: Duration },
+    /// Up to [`SWEEP_BATCH`] effects settled longer ago than `retention`.
+    Effects { retention: Duration },
 }
 
 impl PruneStep {
@@ -342,6 +348,10 @@ impl PruneStep {
                 }
                 Ok(handles.len() as u64)
             }
+            PruneStep::Effects { retention } => {
+                let cutoff = now.saturating_sub(duration_millis(retention));
+                Ok(txn.connection.prepare_cached(outbox::PRUNE_SQL)?.execute([cutoff])? as u64)
+            }
         }
     }
 }
@@ -363,6 +373,13 @@ fn prune_in_steps(
     loop {
         let removed = run(PruneStep::Resources { retention })?;
         report.resources += removed;
+        if removed < SWEEP_BATCH as u64 {
+            break;
+        }
+    }
+    loop {
+        let removed = run(PruneStep::Effects { retention })?;
+        report.effects += removed;
         if removed < SWEEP_BATCH as u64 {
             return Ok(report);
         }

@@ -23,6 +23,10 @@ use std::time::{Duration, Instant};
 ///   version) finds what changed since a version. `mcp_item_removals` remembers each removal
 ///   (handle, version, collection, id) as long as the history of that version is kept. Files of
 ///   this layout made before collections existed get both tables when they are next opened.
+/// - `mcp_outbox` holds each effect a change emitted, written in the change's transaction, in
+///   emission order (`seq`), with its delivery state, attempts, lease and result; indexed by
+///   due time among the pending ones, by resource, and by when it was settled (for the sweep).
+///   Files of this layout made before effects existed get the table when they are next opened.
 /// - `mcp_tasks` holds one row per task of the Tasks extension: its record as a JSON document
 ///   and its expiry, for the purge. Files of this layout made before tasks existed get the
 ///   table when they are next opened.
@@ -83,6 +87,27 @@ CREATE TABLE IF NOT EXISTS mcp_item_removals (
     id      INTEGER NOT NULL,
     PRIMARY KEY (handle, version, field, id)
 ) STRICT, WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS mcp_outbox (
+    seq         INTEGER PRIMARY KEY,
+    key         TEXT NOT NULL UNIQUE,
+    kind        TEXT NOT NULL,
+    handle      TEXT NOT NULL,
+    principal   TEXT NOT NULL,
+    payload     TEXT NOT NULL,
+    state       TEXT NOT NULL,
+    attempts    INTEGER NOT NULL DEFAULT 0,
+    next_at     INTEGER NOT NULL,
+    lease_owner TEXT,
+    lease_until INTEGER,
+    result      TEXT,
+    error       TEXT,
+    created_at  INTEGER NOT NULL,
+    settled_at  INTEGER
+) STRICT;
+CREATE INDEX IF NOT EXISTS mcp_outbox_pending ON mcp_outbox (next_at) WHERE state = 'pending';
+CREATE INDEX IF NOT EXISTS mcp_outbox_handle ON mcp_outbox (handle, seq);
+CREATE INDEX IF NOT EXISTS mcp_outbox_settled ON mcp_outbox (settled_at)
+    WHERE settled_at IS NOT NULL;
 ";
 
 /// The layout this version writes and reads.

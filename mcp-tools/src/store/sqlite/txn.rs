@@ -265,6 +265,7 @@ impl Txn for SqlTxn<'_> {
             expiry_moved,
             items,
             collections,
+            effects,
         } = change;
         let version = version_to_sql(record.version)?;
         // The boundary loaded version - 1 inside this write transaction; the condition makes
@@ -312,6 +313,23 @@ impl Txn for SqlTxn<'_> {
             .prepare_cached("INSERT INTO mcp_changes (handle, version, undo) VALUES (?1, ?2, ?3)")?
             .execute(params![handle, version, to_json(&undo, "history")?])?;
         self.write_items(handle, version, items)?;
+        if !effects.is_empty() {
+            let mut insert = self.connection.prepare_cached(
+                "INSERT INTO mcp_outbox
+                     (key, kind, handle, principal, payload, state, next_at, created_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, 'pending', ?6, ?6)",
+            )?;
+            for effect in effects {
+                insert.execute(params![
+                    effect.key,
+                    effect.kind,
+                    effect.handle,
+                    effect.principal,
+                    to_json(&effect.payload, "effect")?,
+                    effect.created_at
+                ])?;
+            }
+        }
         let drop_through = history_to_drop(drop_through);
         if drop_through > 0 {
             self.connection

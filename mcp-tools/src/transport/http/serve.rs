@@ -71,6 +71,7 @@ impl McpServer {
     where
         F: Future<Output = ()> + Send + 'static,
     {
+        self.start_effect_delivery();
         let limits = self.shared.connections;
         let router = app;
         let mut connection = hyper::server::conn::http1::Builder::new();
