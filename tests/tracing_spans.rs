@@ -11,8 +11,8 @@ use std::collections::HashMap;
 
 use common::{Call, TestServer, within};
 use mcp_tools::store::{
-    CreateRequest, MutationOutcome, MutationRequest, PruneReport, ReadOutcome, ReadRequest, Store,
-    StoreError, StoreFuture, Transition,
+    Claim, ClaimedEffect, CreateRequest, EffectStatus, MutationOutcome, MutationRequest, Outbox,
+    PruneReport, ReadOutcome, ReadRequest, Settlement, Store, StoreError, StoreFuture, Transition,
 };
 use mcp_tools::tasks::{TaskChange, TaskInsert, TaskRecord, TaskStore};
 use mcp_tools::{McpServer, MemoryStore};
@@ -311,6 +311,36 @@ impl Store for Refusing {
 
     fn prune(&self) -> StoreFuture<'_, PruneReport> {
         self.refuse()
+    }
+}
+
+impl Outbox for Refusing {
+    fn claim_effects(&self, claim: Claim) -> StoreFuture<'_, Vec<ClaimedEffect>> {
+        let _ = claim;
+        self.refuse()
+    }
+
+    fn settle_effect<'a>(
+        &'a self,
+        key: &'a str,
+        owner: &'a str,
+        settlement: Settlement,
+    ) -> StoreFuture<'a, bool> {
+        let _ = (key, owner, settlement);
+        self.refuse()
+    }
+
+    fn effect_statuses<'a>(
+        &'a self,
+        handle: &'a str,
+        limit: usize,
+    ) -> StoreFuture<'a, Vec<EffectStatus>> {
+        let _ = (handle, limit);
+        self.refuse()
+    }
+
+    fn outbox_signal(&self) -> std::sync::Arc<tokio::sync::Notify> {
+        std::sync::Arc::default()
     }
 }
 

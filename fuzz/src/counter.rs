@@ -10,6 +10,7 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use std::sync::Arc;
 
 use mcp_tools::store::{
+    Claim, ClaimedEffect, EffectStatus, Outbox, Settlement,
     CreateRequest, Entity, Lifecycle, MutationOutcome, MutationRequest, PruneReport, ReadOutcome,
     ReadRequest, Store, StoreFuture, Transition,
 };
@@ -328,6 +329,32 @@ impl Store for FreshStore {
     fn prune(&self) -> StoreFuture<'_, PruneReport> {
         let store = self.current();
         Box::pin(async move { store.prune().await })
+    }
+}
+
+impl Outbox for FreshStore {
+    fn claim_effects(&self, claim: Claim) -> StoreFuture<'_, Vec<ClaimedEffect>> {
+        let store = self.current();
+        Box::pin(async move { store.claim_effects(claim).await })
+    }
+
+    fn settle_effect<'a>(
+        &'a self,
+        key: &'a str,
+        owner: &'a str,
+        settlement: Settlement,
+    ) -> StoreFuture<'a, bool> {
+        let store = self.current();
+        Box::pin(async move { store.settle_effect(key, owner, settlement).await })
+    }
+
+    fn effect_statuses<'a>(&'a self, handle: &'a str, limit: usize) -> StoreFuture<'a, Vec<EffectStatus>> {
+        let store = self.current();
+        Box::pin(async move { store.effect_statuses(handle, limit).await })
+    }
+
+    fn outbox_signal(&self) -> std::sync::Arc<tokio::sync::Notify> {
+        self.current().outbox_signal()
     }
 }
 

@@ -9,6 +9,12 @@ use collections::{
     appends_commute_and_reads_page, items_are_versioned_one_by_one, items_reached_in_rounds,
     removals_and_changes_since_a_version,
 };
+#[path = "state_contract/effects.rs"]
+mod effects;
+use effects::{
+    concurrent_claims_share_nothing, effects_exist_exactly_when_their_change_committed,
+    leases_settle_and_retry,
+};
 #[cfg(feature = "postgres")]
 mod pg;
 
@@ -2191,6 +2197,28 @@ macro_rules! contract {
             case!(a_replay_appends_nothing);
             case!(items_reached_in_rounds);
             case!(a_plain_list_migrates_on_its_first_change);
+            case!(effects_exist_exactly_when_their_change_committed);
+            case!(leases_settle_and_retry);
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn concurrent_claims_of_effects_share_nothing() {
+                let Some(fixture) = Fixture::new(stringify!($open)) else {
+                    return;
+                };
+                // Two stores on one backing store where the store can be opened twice (two
+                // processes on one SQLite file, two PostgreSQL replicas); the memory store's
+                // clones share it.
+                let stores = [
+                    fixture.$open(StoreConfig::default()),
+                    fixture.$open(StoreConfig::default()),
+                ];
+                let stores = if stringify!($open) == "memory" {
+                    [stores[0].clone(), stores[0].clone()]
+                } else {
+                    stores
+                };
+                concurrent_claims_share_nothing(&stores, stringify!($module)).await;
+            }
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
             async fn same_operation_id_create_storm_mints_one_resource() {

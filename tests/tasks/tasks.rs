@@ -12,8 +12,9 @@ use std::time::{Duration, Instant};
 use mcp_tools::MemoryStore;
 use mcp_tools::auth::{Principal, Unauthorized};
 use mcp_tools::store::{
-    CreateRequest, MutationOutcome, MutationRequest, PostgresOptions, PruneReport, ReadOutcome,
-    ReadRequest, Store, StoreConfig, StoreError, StoreFuture, Transition,
+    Claim, ClaimedEffect, CreateRequest, EffectStatus, MutationOutcome, MutationRequest, Outbox,
+    PostgresOptions, PruneReport, ReadOutcome, ReadRequest, Settlement, Store, StoreConfig,
+    StoreError, StoreFuture, Transition,
 };
 use mcp_tools::tasks::{
     TASKS_EXTENSION, TaskChange, TaskInsert, TaskOptions, TaskRecord, TaskStore,
@@ -1084,6 +1085,33 @@ impl Store for Counting {
 
     fn prune(&self) -> StoreFuture<'_, PruneReport> {
         self.store.prune()
+    }
+}
+
+impl Outbox for Counting {
+    fn claim_effects(&self, claim: Claim) -> StoreFuture<'_, Vec<ClaimedEffect>> {
+        self.store.claim_effects(claim)
+    }
+
+    fn settle_effect<'a>(
+        &'a self,
+        key: &'a str,
+        owner: &'a str,
+        settlement: Settlement,
+    ) -> StoreFuture<'a, bool> {
+        self.store.settle_effect(key, owner, settlement)
+    }
+
+    fn effect_statuses<'a>(
+        &'a self,
+        handle: &'a str,
+        limit: usize,
+    ) -> StoreFuture<'a, Vec<EffectStatus>> {
+        self.store.effect_statuses(handle, limit)
+    }
+
+    fn outbox_signal(&self) -> std::sync::Arc<tokio::sync::Notify> {
+        self.store.outbox_signal()
     }
 }
 

@@ -85,7 +85,7 @@ impl Deliverer {
         if self.started.swap(true, Ordering::AcqRel) {
             return;
         }
-        runtime.spawn(run(Arc::downgrade(self), Arc::clone(&self.store)));
+        runtime.spawn(run(Arc::downgrade(self), self.store.outbox_signal()));
     }
 
     /// One claim and its deliveries: how many effects it claimed.
@@ -138,8 +138,8 @@ impl Deliverer {
                 error.message
             )),
             Err(error) => {
-                let delay = i64::try_from(self.policy.delay_after(attempt).as_millis())
-                    .unwrap_or(i64::MAX);
+                let delay =
+                    i64::try_from(self.policy.delay_after(attempt).as_millis()).unwrap_or(i64::MAX);
                 let now = i64::try_from(self.store.now_millis()).unwrap_or(i64::MAX);
                 Settlement::Retry {
                     error: error.message,
@@ -160,9 +160,9 @@ impl Deliverer {
 }
 
 /// The worker's loop: a round whenever this process emitted an effect, and every poll
-/// interval for the others' and for retries. It holds only the store while it waits, so
-/// dropping the server ends it.
-async fn run(deliverer: Weak<Deliverer>, store: Arc<dyn Store>) {
+/// interval for the others' and for retries. It holds only the store's signal while it waits,
+/// so dropping the server ends it.
+async fn run(deliverer: Weak<Deliverer>, signal: Arc<tokio::sync::Notify>) {
     loop {
         let Some(this) = deliverer.upgrade() else {
             return;
@@ -171,7 +171,7 @@ async fn run(deliverer: Weak<Deliverer>, store: Arc<dyn Store>) {
         let claimed = this.round().await;
         drop(this);
         if claimed < batch {
-            let _ = tokio::time::timeout(interval, store.outbox_signal().notified()).await;
+            let _ = tokio::time::timeout(interval, signal.notified()).await;
         }
     }
 }

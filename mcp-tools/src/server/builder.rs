@@ -721,7 +721,9 @@ fn effect_delivery(
             return Err(BuildError::DuplicateEffectHandler(handler.kind.to_owned()));
         }
     }
-    if let Some((tool, _, effect)) = emitted.iter().find(|(_, _, effect)| !kinds.contains(effect))
+    if let Some((tool, _, effect)) = emitted
+        .iter()
+        .find(|(_, _, effect)| !kinds.contains(effect))
     {
         return Err(BuildError::MissingEffectHandler {
             tool: tool.clone(),

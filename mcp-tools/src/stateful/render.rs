@@ -12,8 +12,7 @@ use crate::protocol::reply::Rendered;
 use crate::protocol::reply::Reply;
 use crate::protocol::tool_error::{IntoToolError, ToolError};
 use crate::store::{
-    Changes, EffectStatus, MutationOutcome, ReadOutcome, Replayed, Resumption, Snapshot,
-    StoreError,
+    Changes, EffectStatus, MutationOutcome, ReadOutcome, Replayed, Resumption, Snapshot, StoreError,
 };
 use crate::tools::reply::IntoCallToolResult;
 

@@ -65,8 +65,8 @@ pub(crate) mod fingerprint;
 mod handle;
 mod history;
 pub(crate) mod memory;
-mod outcome;
 pub(crate) mod outbox;
+mod outcome;
 #[cfg(feature = "postgres")]
 pub(crate) mod postgres;
 #[cfg(feature = "sqlite")]
@@ -92,7 +92,9 @@ pub use fingerprint::Fingerprint;
 #[doc(hidden)]
 pub use handle::mint_handle;
 pub use mcp_tools_derive::Entity;
-pub use outbox::{Claim, ClaimedEffect, EffectState, EffectStatus, EffectTicket, Outbox, Settlement};
+pub use outbox::{
+    Claim, ClaimedEffect, EffectState, EffectStatus, EffectTicket, Outbox, Settlement,
+};
 pub use outcome::{
     Applied, Changes, MutationOutcome, ReadOutcome, RecordedApplied, RecordedOutcome,
     RecordedStaleView, Rejected, Replayed, Resumption, Snapshot, StaleView,

@@ -324,8 +324,9 @@ pub trait Outbox: Send + Sync {
         self.outbox_signal().notify_one();
     }
 
-    /// What this process's delivery worker waits on between its polls.
-    fn outbox_signal(&self) -> &tokio::sync::Notify;
+    /// What this process's delivery worker waits on between its polls (shared: every call
+    /// gives the same one).
+    fn outbox_signal(&self) -> std::sync::Arc<tokio::sync::Notify>;
 }
 
 impl<S: Outbox + ?Sized> Outbox for std::sync::Arc<S> {
@@ -350,7 +351,7 @@ impl<S: Outbox + ?Sized> Outbox for std::sync::Arc<S> {
         (**self).effect_statuses(handle, limit)
     }
 
-    fn outbox_signal(&self) -> &tokio::sync::Notify {
+    fn outbox_signal(&self) -> std::sync::Arc<tokio::sync::Notify> {
         (**self).outbox_signal()
     }
 }

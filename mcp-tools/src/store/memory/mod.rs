@@ -214,7 +214,7 @@ struct Inner {
     tasks: Box<[Mutex<HashMap<String, TaskRecord>>]>,
     /// The effects changes emitted, written under the resource's lock with the change.
     outbox: Mutex<outbox::OutboxTable>,
-    outbox_signal: tokio::sync::Notify,
+    outbox_signal: Arc<tokio::sync::Notify>,
     sweeper: Sweeper,
 }
 
@@ -233,7 +233,7 @@ impl MemoryStore {
             resources_due: AtomicI64::new(i64::MAX),
             tasks: (0..SHARDS).map(|_| Mutex::default()).collect(),
             outbox: Mutex::default(),
-            outbox_signal: tokio::sync::Notify::new(),
+            outbox_signal: Arc::default(),
             sweeper: Sweeper::spawn(weak.clone(), Inner::sweep, SWEEP_EVERY),
         });
         MemoryStore { inner }

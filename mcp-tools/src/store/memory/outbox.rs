@@ -160,7 +160,11 @@ impl OutboxTable {
             keys.retain(|key| effects.contains_key(key));
             !keys.is_empty()
         });
-        self.earliest_settled = self.effects.values().filter_map(|stored| stored.settled_at).min();
+        self.earliest_settled = self
+            .effects
+            .values()
+            .filter_map(|stored| stored.settled_at)
+            .min();
         (before - self.effects.len()) as u64
     }
 }
@@ -192,7 +196,7 @@ impl Outbox for MemoryStore {
         Box::pin(std::future::ready(Ok(statuses)))
     }
 
-    fn outbox_signal(&self) -> &tokio::sync::Notify {
-        &self.inner.outbox_signal
+    fn outbox_signal(&self) -> std::sync::Arc<tokio::sync::Notify> {
+        std::sync::Arc::clone(&self.inner.outbox_signal)
     }
 }

@@ -22,7 +22,8 @@ mod txn;
 use schema::{Sql, backend, describe};
 use turns::Turns;
 use txn::{
-    Need, PgTxn, effect_statements, history_from, item_from, item_statements, know_opened, record_from, statements,
+    Need, PgTxn, effect_statements, history_from, item_from, item_statements, know_opened,
+    record_from, statements,
 };
 
 use crate::auth::Principal;
@@ -249,7 +250,7 @@ struct Inner {
     /// How far the database's clock was ahead of this process's when it last told its time.
     clock_offset: std::sync::atomic::AtomicI64,
     /// Wakes this process's effect delivery.
-    outbox_signal: tokio::sync::Notify,
+    outbox_signal: Arc<tokio::sync::Notify>,
 }
 
 /// The unit's locks, in one order for every unit: the resource's, then the operation id's (a
@@ -362,7 +363,7 @@ impl PostgresStore {
             writes: std::sync::atomic::AtomicU64::new(0),
             turns: Turns::new(),
             clock_offset: std::sync::atomic::AtomicI64::new(clock_offset),
-            outbox_signal: tokio::sync::Notify::new(),
+            outbox_signal: Arc::default(),
         });
         tokio::spawn(sweep_loop(
             Arc::downgrade(&inner),
@@ -997,9 +998,9 @@ impl Inner {
         let removed: i64 = client
             .query_one(&prune, &[&before, &SWEEP_BATCH])
             .await
-        .map_err(backend)?
-        .try_get(0)
-        .map_err(corrupt)?;
+            .map_err(backend)?
+            .try_get(0)
+            .map_err(corrupt)?;
         client.batch_execute("COMMIT").await.map_err(backend)?;
         session.release();
         Ok(Some(removed as u64))

@@ -6,9 +6,17 @@ use super::schema::backend;
 use super::{PostgresStore, corrupt};
 use crate::store::error::StoreFuture;
 use crate::store::outbox::{
-    Claim, ClaimedEffect, EffectStatus, Outbox, Settlement, payload_from_text,
-    settlement_columns, status_from_columns,
+    Claim, ClaimedEffect, EffectStatus, Outbox, Settlement, payload_from_text, settlement_columns,
+    status_from_columns,
 };
+use crate::store::tasks::TaskStore;
+
+/// The store's clock: the database's as this replica last saw it (see
+/// [`TaskStore::now_millis`]), or the configured clock under
+/// [`TimeSource::StoreClock`](super::TimeSource::StoreClock).
+fn now_of(store: &PostgresStore) -> i64 {
+    i64::try_from(TaskStore::now_millis(store)).unwrap_or(i64::MAX)
+}
 
 impl Outbox for PostgresStore {
     fn claim_effects(&self, claim: Claim) -> StoreFuture<'_, Vec<ClaimedEffect>> {
@@ -21,10 +29,11 @@ impl Outbox for PostgresStore {
                 .await
                 .map_err(backend)?;
             let limit = i64::try_from(claim.limit).unwrap_or(i64::MAX);
+            let now = now_of(self);
             let rows = client
                 .query(
                     &statement,
-                    &[&claim.owner, &claim.lease_ms, &claim.kinds, &limit],
+                    &[&claim.owner, &claim.lease_ms, &claim.kinds, &limit, &now],
                 )
                 .await
                 .map_err(backend)?;
@@ -67,10 +76,11 @@ impl Outbox for PostgresStore {
                 .await
                 .map_err(backend)?;
             let (state, result, error, next_at) = settlement_columns(&settlement);
+            let now = now_of(self);
             let changed = client
                 .execute(
                     &statement,
-                    &[&key, &owner, &state, &result, &error, &next_at],
+                    &[&key, &owner, &state, &result, &error, &next_at, &now],
                 )
                 .await
                 .map_err(backend)?;
@@ -115,7 +125,7 @@ impl Outbox for PostgresStore {
         }))
     }
 
-    fn outbox_signal(&self) -> &tokio::sync::Notify {
-        &self.inner.outbox_signal
+    fn outbox_signal(&self) -> std::sync::Arc<tokio::sync::Notify> {
+        std::sync::Arc::clone(&self.inner.outbox_signal)
     }
 }

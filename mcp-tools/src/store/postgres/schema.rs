@@ -460,17 +460,17 @@ impl Sql {
                  SELECT e.key, e.kind, $3::text, $4::text, e.payload, 'pending', $5::int8, $5::int8
                  FROM unnest($1::text[], $2::text[], $6::text[]) AS e(key, kind, payload)"
             ),
-            // The database's clock decides what is due and when a lease lapses, so replicas
-            // whose clocks disagree still agree on it; a worker that holds a row does not
-            // stall the others (they skip it).
+            // At $5, the store's clock (the database's, as this replica last saw it): what is
+            // due and when a lease lapses. A worker that holds a row does not stall the others
+            // (they skip it).
             claim_effects: format!(
                 "UPDATE {outbox} AS o
                  SET attempts = o.attempts + 1, lease_owner = $1::text,
-                     lease_until = {NOW_MS} + $2::int8
+                     lease_until = $5::int8 + $2::int8
                  WHERE o.seq IN (
                      SELECT seq FROM {outbox}
-                     WHERE state = 'pending' AND next_at <= {NOW_MS}
-                       AND (lease_until IS NULL OR lease_until <= {NOW_MS})
+                     WHERE state = 'pending' AND next_at <= $5::int8
+                       AND (lease_until IS NULL OR lease_until <= $5::int8)
                        AND kind = ANY($3::text[])
                      ORDER BY seq LIMIT $4::int8
                      FOR UPDATE SKIP LOCKED)
@@ -480,7 +480,7 @@ impl Sql {
                 "UPDATE {outbox}
                  SET state = $3::text, result = $4::text, error = $5::text,
                      next_at = coalesce($6::int8, next_at),
-                     settled_at = CASE WHEN $3::text = 'pending' THEN NULL ELSE {NOW_MS} END,
+                     settled_at = CASE WHEN $3::text = 'pending' THEN NULL ELSE $7::int8 END,
                      lease_owner = NULL, lease_until = NULL
                  WHERE key = $1::text AND lease_owner = $2::text AND state = 'pending'"
             ),
@@ -519,9 +519,15 @@ impl Sql {
             .replace("{ledger_key}", &quote(&format!("{prefix}ledger_key")))
             .replace("{tasks_expiry}", &quote(&format!("{prefix}tasks_expiry")))
             .replace("{items_version}", &quote(&format!("{prefix}items_version")))
-            .replace("{outbox_pending}", &quote(&format!("{prefix}outbox_pending")))
+            .replace(
+                "{outbox_pending}",
+                &quote(&format!("{prefix}outbox_pending")),
+            )
             .replace("{outbox_handle}", &quote(&format!("{prefix}outbox_handle")))
-            .replace("{outbox_settled}", &quote(&format!("{prefix}outbox_settled")))
+            .replace(
+                "{outbox_settled}",
+                &quote(&format!("{prefix}outbox_settled")),
+            )
             .replace("{outbox}", &self.outbox)
             .replace("{item_removals}", &self.item_removals)
             .replace("{items}", &self.items)

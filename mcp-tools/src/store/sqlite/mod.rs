@@ -9,9 +9,9 @@ use std::time::Duration;
 use rusqlite::{Connection, TransactionBehavior};
 
 mod checkpoint;
+mod outbox;
 mod schema;
 mod states;
-mod outbox;
 mod tasks;
 #[cfg(test)]
 mod tests;
@@ -160,7 +160,7 @@ struct Inner {
     /// Idle reader connections, by [`reader_lane`].
     readers: Box<[Mutex<Vec<Connection>>]>,
     /// Wakes this process's effect delivery.
-    outbox_signal: tokio::sync::Notify,
+    outbox_signal: Arc<tokio::sync::Notify>,
     sweeper: Sweeper,
 }
 
@@ -203,7 +203,7 @@ impl SqliteStore {
             writer,
             states,
             readers: (0..READER_LANES).map(|_| Mutex::default()).collect(),
-            outbox_signal: tokio::sync::Notify::new(),
+            outbox_signal: Arc::default(),
             sweeper: Sweeper::spawn(weak.clone(), Inner::sweep, SWEEP_EVERY),
         });
         Ok(SqliteStore { inner })
@@ -350,7 +350,10 @@ impl PruneStep {
             }
             PruneStep::Effects { retention } => {
                 let cutoff = now.saturating_sub(duration_millis(retention));
-                Ok(txn.connection.prepare_cached(outbox::PRUNE_SQL)?.execute([cutoff])? as u64)
+                Ok(txn
+                    .connection
+                    .prepare_cached(outbox::PRUNE_SQL)?
+                    .execute([cutoff])? as u64)
             }
         }
     }

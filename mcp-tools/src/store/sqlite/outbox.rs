@@ -9,8 +9,8 @@ use rusqlite::params;
 use super::SqliteStore;
 use crate::store::error::{StoreError, StoreFuture};
 use crate::store::outbox::{
-    Claim, ClaimedEffect, EffectStatus, Outbox, Settlement, payload_from_text,
-    settlement_columns, status_from_columns,
+    Claim, ClaimedEffect, EffectStatus, Outbox, Settlement, payload_from_text, settlement_columns,
+    status_from_columns,
 };
 
 /// Deletes a sweep batch of effects settled at or before `?1`.
@@ -102,7 +102,9 @@ impl Outbox for SqliteStore {
                                  lease_owner = NULL, lease_until = NULL
                              WHERE key = ?1 AND lease_owner = ?2 AND state = 'pending'",
                         )?
-                        .execute(params![key, owner, state, result, error, next_at, settled_at])?;
+                        .execute(params![
+                            key, owner, state, result, error, next_at, settled_at
+                        ])?;
                     Ok(changed == 1)
                 })
                 .await
@@ -150,7 +152,7 @@ impl Outbox for SqliteStore {
         })
     }
 
-    fn outbox_signal(&self) -> &tokio::sync::Notify {
-        &self.inner.outbox_signal
+    fn outbox_signal(&self) -> std::sync::Arc<tokio::sync::Notify> {
+        std::sync::Arc::clone(&self.inner.outbox_signal)
     }
 }
