@@ -523,6 +523,7 @@ impl Resource {
             state: self.doc().clone().into(),
             resumption: self.resumption(),
             changes: None,
+            effects: Vec::new(),
             pages: Vec::new(),
         }
     }
@@ -728,6 +729,7 @@ impl Model {
                 recorded_at: format_rfc3339(T0),
                 original: record.original.clone(),
                 current: Some(self.resources[record.resource].snapshot()),
+                effects: Vec::new(),
             };
             self.saw("replayed");
             return MutationOutcome::Replayed(replayed);
@@ -871,6 +873,7 @@ impl Model {
             result,
             rebased_from,
             resumption: resource.resumption(),
+            effects: Vec::new(),
         })
     }
 
@@ -1059,6 +1062,7 @@ async fn run_sequence<S: Store>(
             result: Value::Null,
             rebased_from: None,
             resumption: resource.resumption(),
+            effects: Vec::new(),
         };
         same("create", &expected, applied)?;
         model.resources.push(resource);

@@ -560,6 +560,7 @@ impl Resource {
             state: state.into(),
             resumption: self.resumption(),
             changes: None,
+            effects: Vec::new(),
             pages: Vec::new(),
         }
     }
@@ -762,6 +763,7 @@ impl Model {
             result: applied.result.clone(),
             rebased_from: None,
             resumption: resource.resumption(),
+            effects: Vec::new(),
         };
         same("created", &expected, applied)?;
         self.resources.push(resource);
@@ -970,6 +972,7 @@ impl Model {
                     result,
                     rebased_from,
                     resumption: resource.resumption(),
+                    effects: Vec::new(),
                 });
                 same("applied", &expected, actual)?;
                 self.saw("applied");

@@ -19,6 +19,7 @@ mod pg;
 
 mod cli;
 mod deployment;
+mod effects;
 mod faults_postgres;
 mod postgres_replicas;
 mod soak;

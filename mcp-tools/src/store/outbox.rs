@@ -184,6 +184,7 @@ pub enum EffectState {
     Failed,
 }
 
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
 impl EffectState {
     pub(crate) fn as_str(self) -> &'static str {
         match self {
