@@ -16,7 +16,7 @@
 mod pg;
 
 use std::cell::RefCell;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -25,10 +25,10 @@ use mcp_tools::ToolError;
 use mcp_tools::auth::Principal;
 use mcp_tools::protocol::framework::code;
 use mcp_tools::store::{
-    Applied, Changes, Collection, ConflictPolicy, CreateRequest, Entity, FieldChange, Fingerprint,
-    Lifecycle, ManualClock, MutationOutcome, MutationRequest, ReadOutcome, ReadRequest,
-    RecordedApplied, RecordedOutcome, RecordedStaleView, Rejected, Replayed, Resumption, Snapshot,
-    StaleView, Store, StoreConfig, Transition, format_rfc3339,
+    Applied, Changes, Collection, ConflictPolicy, CreateRequest, EffectState, EffectTicket, Entity,
+    FieldChange, Fingerprint, Lifecycle, ManualClock, MutationOutcome, MutationRequest,
+    ReadOutcome, ReadRequest, RecordedApplied, RecordedOutcome, RecordedStaleView, Rejected,
+    Replayed, Resumption, Snapshot, StaleView, Store, StoreConfig, Transition, format_rfc3339,
 };
 use mcp_tools::{MemoryStore, Recovery, SqliteStore};
 use proptest::prelude::*;
@@ -93,6 +93,17 @@ impl Plan {
             Lifecycle::Active
         }
     }
+}
+
+/// What a plan's changes emit: a note per appended step, and the finish.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+enum PlanEvent {
+    Noted(String),
+    Finished,
+}
+
+impl mcp_tools::effects::Effect for PlanEvent {
+    const KIND: &'static str = "plan_event";
 }
 
 fn alice() -> Principal {
@@ -206,10 +217,16 @@ impl Action {
 
     fn transition(&self) -> Transition {
         match self.clone() {
-            Action::Append(texts) => Transition::typed(move |plan: &mut Plan| {
-                let ids: Vec<u64> = texts.iter().map(|t| plan.steps.push(t.clone())).collect();
-                Ok::<_, ToolError>(ids)
-            }),
+            Action::Append(texts) => Transition::typed_with_effects(
+                move |plan: &mut Plan, events: &mut mcp_tools::effects::Effects<PlanEvent>| {
+                    let mut ids = Vec::new();
+                    for text in &texts {
+                        ids.push(plan.steps.push(text.clone()));
+                        events.emit(PlanEvent::Noted(text.clone()));
+                    }
+                    Ok::<_, ToolError>(ids)
+                },
+            ),
             Action::Edit(id, text) => {
                 Transition::typed(move |plan: &mut Plan| match plan.steps.get_mut(id) {
                     Some(step) => {
@@ -229,10 +246,13 @@ impl Action {
                 plan.title.clone_from(&title);
                 Ok::<_, ToolError>(())
             }),
-            Action::Finish => Transition::typed(|plan: &mut Plan| {
-                plan.done = true;
-                Ok::<_, ToolError>(())
-            }),
+            Action::Finish => Transition::typed_with_effects(
+                |plan: &mut Plan, events: &mut mcp_tools::effects::Effects<PlanEvent>| {
+                    plan.done = true;
+                    events.emit(PlanEvent::Finished);
+                    Ok::<_, ToolError>(())
+                },
+            ),
         }
     }
 
@@ -246,6 +266,15 @@ impl Action {
             Action::Remove(id) => Action::Remove(id + 1),
             Action::Retitle(title) => Action::Retitle(format!("{title}'")),
             Action::Finish => Action::Append(vec!["after finish".into()]),
+        }
+    }
+
+    /// How many effects the action emits when it applies.
+    fn emits(&self) -> usize {
+        match self {
+            Action::Append(texts) => texts.len(),
+            Action::Finish => 1,
+            _ => 0,
         }
     }
 }
@@ -450,6 +479,8 @@ struct Resource {
     docs: Vec<Value>,
     /// Every item ever minted, by id; removed ones are remembered (the history never drops).
     items: BTreeMap<u64, Item>,
+    /// The keys of the effects its applied changes emitted, in order.
+    effects: Vec<String>,
 }
 
 impl Resource {
@@ -462,6 +493,7 @@ impl Resource {
                 "done": false,
             })],
             items: BTreeMap::new(),
+            effects: Vec::new(),
         }
     }
 
@@ -579,6 +611,8 @@ struct Model {
     counter: u64,
     /// How often each outcome was seen; shared so a check can count while it holds a borrow.
     coverage: RefCell<BTreeMap<&'static str, u64>>,
+    /// Every effect key a store has named, to check each is new.
+    effect_keys: HashSet<String>,
 }
 
 impl Model {
@@ -873,8 +907,79 @@ impl Model {
             result,
             rebased_from,
             resumption: resource.resumption(),
-            effects: Vec::new(),
+            // The keys are the store's to derive: `adopt_effects` checks and takes them.
+            effects: vec![
+                EffectTicket {
+                    key: String::new(),
+                    kind: "plan_event".into(),
+                };
+                call.action.emits()
+            ],
         })
+    }
+
+    /// An applied change names as many effects as its action emits, each under a key never
+    /// named before; the model takes the store's keys (for the outcome, the ledger's record
+    /// and the resource's list). A replay names what its record names.
+    fn adopt_effects(
+        &mut self,
+        call: &Call,
+        expected: &mut MutationOutcome,
+        actual: &MutationOutcome,
+    ) -> Result<(), String> {
+        let (MutationOutcome::Applied(expected), MutationOutcome::Applied(actual)) =
+            (expected, actual)
+        else {
+            return Ok(());
+        };
+        let kinds = |tickets: &[EffectTicket]| -> Vec<String> {
+            tickets.iter().map(|ticket| ticket.kind.clone()).collect()
+        };
+        same(
+            "effect kinds",
+            &kinds(&expected.effects),
+            &kinds(&actual.effects),
+        )?;
+        for ticket in &actual.effects {
+            if !ticket.key.starts_with("eff_") || !self.effect_keys.insert(ticket.key.clone()) {
+                return Err(format!("effect key {:?} is not new", ticket.key));
+            }
+            self.resources[call.resource]
+                .effects
+                .push(ticket.key.clone());
+        }
+        if !actual.effects.is_empty() {
+            self.saw("effects emitted");
+        }
+        expected.effects.clone_from(&actual.effects);
+        if let Some(operation) = &call.operation
+            && let Some(record) = self.ledger.get_mut(operation)
+        {
+            record.original = RecordedOutcome::Applied(RecordedApplied::from(&*expected));
+        }
+        Ok(())
+    }
+
+    /// The outbox holds, for each resource, exactly the effects its applied changes emitted,
+    /// in order, none delivered.
+    async fn check_outbox<S: Store>(&self, store: &S) -> Result<(), String> {
+        for resource in &self.resources {
+            let statuses = within(
+                "the statuses",
+                store.effect_statuses(&resource.handle, 10_000),
+            )
+            .await
+            .map_err(|error| format!("statuses: {error}"))?;
+            let keys: Vec<String> = statuses.iter().map(|status| status.key.clone()).collect();
+            same("the outbox's effects", &resource.effects, &keys)?;
+            if let Some(status) = statuses
+                .iter()
+                .find(|status| status.state != EffectState::Pending || status.attempts != 0)
+            {
+                return Err(format!("an effect nobody delivered moved: {status:?}"));
+            }
+        }
+        Ok(())
     }
 
     /// Checks a read's snapshot (or rejection) against the model.
@@ -1112,11 +1217,15 @@ async fn run_sequence<S: Store>(
                 )
                 .await
                 .map_err(|error| context(format!("{call:?}: {error}")))?;
-                let expected = model.expect(&call);
+                let mut expected = model.expect(&call);
+                model
+                    .adopt_effects(&call, &mut expected, &actual)
+                    .map_err(context)?;
                 same(&format!("{call:?}"), &expected, &actual).map_err(context)?;
             }
         }
     }
+    model.check_outbox(store).await?;
     Ok(model.coverage.into_inner())
 }
 

@@ -189,7 +189,8 @@ async fn a_schema_of_an_earlier_release_gains_the_newer_tables() {
         let client = schema.client().await;
         client
             .batch_execute(&format!(
-                "DROP TABLE \"{0}\".mcp_tasks, \"{0}\".mcp_items, \"{0}\".mcp_item_removals;
+                "DROP TABLE \"{0}\".mcp_tasks, \"{0}\".mcp_items, \"{0}\".mcp_item_removals,
+                     \"{0}\".mcp_outbox;
                  DELETE FROM \"{0}\".mcp_migrations WHERE version >= 2",
                 schema.name
             ))
@@ -202,6 +203,10 @@ async fn a_schema_of_an_earlier_release_gains_the_newer_tables() {
             .await
             .unwrap();
         assert!(matches!(inserted, mcp_tools::tasks::TaskInsert::Inserted));
+        let statuses = mcp_tools::store::Outbox::effect_statuses(&store, &handle, 20)
+            .await
+            .unwrap();
+        assert!(statuses.is_empty(), "the outbox is there, and empty");
         let versions: Vec<i32> = client
             .query(
                 &format!(
@@ -215,7 +220,7 @@ async fn a_schema_of_an_earlier_release_gains_the_newer_tables() {
             .iter()
             .map(|row| row.get(0))
             .collect();
-        assert_eq!(versions, [1, 2, 3]);
+        assert_eq!(versions, [1, 2, 3, 4]);
     })
     .await;
 }
@@ -234,7 +239,7 @@ async fn newer_or_unknown_schemas_are_refused() {
         client
             .batch_execute(&format!(
                 "INSERT INTO \"{}\".mcp_migrations (version, compatible_from, description)
-                 VALUES (4, 1, 'an additive change')",
+                 VALUES (5, 1, 'an additive change')",
                 schema.name
             ))
             .await
@@ -330,7 +335,7 @@ async fn replicas_starting_together_migrate_once_under_quoted_names() {
             .await
             .unwrap()
             .get(0);
-        assert_eq!(migrations, 3, "each of the three migrations applied once");
+        assert_eq!(migrations, 4, "each of the four migrations applied once");
     })
     .await;
 }

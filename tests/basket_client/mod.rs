@@ -7,7 +7,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use std::time::Duration;
+
 use mcp_tools::McpServer;
+use mcp_tools::effects::DeliveryPolicy;
 use mcp_tools::store::Store;
 use serde_json::{Value, json};
 
@@ -470,4 +473,76 @@ pub fn settled(result: &Value) -> (Option<u64>, bool) {
         Some("stale_view") => (None, replayed),
         _ => panic!("unexpected answer: {result}"),
     }
+}
+
+/// Set in a child's environment: how many attempts a charge gets (default 8).
+pub const CHILD_ATTEMPTS: &str = "MCP_TOOLS_TEST_EFFECT_ATTEMPTS";
+
+/// The basket server, delivering charges to `BASKET_PAYMENT_URL` fast: an attempt may take
+/// 500 ms, a dead replica's lease lapses after 1.5 s, retries come 100 to 400 ms apart.
+pub fn paying_server<S: Store>(store: S) -> McpServer {
+    let attempts = std::env::var(CHILD_ATTEMPTS)
+        .ok()
+        .and_then(|attempts| attempts.parse().ok())
+        .unwrap_or(8);
+    McpServer::builder("basket", "0.0.0")
+        .tools(basket::tool_set())
+        .store(store)
+        .signing_key(crate::common::SIGNING_KEY)
+        .delivery_policy(
+            DeliveryPolicy::default()
+                .timeout(Duration::from_millis(500))
+                .lease(Duration::from_millis(1500))
+                .first_retry(Duration::from_millis(100))
+                .max_retry(Duration::from_millis(400))
+                .poll_interval(Duration::from_millis(100))
+                .max_attempts(attempts),
+        )
+        .build()
+        .unwrap()
+}
+
+/// Checks out `handle` at `version` with a new operation id: the arguments, to resend.
+pub fn checkout_arguments(handle: &str, version: u64) -> Value {
+    json!({
+        "basket_id": handle,
+        "expected_version": version,
+        "operation_id": operation_id("checkout"),
+    })
+}
+
+/// The effects a read of `handle` reports.
+pub async fn effects_of(agent: &Agent, handle: &str) -> Vec<Value> {
+    let read = agent
+        .call("basket_get", json!({ "basket_id": handle }))
+        .await;
+    read["structuredContent"]["effects"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+}
+
+/// Reads `handle` until its one effect is settled (`delivered` or `failed`); returns it.
+pub async fn settled_effect(agent: &Agent, handle: &str) -> Value {
+    crate::common::within_for(Duration::from_secs(60), "the charge to be settled", async {
+        loop {
+            let effects = effects_of(agent, handle).await;
+            assert_eq!(effects.len(), 1, "{effects:?}");
+            if effects[0]["state"] != "pending" {
+                return effects[0].clone();
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await
+}
+
+/// The one effect an applied checkout names: its key.
+pub fn charge_key(result: &Value) -> String {
+    let outcome = &result["structuredContent"];
+    assert_eq!(outcome["outcome"], "applied", "{result}");
+    let effects = outcome["effects"].as_array().unwrap();
+    assert_eq!(effects.len(), 1, "{result}");
+    assert_eq!(effects[0]["kind"], "charge");
+    effects[0]["key"].as_str().unwrap().to_owned()
 }

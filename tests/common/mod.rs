@@ -16,6 +16,7 @@ pub mod children;
 pub mod events;
 pub mod examples;
 pub mod oauth;
+pub mod payments;
 pub mod tasks;
 pub mod tools;
 

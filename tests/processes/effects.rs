@@ -6,29 +6,25 @@
 //! exactly once, under one key; refused and replayed checkouts are charged nothing; and
 //! `basket_get` shows each delivery ending `delivered` or `failed`.
 
-use std::collections::{HashMap, VecDeque};
-use std::sync::{Arc, Mutex};
+use std::collections::HashMap;
 use std::time::Duration;
 
-use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode};
-use axum::routing::post;
-use serde_json::{Value, json};
+use serde_json::json;
 
-use mcp_tools::effects::DeliveryPolicy;
-use mcp_tools::store::{PostgresOptions, Store, StoreConfig};
-use mcp_tools::{McpServer, SqliteStore};
+use mcp_tools::SqliteStore;
+use mcp_tools::store::{PostgresOptions, StoreConfig};
 
-use crate::basket;
-use crate::basket_client::{Agent, operation_id, remove_db, temp_db};
-use crate::common::{self, children, within, within_for};
+use crate::basket_client::{
+    Agent, CHILD_ATTEMPTS, charge_key, checkout_arguments, effects_of, operation_id, paying_server,
+    remove_db, settled_effect, temp_db,
+};
+use crate::common::payments::{Answer, PaymentStub};
+use crate::common::{children, within};
 use crate::pg;
 
 const CHILD_TEST: &str = concat!(module_path!(), "::a_child_process_delivers_charges");
 /// Set in a child's environment: the SQLite file to serve (otherwise the PostgreSQL schema).
 const CHILD_DB: &str = "MCP_TOOLS_TEST_EFFECTS_DB";
-/// Set in a child's environment: how many attempts a charge gets.
-const CHILD_ATTEMPTS: &str = "MCP_TOOLS_TEST_EFFECT_ATTEMPTS";
 
 /// The body of a child process; does nothing unless a parent test started it.
 #[test]
@@ -46,166 +42,6 @@ fn a_child_process_delivers_charges() {
         ..PostgresOptions::default()
     };
     children::serve_postgres(paying_server, StoreConfig::default(), options);
-}
-
-/// The basket server, delivering charges to `BASKET_PAYMENT_URL` fast: an attempt may take
-/// 500 ms, a dead replica's lease lapses after 1.5 s, retries come 100 to 400 ms apart.
-fn paying_server<S: Store>(store: S) -> McpServer {
-    let attempts = std::env::var(CHILD_ATTEMPTS)
-        .ok()
-        .and_then(|attempts| attempts.parse().ok())
-        .unwrap_or(8);
-    McpServer::builder("basket", "0.0.0")
-        .tools(basket::tool_set())
-        .store(store)
-        .signing_key(common::SIGNING_KEY)
-        .delivery_policy(
-            DeliveryPolicy::default()
-                .timeout(Duration::from_millis(500))
-                .lease(Duration::from_millis(1500))
-                .first_retry(Duration::from_millis(100))
-                .max_retry(Duration::from_millis(400))
-                .poll_interval(Duration::from_millis(100))
-                .max_attempts(attempts),
-        )
-        .build()
-        .unwrap()
-}
-
-/// How the payment stub answers a request.
-#[derive(Debug, Clone, Copy, PartialEq)]
-enum Answer {
-    /// Charges the card (once per key; a repeated key gets the first charge back).
-    Charge,
-    /// 503, nothing charged.
-    Unavailable,
-    /// 402, card declined, nothing charged.
-    Declined,
-    /// Charges, then holds the request open and never answers.
-    Hang,
-    /// Charges, then answers after a second (past the server's 500 ms timeout).
-    Slow,
-}
-
-#[derive(Default)]
-struct Ledger {
-    /// The charge of each key: its id and amount.
-    charges: HashMap<String, (String, u64)>,
-    /// Every request, by key.
-    requests: HashMap<String, u32>,
-    /// How the next requests are answered, in order; then `otherwise`.
-    script: VecDeque<Answer>,
-    otherwise: Option<Answer>,
-}
-
-/// A payment service: `POST /charges` with an `Idempotency-Key`.
-struct PaymentStub {
-    ledger: Mutex<Ledger>,
-    /// A request was answered `Hang`.
-    hung: tokio::sync::Notify,
-    url: String,
-}
-
-impl PaymentStub {
-    async fn start(script: &[Answer]) -> Arc<PaymentStub> {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let stub = Arc::new(PaymentStub {
-            ledger: Mutex::new(Ledger {
-                script: script.iter().copied().collect(),
-                ..Ledger::default()
-            }),
-            hung: tokio::sync::Notify::new(),
-            url: format!("http://{}/charges", listener.local_addr().unwrap()),
-        });
-        let app = axum::Router::new()
-            .route("/charges", post(charge))
-            .with_state(Arc::clone(&stub));
-        tokio::spawn(async move { axum::serve(listener, app).await });
-        stub
-    }
-
-    fn otherwise(&self, answer: Answer) {
-        self.ledger.lock().unwrap().otherwise = Some(answer);
-    }
-
-    fn charges(&self) -> HashMap<String, (String, u64)> {
-        self.ledger.lock().unwrap().charges.clone()
-    }
-
-    fn requests(&self, key: &str) -> u32 {
-        self.ledger
-            .lock()
-            .unwrap()
-            .requests
-            .get(key)
-            .copied()
-            .unwrap_or(0)
-    }
-}
-
-/// A JSON body.
-fn json_body(body: Value) -> String {
-    body.to_string()
-}
-
-async fn charge(
-    State(stub): State<Arc<PaymentStub>>,
-    headers: HeaderMap,
-    body: String,
-) -> (StatusCode, String) {
-    let body: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
-    let Some(key) = headers
-        .get("idempotency-key")
-        .and_then(|key| key.to_str().ok())
-        .map(str::to_owned)
-    else {
-        return (
-            StatusCode::BAD_REQUEST,
-            json_body(json!({ "error": "no Idempotency-Key" })),
-        );
-    };
-    let amount = body["amount_eur"].as_u64().unwrap_or(0);
-    let (answer, charged) = {
-        let mut ledger = stub.ledger.lock().unwrap();
-        *ledger.requests.entry(key.clone()).or_default() += 1;
-        let answer = ledger
-            .script
-            .pop_front()
-            .or(ledger.otherwise)
-            .unwrap_or(Answer::Charge);
-        let charged = match answer {
-            Answer::Unavailable | Answer::Declined => None,
-            _ => {
-                let next = format!("ch_{}", ledger.charges.len() + 1);
-                let (id, _) = ledger
-                    .charges
-                    .entry(key.clone())
-                    .or_insert((next, amount))
-                    .clone();
-                Some(id)
-            }
-        };
-        (answer, charged)
-    };
-    match answer {
-        Answer::Unavailable => (
-            StatusCode::SERVICE_UNAVAILABLE,
-            json_body(json!({ "error": "try later" })),
-        ),
-        Answer::Declined => (
-            StatusCode::PAYMENT_REQUIRED,
-            json_body(json!({ "error": "card declined" })),
-        ),
-        Answer::Hang => {
-            stub.hung.notify_one();
-            std::future::pending().await
-        }
-        Answer::Slow => {
-            tokio::time::sleep(Duration::from_secs(1)).await;
-            (StatusCode::OK, json_body(json!({ "charge": charged })))
-        }
-        Answer::Charge => (StatusCode::OK, json_body(json!({ "charge": charged }))),
-    }
 }
 
 /// Starts `count` children on the SQLite file `path`, paying at `stub`.
@@ -237,51 +73,6 @@ fn postgres_children(
         (CHILD_ATTEMPTS, "8".to_owned()),
     ];
     children::start(CHILD_TEST, &env, count)
-}
-
-/// Checks out `handle` at `version` with a new operation id: the arguments, to resend.
-fn checkout_arguments(handle: &str, version: u64) -> Value {
-    json!({
-        "basket_id": handle,
-        "expected_version": version,
-        "operation_id": operation_id("checkout"),
-    })
-}
-
-/// The effects a read of `handle` reports.
-async fn effects_of(agent: &Agent, handle: &str) -> Vec<Value> {
-    let read = agent
-        .call("basket_get", json!({ "basket_id": handle }))
-        .await;
-    read["structuredContent"]["effects"]
-        .as_array()
-        .cloned()
-        .unwrap_or_default()
-}
-
-/// Reads `handle` until its one effect is settled (`delivered` or `failed`); returns it.
-async fn settled_effect(agent: &Agent, handle: &str) -> Value {
-    within_for(Duration::from_secs(60), "the charge to be settled", async {
-        loop {
-            let effects = effects_of(agent, handle).await;
-            assert_eq!(effects.len(), 1, "{effects:?}");
-            if effects[0]["state"] != "pending" {
-                return effects[0].clone();
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    })
-    .await
-}
-
-/// The one effect an applied checkout names: its key.
-fn charge_key(result: &Value) -> String {
-    let outcome = &result["structuredContent"];
-    assert_eq!(outcome["outcome"], "applied", "{result}");
-    let effects = outcome["effects"].as_array().unwrap();
-    assert_eq!(effects.len(), 1, "{result}");
-    assert_eq!(effects[0]["kind"], "charge");
-    effects[0]["key"].as_str().unwrap().to_owned()
 }
 
 /// Five baskets on two server processes sharing a SQLite file; the payment service fails twice,

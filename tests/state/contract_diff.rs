@@ -820,6 +820,21 @@ fn rows() -> Vec<Row> {
             ],
         ),
         row(
+            "a tool that starts emitting an effect kind is compatible",
+            base(),
+            note(|tool| set(tool, &format!("{STATE}/effects"), json!(["charge"]))),
+            &[(Compatible, "_meta[\"io.github.mcp-tools/state\"].effects")],
+        ),
+        row(
+            "a tool that stops emitting an effect kind is breaking, one that adds one compatible",
+            note(|tool| set(tool, &format!("{STATE}/effects"), json!(["charge"]))),
+            note(|tool| set(tool, &format!("{STATE}/effects"), json!(["email"]))),
+            &[
+                (Compatible, "_meta[\"io.github.mcp-tools/state\"].effects"),
+                (Breaking, "_meta[\"io.github.mcp-tools/state\"].effects"),
+            ],
+        ),
+        row(
             "task support changed is breaking",
             base(),
             note(|tool| {

@@ -297,6 +297,10 @@ fn state(
             }
             "concurrency" => "the concurrency rule",
             "collections" => "the collections",
+            "effects" => {
+                effect_kinds(sink, location, o, n);
+                continue;
+            }
             _ if key.starts_with("task") => {
                 sink.push(
                     Severity::Breaking,
@@ -311,6 +315,36 @@ fn state(
             }
         };
         sink.push(Severity::Breaking, location, changed(named, o, n));
+    }
+}
+
+/// The kinds of effects a tool emits: a new kind is compatible (callers see only a new output
+/// field); a kind no longer emitted is breaking, since effects of it already stored are
+/// delivered only by a server that still has its handler.
+fn effect_kinds(sink: &mut Sink, location: String, old: Option<&Value>, new: Option<&Value>) {
+    let kinds = |value: Option<&Value>| -> BTreeSet<String> {
+        value
+            .and_then(Value::as_array)
+            .map(|kinds| kinds.iter().map(Value::to_string).collect())
+            .unwrap_or_default()
+    };
+    let (was, now) = (kinds(old), kinds(new));
+    for kind in now.difference(&was) {
+        sink.push(
+            Severity::Compatible,
+            location.clone(),
+            format!("the tool now emits {kind} effects"),
+        );
+    }
+    for kind in was.difference(&now) {
+        sink.push(
+            Severity::Breaking,
+            location.clone(),
+            format!(
+                "the tool no longer emits {kind} effects: those already stored are delivered only \
+                 by a server that still handles them"
+            ),
+        );
     }
 }
 
