@@ -285,7 +285,10 @@ pub enum ParamKind {
     Resource { mutable: bool },
     /// The effects a `mutates` transition emits: `&mut Effects<E>`. `effect` is `E` when the
     /// type names exactly one; `mutable` whether it is a `&mut` reference.
-    Effects { effect: Option<Type>, mutable: bool },
+    Effects {
+        effect: Option<Box<Type>>,
+        mutable: bool,
+    },
 }
 
 /// The keys of `#[arg(...)]`.
@@ -376,7 +379,7 @@ impl ToolFn {
             ParamKind::Effects {
                 effect: Some(effect),
                 mutable: true,
-            } => Some(effect),
+            } => Some(&**effect),
             _ => None,
         })
     }

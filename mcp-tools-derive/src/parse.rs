@@ -410,7 +410,7 @@ fn param_kind(ty: &Type) -> ParamKind {
         && ident == "Effects"
     {
         let effect = match type_arguments(arguments).as_slice() {
-            [effect] => Some((*effect).clone()),
+            [effect] => Some(Box::new((*effect).clone())),
             _ => None,
         };
         let mutable = mutable && matches!(ty, Type::Reference(_));

@@ -69,7 +69,7 @@ pub fn tool(tool: &ToolFn, cx: &Ctxt) {
             ParamKind::Argument { optional } => *optional,
             ParamKind::Effects { effect, mutable } => {
                 effects_params += 1;
-                effects_param(tool, param, effect.as_ref(), *mutable, effects_params, cx);
+                effects_param(tool, param, effect.as_deref(), *mutable, effects_params, cx);
                 continue;
             }
             ParamKind::Resource { .. } => {

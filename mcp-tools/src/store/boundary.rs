@@ -403,7 +403,7 @@ fn entity_code<T>(code: impl FnOnce() -> T) -> Option<T> {
 /// What the ledger lookup that starts the boundary found.
 enum Lookup {
     /// The answer to a repeated operation id.
-    Answer(MutationOutcome),
+    Answer(Box<MutationOutcome>),
     /// A new operation; `stale` is an expired record under the same key, to be replaced.
     Fresh { stale: Option<LedgerEntry> },
 }
@@ -437,7 +437,7 @@ fn lookup(
         return Ok(Lookup::Fresh { stale: Some(entry) });
     }
     let answer = answer(txn, kind, principal, operation_id, fingerprint, entry, now)?;
-    Ok(Lookup::Answer(answer))
+    Ok(Lookup::Answer(Box::new(answer)))
 }
 
 /// The answer a live ledger record gives a request with its operation id.
@@ -692,7 +692,7 @@ pub(crate) fn claim(
 ) -> Result<Claim, StoreError> {
     let principal = principal.key();
     let stale = match lookup(txn, kind, principal, operation, false, now)? {
-        Lookup::Answer(answer) => return Ok(Claim::Answer(Box::new(answer))),
+        Lookup::Answer(answer) => return Ok(Claim::Answer(answer)),
         Lookup::Fresh { stale } => stale,
     };
     let Some((operation_id, fingerprint)) = operation else {
@@ -824,7 +824,7 @@ pub(crate) fn create_now(
     now: i64,
 ) -> Result<MutationOutcome, StoreError> {
     let stale = match lookup(txn, kind, principal.key(), operation, false, now)? {
-        Lookup::Answer(answer) => return Ok(answer),
+        Lookup::Answer(answer) => return Ok(*answer),
         Lookup::Fresh { stale } => stale,
     };
     if let (Some((operation_id, _)), Some(stale)) = (operation, &stale) {
@@ -897,7 +897,7 @@ pub(crate) fn mutate(
         request.reconfirmed,
         now,
     )? {
-        Lookup::Answer(answer) => return Ok(answer),
+        Lookup::Answer(answer) => return Ok(*answer),
         Lookup::Fresh { stale } => stale,
     };
     let decision = decide(txn, config, request, transition, now)?;
