@@ -294,7 +294,7 @@ pub enum Settlement {
     Failed(String),
 }
 
-/// The outbox every store keeps beside its resources (see the [module docs](self)). Every
+/// The outbox every store keeps beside its resources (see [`effects`](crate::effects)). Every
 /// method is atomic.
 pub trait Outbox: Send + Sync {
     /// Claims up to `claim.limit` pending effects of `claim.kinds` that are due and not leased

@@ -97,7 +97,7 @@ pub trait Tool: Send + Sync + 'static {
 
     /// The kinds of the effects this tool emits ([`Effect::KIND`](crate::effects::Effect::KIND)
     /// of the `Effects<E>` a `mutates` tool takes). A server without a
-    /// [handler](crate::McpServerBuilder::effect_handler) for each does not build. Read once,
+    /// [handler](crate::tools::ToolSet::effect_handler) for each does not build. Read once,
     /// when the tool is added.
     fn effect_kinds(&self) -> &'static [&'static str] {
         &[]
