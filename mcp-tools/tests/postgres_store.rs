@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use mcp_tools::PostgresStore;
 use mcp_tools::auth::Principal;
+use mcp_tools::store::Outbox;
 use mcp_tools::store::{
     CreateRequest, Entity, Fingerprint, MutationOutcome, MutationRequest, PostgresOptions,
     ReadOutcome, ReadRequest, RecordedOutcome, Store, StoreConfig, StoreError, Transition,
@@ -968,6 +969,26 @@ fn refuse() -> Transition {
     Transition::typed(|_: &mut Pair| Err::<u64, _>("refused"))
 }
 
+/// A notice sent when a pair moves.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Moved {
+    left: u64,
+}
+
+impl mcp_tools::effects::Effect for Moved {
+    const KIND: &'static str = "moved";
+}
+
+fn bump_left_and_tell() -> Transition {
+    Transition::typed_with_effects(
+        |pair: &mut Pair, effects: &mut mcp_tools::effects::Effects<Moved>| {
+            pair.left += 1;
+            effects.emit(Moved { left: pair.left });
+            Ok::<_, String>(pair.left)
+        },
+    )
+}
+
 /// The README's table of round trips and statements per call ("How a change stays atomic
 /// across hosts"), counted on the wire by a proxy that reads the frontend protocol. Each kind of
 /// call runs twice, the first time to prepare its statements on the one pooled connection, and
@@ -1074,6 +1095,35 @@ async fn round_trips_per_call_are_those_documented() {
                 .operation(op("bump"), fingerprint("bump"));
             let outcome = count!("change of an item, fetched first", store.mutate(change, bump));
             assert!(matches!(outcome, MutationOutcome::Applied(_)), "{outcome:?}");
+
+            // Effects: written with the change, in the same flight; claimed, settled and listed
+            // in one statement each.
+            let told = recorded("told");
+            let outcome = count!(
+                "mutation that emits effects, `applied`",
+                store.mutate(told, bump_left_and_tell())
+            );
+            let MutationOutcome::Applied(told) = outcome else {
+                panic!("{outcome:?}");
+            };
+            assert_eq!(told.effects.len(), 1);
+            let claim = mcp_tools::store::Claim::new(op("worker"), 60_000, 16, vec!["moved".into()]);
+            let claimed = count!("a claim of due effects", store.claim_effects(claim));
+            assert_eq!(claimed.len(), 1, "{claimed:?}");
+            let settled = count!(
+                "an effect's settlement",
+                store.settle_effect(
+                    &claimed[0].key,
+                    &op("worker"),
+                    mcp_tools::store::Settlement::Delivered(serde_json::json!(true))
+                )
+            );
+            assert!(settled);
+            let statuses = count!(
+                "the effects of a resource (a read of a kind whose tools emit them)",
+                store.effect_statuses(&handle, 20)
+            );
+            assert!(!statuses.is_empty());
 
             let stale = recorded("stale").expect_version(4);
             let outcome = count!(

@@ -162,13 +162,19 @@ impl Default for PostgresOptions {
 /// | read of an entity with collections | 1 | 4 |
 /// | append to a collection, `applied` | 2 | 6 |
 /// | change of an item, fetched first | 3 | 7 |
+/// | mutation that emits effects, `applied` | 2 | 6 |
+/// | a claim of due effects | 1 | 1 |
+/// | an effect's settlement | 1 | 1 |
+/// | the effects of a resource (a read of a kind whose tools emit them) | 1 | 1 |
 ///
 /// A read of an entity with collections runs in a read-only repeatable-read transaction, its
 /// first page of each collection asked for in the same flight (`BEGIN`, the read, one query a
 /// collection, `COMMIT`). A change writes the items it made or changed in one statement, and
 /// those it removed in another; an item the transition reaches that the unit has not read yet
 /// costs one more round trip (all the items a run asks for in one query), then the boundary
-/// runs again.
+/// runs again. The effects a change emits go into the outbox in one statement more in the same
+/// flight as its other writes and `COMMIT`; claiming, settling and listing effects take one
+/// statement each, outside any resource's locks.
 ///
 /// `round_trips_per_call_are_those_documented` (`mcp-tools/tests/postgres_store.rs`) holds this
 /// table: it runs each call through a proxy that reads the PostgreSQL protocol on its way to the
