@@ -13,6 +13,25 @@ use crate::store::outbox::{
     status_from_columns,
 };
 
+/// Leases up to `?5` due effects of the kinds in the JSON array `?4` to `?1` until `?2`, at `?3`:
+/// a search of the pending effects' index by due time, so its cost follows what is pending, not
+/// what the outbox keeps.
+pub(super) const CLAIM_SQL: &str = "UPDATE mcp_outbox
+    SET attempts = attempts + 1, lease_owner = ?1, lease_until = ?2
+    WHERE seq IN (
+        SELECT seq FROM mcp_outbox
+        WHERE state = 'pending' AND next_at <= ?3
+          AND (lease_until IS NULL OR lease_until <= ?3)
+          AND kind IN (SELECT value FROM json_each(?4))
+        ORDER BY seq LIMIT ?5)
+    RETURNING seq, key, kind, handle, principal, payload, attempts";
+
+/// The newest `?2` effects of resource `?1`, oldest first.
+pub(super) const STATUSES_SQL: &str = "SELECT key, kind, state, attempts, result, error FROM (
+        SELECT seq, key, kind, state, attempts, result, error FROM mcp_outbox
+        WHERE handle = ?1 ORDER BY seq DESC LIMIT ?2)
+    ORDER BY seq";
+
 /// Deletes a sweep batch of effects settled at or before `?1`.
 pub(super) const PRUNE_SQL: &str = "DELETE FROM mcp_outbox WHERE seq IN (
     SELECT seq FROM mcp_outbox WHERE settled_at IS NOT NULL AND settled_at <= ?1 LIMIT 4096)";
@@ -26,17 +45,7 @@ impl Outbox for SqliteStore {
             let limit = i64::try_from(claim.limit).unwrap_or(i64::MAX);
             writer
                 .run(move |txn, now| {
-                    let mut statement = txn.connection.prepare_cached(
-                        "UPDATE mcp_outbox
-                         SET attempts = attempts + 1, lease_owner = ?1, lease_until = ?2
-                         WHERE seq IN (
-                             SELECT seq FROM mcp_outbox
-                             WHERE state = 'pending' AND next_at <= ?3
-                               AND (lease_until IS NULL OR lease_until <= ?3)
-                               AND kind IN (SELECT value FROM json_each(?4))
-                             ORDER BY seq LIMIT ?5)
-                         RETURNING seq, key, kind, handle, principal, payload, attempts",
-                    )?;
+                    let mut statement = txn.connection.prepare_cached(CLAIM_SQL)?;
                     let rows = statement.query_map(
                         params![
                             claim.owner,
@@ -119,12 +128,7 @@ impl Outbox for SqliteStore {
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         Box::pin(async move {
             self.inner.with_reader(|connection| {
-                let mut statement = connection.prepare_cached(
-                    "SELECT key, kind, state, attempts, result, error FROM (
-                         SELECT seq, key, kind, state, attempts, result, error FROM mcp_outbox
-                         WHERE handle = ?1 ORDER BY seq DESC LIMIT ?2)
-                     ORDER BY seq",
-                )?;
+                let mut statement = connection.prepare_cached(STATUSES_SQL)?;
                 let rows = statement.query_map(params![handle, limit], |row| {
                     Ok((
                         row.get::<_, String>(0)?,

@@ -212,6 +212,71 @@ fn reclaim_uses_the_expiry_index() {
     );
 }
 
+/// The outbox's statements search its indexes: claims the pending effects' by due time,
+/// statuses the resource's, the sweep the settled effects'.
+#[test]
+fn the_outbox_statements_search_their_indexes() {
+    let connection = Connection::open_in_memory().unwrap();
+    connection.execute_batch(SCHEMA).unwrap();
+    let plan = |sql: &str, params: &[&dyn rusqlite::ToSql]| -> String {
+        connection
+            .prepare(&format!("EXPLAIN QUERY PLAN {sql}"))
+            .unwrap()
+            .query_map(params, |row| row.get::<_, String>(3))
+            .unwrap()
+            .collect::<Result<Vec<_>, _>>()
+            .unwrap()
+            .join("; ")
+    };
+    let claim = plan(outbox::CLAIM_SQL, &[&"w", &10, &0, &"[\"charge\"]", &16]);
+    assert!(claim.contains("mcp_outbox_pending"), "{claim}");
+    assert!(!claim.contains("SCAN mcp_outbox"), "{claim}");
+    let statuses = plan(outbox::STATUSES_SQL, &[&"bsk_a", &20]);
+    assert!(statuses.contains("mcp_outbox_handle"), "{statuses}");
+    let prune = plan(outbox::PRUNE_SQL, &[&0]);
+    assert!(prune.contains("mcp_outbox_settled"), "{prune}");
+}
+
+/// What a claim costs follows the effects pending, not those the outbox keeps: the virtual
+/// machine's steps for one claim of 16 over 16 pending effects, beside 10 or 10,000 settled.
+#[test]
+fn a_claim_costs_the_same_beside_ten_or_ten_thousand_settled_effects() {
+    let steps = |settled: i64| -> i32 {
+        let connection = Connection::open_in_memory().unwrap();
+        connection.execute_batch(SCHEMA).unwrap();
+        let mut insert = connection
+            .prepare(
+                "INSERT INTO mcp_outbox (key, kind, handle, principal, payload, state, next_at,
+                     created_at, settled_at)
+                 VALUES (?1, 'charge', 'bsk_a', 'alice', '{}', ?2, 0, 0, ?3)",
+            )
+            .unwrap();
+        for n in 0..settled {
+            insert
+                .execute(params![format!("eff_s{n}"), "delivered", 1])
+                .unwrap();
+        }
+        for n in 0..16 {
+            insert
+                .execute(params![format!("eff_p{n}"), "pending", Option::<i64>::None])
+                .unwrap();
+        }
+        let mut claim = connection.prepare(outbox::CLAIM_SQL).unwrap();
+        let claimed = claim
+            .query_map(params!["w", 10_000, 5, "[\"charge\"]", 16], |_| Ok(()))
+            .unwrap()
+            .count();
+        assert_eq!(claimed, 16);
+        claim.get_status(StatementStatus::VmStep)
+    };
+    let (few, many) = (steps(10), steps(10_000));
+    println!("a claim's VM steps: {few} beside 10 settled effects, {many} beside 10,000");
+    assert!(
+        f64::from(many) <= f64::from(few) * 1.1,
+        "{few} steps beside 10 settled, {many} beside 10,000"
+    );
+}
+
 /// Awaits a store call; fails the test after 30 s instead of hanging, or on an error.
 async fn within<T>(what: &str, call: impl Future<Output = Result<T, StoreError>>) -> T {
     tokio::time::timeout(Duration::from_secs(30), call)
