@@ -14,6 +14,7 @@ use mcp_tools::store::{
     Claim, ClaimedEffect, CreateRequest, EffectStatus, MutationOutcome, MutationRequest, Outbox,
     PruneReport, ReadOutcome, ReadRequest, Settlement, Store, StoreError, StoreFuture, Transition,
 };
+use mcp_tools::store::{StepOutcome, StepRequest, StepTransition};
 use mcp_tools::tasks::{TaskChange, TaskInsert, TaskRecord, TaskStore};
 use mcp_tools::{McpServer, MemoryStore};
 use opentelemetry::trace::{SpanKind, Status, TracerProvider as _};
@@ -306,6 +307,10 @@ impl Store for Refusing {
     }
 
     fn mutate(&self, _: MutationRequest, _: Transition) -> StoreFuture<'_, MutationOutcome> {
+        self.refuse()
+    }
+
+    fn mutate_step(&self, _: StepRequest, _: StepTransition) -> StoreFuture<'_, StepOutcome> {
         self.refuse()
     }
 

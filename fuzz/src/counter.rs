@@ -10,7 +10,7 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use std::sync::Arc;
 
 use mcp_tools::store::{
-    Claim, ClaimedEffect, EffectStatus, Outbox, Settlement,
+    Claim, ClaimedEffect, EffectStatus, Outbox, Settlement, StepOutcome, StepRequest, StepTransition,
     CreateRequest, Entity, Lifecycle, MutationOutcome, MutationRequest, PruneReport, ReadOutcome,
     ReadRequest, Store, StoreFuture, Transition,
 };
@@ -324,6 +324,11 @@ impl Store for FreshStore {
     fn mutate(&self, request: MutationRequest, transition: Transition) -> StoreFuture<'_, MutationOutcome> {
         let store = self.current();
         Box::pin(async move { store.mutate(request, transition).await })
+    }
+
+    fn mutate_step(&self, request: StepRequest, transition: StepTransition) -> StoreFuture<'_, StepOutcome> {
+        let store = self.current();
+        Box::pin(async move { store.mutate_step(request, transition).await })
     }
 
     fn prune(&self) -> StoreFuture<'_, PruneReport> {

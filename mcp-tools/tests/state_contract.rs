@@ -15,6 +15,13 @@ use effects::{
     concurrent_claims_share_nothing, effects_exist_exactly_when_their_change_committed,
     leases_settle_and_retry,
 };
+#[path = "state_contract/steps.rs"]
+mod steps;
+use steps::{
+    a_stale_step_names_each_resource_that_moved, a_step_changes_every_resource_or_none,
+    a_step_checks_each_resource, a_step_over_two_kinds,
+    concurrent_moves_conserve_and_never_deadlock,
+};
 #[cfg(feature = "postgres")]
 mod pg;
 
@@ -2199,6 +2206,28 @@ macro_rules! contract {
             case!(a_plain_list_migrates_on_its_first_change);
             case!(effects_exist_exactly_when_their_change_committed);
             case!(leases_settle_and_retry);
+            case!(a_step_changes_every_resource_or_none);
+            case!(a_stale_step_names_each_resource_that_moved);
+            case!(a_step_checks_each_resource);
+            case!(a_step_over_two_kinds);
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn concurrent_moves_between_two_resources_conserve_them() {
+                let Some(fixture) = Fixture::new(stringify!($open)) else {
+                    return;
+                };
+                let stores = [
+                    fixture.$open(StoreConfig::default()),
+                    fixture.$open(StoreConfig::default()),
+                ];
+                let stores = if stringify!($open) == "memory" {
+                    [stores[0].clone(), stores[0].clone()]
+                } else {
+                    stores
+                };
+                concurrent_moves_conserve_and_never_deadlock(&stores, 8, 6, stringify!($module))
+                    .await;
+            }
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
             async fn concurrent_claims_of_effects_share_nothing() {

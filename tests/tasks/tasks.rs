@@ -16,6 +16,7 @@ use mcp_tools::store::{
     PostgresOptions, PruneReport, ReadOutcome, ReadRequest, Settlement, Store, StoreConfig,
     StoreError, StoreFuture, Transition,
 };
+use mcp_tools::store::{StepOutcome, StepRequest, StepTransition};
 use mcp_tools::tasks::{
     TASKS_EXTENSION, TaskChange, TaskInsert, TaskOptions, TaskRecord, TaskStore,
 };
@@ -1081,6 +1082,14 @@ impl Store for Counting {
         transition: Transition,
     ) -> StoreFuture<'_, MutationOutcome> {
         self.store.mutate(request, transition)
+    }
+
+    fn mutate_step(
+        &self,
+        request: StepRequest,
+        transition: StepTransition,
+    ) -> StoreFuture<'_, StepOutcome> {
+        self.store.mutate_step(request, transition)
     }
 
     fn prune(&self) -> StoreFuture<'_, PruneReport> {

@@ -573,6 +573,15 @@ pub trait Store: super::tasks::TaskStore + super::outbox::Outbox {
         transition: Transition,
     ) -> StoreFuture<'_, MutationOutcome>;
 
+    /// Runs one atomic step over several resources (see [`StepRequest`](super::StepRequest)):
+    /// every resource locked, in one order every store keeps, and checked as a single change
+    /// is; then the transition, every new version and one ledger record, all or nothing.
+    fn mutate_step(
+        &self,
+        request: super::step::StepRequest,
+        transition: super::step::StepTransition,
+    ) -> StoreFuture<'_, super::step::StepOutcome>;
+
     /// Removes ledger records past their retention, and resources (with their history) that
     /// expired longer ago than the ledger retention: until then an expired handle still answers
     /// `EXPIRED`, afterwards `NOT_FOUND`. Stores also prune now and then on their own.
@@ -603,6 +612,14 @@ impl<S: Store + ?Sized> Store for std::sync::Arc<S> {
         transition: Transition,
     ) -> StoreFuture<'_, MutationOutcome> {
         (**self).mutate(request, transition)
+    }
+
+    fn mutate_step(
+        &self,
+        request: super::step::StepRequest,
+        transition: super::step::StepTransition,
+    ) -> StoreFuture<'_, super::step::StepOutcome> {
+        (**self).mutate_step(request, transition)
     }
 
     fn prune(&self) -> StoreFuture<'_, PruneReport> {

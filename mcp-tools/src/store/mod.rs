@@ -71,6 +71,7 @@ mod outcome;
 pub(crate) mod postgres;
 #[cfg(feature = "sqlite")]
 pub(crate) mod sqlite;
+mod step;
 mod sweeper;
 pub(crate) mod tasks;
 
@@ -96,10 +97,14 @@ pub use outbox::{
     Claim, ClaimedEffect, EffectState, EffectStatus, EffectTicket, Outbox, Settlement,
 };
 pub use outcome::{
-    Applied, Changes, MutationOutcome, ReadOutcome, RecordedApplied, RecordedOutcome,
-    RecordedStaleView, Rejected, Replayed, Resumption, Snapshot, StaleView,
+    Applied, Changes, MutationOutcome, PartVersion, ReadOutcome, RecordedApplied, RecordedOutcome,
+    RecordedStaleView, RecordedStep, Rejected, Replayed, Resumption, Snapshot, StaleView,
 };
 #[cfg(feature = "postgres")]
 pub use postgres::{PostgresOptions, TimeSource};
 #[cfg(feature = "sqlite")]
 pub use sqlite::{SqliteOptions, Synchronous};
+pub use step::{
+    AppliedPart, AppliedStep, MovedPart, ReplayedStep, StaleStep, StepOutcome, StepPart,
+    StepRequest, StepTransition,
+};

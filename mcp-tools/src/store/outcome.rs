@@ -315,6 +315,45 @@ pub enum RecordedOutcome {
     StaleView(RecordedStaleView),
     /// Refused with a code; nothing changed.
     Rejected(Rejected),
+    /// A step over several resources (see [`StepOutcome`](super::StepOutcome)): only the
+    /// ledger keeps it, so no single-resource tool publishes it.
+    #[schemars(skip)]
+    Step {
+        /// The step's summary.
+        step: RecordedStep,
+    },
+}
+
+/// A step as the ledger records it: versions and codes, never states.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum RecordedStep {
+    /// Committed: each resource's handle and new version, and the tool's result.
+    Applied {
+        /// `(handle, version)` of each resource, in order.
+        resources: Vec<PartVersion>,
+        /// What the tool returned.
+        result: Value,
+    },
+    /// Refused: each resource that moved.
+    StaleView {
+        /// Always `STALE_VIEW`.
+        code: String,
+        /// `(handle, version)` of each resource that moved, at the version it had moved to.
+        moved: Vec<PartVersion>,
+    },
+    /// Refused with a code.
+    Rejected(Rejected),
+}
+
+/// A resource's handle and a version of it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct PartVersion {
+    /// The resource handle.
+    pub handle: String,
+    /// The version.
+    pub version: u64,
 }
 
 /// The summary of an `applied` outcome.
@@ -412,7 +451,13 @@ pub enum MutationOutcome {
 
 impl RecordedOutcome {
     fn is_error(&self) -> bool {
-        !matches!(self, RecordedOutcome::Applied(_))
+        !matches!(
+            self,
+            RecordedOutcome::Applied(_)
+                | RecordedOutcome::Step {
+                    step: RecordedStep::Applied { .. }
+                }
+        )
     }
 
     /// The error code, if the outcome was an error.
@@ -421,6 +466,11 @@ impl RecordedOutcome {
             RecordedOutcome::Applied(_) => None,
             RecordedOutcome::StaleView(stale) => Some(&stale.code),
             RecordedOutcome::Rejected(rejected) => Some(&rejected.code),
+            RecordedOutcome::Step { step } => match step {
+                RecordedStep::Applied { .. } => None,
+                RecordedStep::StaleView { code, .. } => Some(code),
+                RecordedStep::Rejected(rejected) => Some(&rejected.code),
+            },
         }
     }
 
@@ -429,7 +479,7 @@ impl RecordedOutcome {
         match self {
             RecordedOutcome::Applied(applied) => Some(&applied.handle),
             RecordedOutcome::StaleView(stale) => Some(&stale.handle),
-            RecordedOutcome::Rejected(_) => None,
+            RecordedOutcome::Rejected(_) | RecordedOutcome::Step { .. } => None,
         }
     }
 
@@ -443,6 +493,9 @@ impl RecordedOutcome {
                 stale.handle, stale.expected_version, stale.current_version
             ),
             RecordedOutcome::Rejected(rejected) => rejected.text(),
+            RecordedOutcome::Step { .. } => {
+                "A step over several resources, recorded under this operation id.".to_owned()
+            }
         }
     }
 }

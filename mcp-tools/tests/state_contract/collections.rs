@@ -8,10 +8,10 @@ use super::*;
 /// A plan of steps: a scalar title and a collection stored item by item.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema, Entity)]
 #[entity(kind = "plan", prefix = "pln", ttl_secs = 3600, lifecycle = lifecycle)]
-struct Plan {
-    title: String,
-    steps: Collection<String>,
-    done: bool,
+pub(super) struct Plan {
+    pub(super) title: String,
+    pub(super) steps: Collection<String>,
+    pub(super) done: bool,
 }
 
 impl Plan {
@@ -24,7 +24,7 @@ impl Plan {
     }
 }
 
-fn plan() -> Plan {
+pub(super) fn plan() -> Plan {
     Plan {
         title: "move".into(),
         steps: Collection::new(),
@@ -32,14 +32,14 @@ fn plan() -> Plan {
     }
 }
 
-async fn create_plan<S: Store>(store: &S) -> String {
+pub(super) async fn create_plan<S: Store>(store: &S) -> String {
     let request = CreateRequest::typed(alice(), &plan()).unwrap();
     expect_applied(&create_outcome(store, request).await)
         .handle
         .clone()
 }
 
-fn change(
+pub(super) fn change(
     handle: &str,
     expected: Option<u64>,
     operation_id: Option<&str>,
@@ -57,7 +57,7 @@ fn change(
     request
 }
 
-fn append(text: String) -> Transition {
+pub(super) fn append(text: String) -> Transition {
     Transition::typed(move |plan: &mut Plan| {
         let id = plan.steps.push(text.clone());
         Ok::<_, ToolError>(id)
@@ -81,13 +81,17 @@ fn remove(id: u64) -> Transition {
     })
 }
 
-async fn apply<S: Store>(store: &S, request: MutationRequest, transition: Transition) -> Applied {
+pub(super) async fn apply<S: Store>(
+    store: &S,
+    request: MutationRequest,
+    transition: Transition,
+) -> Applied {
     expect_applied(&mutate(store, request, transition).await).clone()
 }
 
 /// A read of the plan: its version, its stored document and its page of steps as
 /// `(id, version, text)`, with whether more follow.
-async fn read_plan<S: Store>(
+pub(super) async fn read_plan<S: Store>(
     store: &S,
     handle: &str,
     after: Option<u64>,

@@ -327,32 +327,34 @@ pub(super) async fn concurrent_claims_share_nothing<S: Store + Clone>(stores: &[
         .await;
         expect_applied(&outcome);
     }
-    let workers = (0..4).map(|worker| {
-        let store = stores[worker % stores.len()].clone();
-        tokio::spawn(async move {
-            let mut delivered = Vec::new();
-            for round in 0.. {
-                let owner = format!("w{worker}-{round}");
-                let claimed = store.claim_effects(claim(&owner, 3)).await.unwrap();
-                if claimed.is_empty() {
-                    return delivered;
+    let workers = (0..4)
+        .map(|worker| {
+            let store = stores[worker % stores.len()].clone();
+            tokio::spawn(async move {
+                let mut delivered = Vec::new();
+                for round in 0.. {
+                    let owner = format!("w{worker}-{round}");
+                    let claimed = store.claim_effects(claim(&owner, 3)).await.unwrap();
+                    if claimed.is_empty() {
+                        return delivered;
+                    }
+                    for effect in claimed {
+                        let settled = store
+                            .settle_effect(
+                                &effect.key,
+                                &owner,
+                                Settlement::Delivered(effect.payload.clone()),
+                            )
+                            .await
+                            .unwrap();
+                        assert!(settled, "a fresh lease settles");
+                        delivered.push(effect.key);
+                    }
                 }
-                for effect in claimed {
-                    let settled = store
-                        .settle_effect(
-                            &effect.key,
-                            &owner,
-                            Settlement::Delivered(effect.payload.clone()),
-                        )
-                        .await
-                        .unwrap();
-                    assert!(settled, "a fresh lease settles");
-                    delivered.push(effect.key);
-                }
-            }
-            delivered
+                delivered
+            })
         })
-    });
+        .collect::<Vec<_>>();
     let mut delivered = Vec::new();
     for worker in workers {
         delivered.extend(within("a worker", worker).await.unwrap());

@@ -24,6 +24,7 @@ use crate::store::api::{
     CreateRequest, MutationRequest, PruneReport, ReadRequest, Store, StoreConfig, Transition,
 };
 use crate::store::error::{StoreError, StoreFuture};
+use crate::store::step::{StepOutcome, StepRequest, StepTransition};
 // A panicking transition only ever changed a copy, so the data behind a poisoned lock is intact.
 use crate::sync::{lock, read, write};
 
@@ -431,6 +432,7 @@ impl Inner {
             held: None,
             cell: cell.map(|cell| (request.handle.as_str(), cell)),
             guarded: guarded.as_deref_mut(),
+            others: Vec::new(),
             inserted: None,
         };
         boundary::read(&mut txn, &self.config, request, now)
@@ -452,6 +454,7 @@ impl Inner {
             held: held.as_ref(),
             cell: cell.map(|cell| (request.handle.as_str(), cell)),
             guarded: guarded.as_deref_mut(),
+            others: Vec::new(),
             inserted: None,
         };
         let outcome = boundary::mutate(&mut txn, &self.config, request, transition, now);
@@ -480,6 +483,7 @@ impl Inner {
             held: held.as_ref(),
             cell: None,
             guarded: None,
+            others: Vec::new(),
             inserted: None,
         };
         work(&mut txn, self.config.clock.now_millis())
@@ -563,6 +567,61 @@ impl Store for MemoryStore {
             };
             self.inner
                 .mutate(cell.as_deref(), held, &request, &mut transition)
+        })
+    }
+
+    fn mutate_step(
+        &self,
+        request: StepRequest,
+        mut transition: StepTransition,
+    ) -> StoreFuture<'_, StepOutcome> {
+        Box::pin(async move {
+            let inner = &*self.inner;
+            // Every resource's turn, in handle order (as every step takes them), then the
+            // operation id's, as a single change takes its one turn and then the id's: no two
+            // units ever wait for each other in a circle.
+            let mut handles: Vec<&str> = request.parts.iter().map(|p| p.handle.as_str()).collect();
+            handles.sort_unstable();
+            handles.dedup();
+            let cells: Vec<(&str, Arc<Cell>)> = handles
+                .into_iter()
+                .filter_map(|handle| inner.cell(handle).map(|cell| (handle, cell)))
+                .collect();
+            let mut turns = Vec::with_capacity(cells.len());
+            for (_, cell) in &cells {
+                turns.push(cell.turn.lock().await);
+            }
+            let held = match &request.operation {
+                Some((operation_id, _)) => {
+                    Some(inner.hold(request.principal.key(), operation_id).await)
+                }
+                None => None,
+            };
+            let mut guards: Vec<(&str, &Cell, std::sync::MutexGuard<'_, Guarded>)> = cells
+                .iter()
+                .map(|(handle, cell)| (*handle, &**cell, lock(&cell.guarded)))
+                .collect();
+            let others = guards
+                .iter_mut()
+                .map(|(handle, cell, guarded)| (*handle, *cell, &mut **guarded))
+                .collect();
+            let now = inner.config.clock.now_millis();
+            let mut txn = MemoryTxn {
+                inner,
+                held: held.as_ref(),
+                cell: None,
+                guarded: None,
+                others,
+                inserted: None,
+            };
+            let outcome =
+                boundary::step::step(&mut txn, &inner.config, &request, &mut transition, now);
+            drop(txn);
+            drop(guards);
+            drop(held);
+            drop(turns);
+            inner.sweeper.count_write();
+            outcome
         })
     }
 

@@ -1,5 +1,5 @@
 //! The boundary's primitives on the memory store: a transaction holds the locks of one resource
-//! and one operation id, and publishes its writes when it commits.
+//! (of several, for a step) and one operation id, and publishes its writes when it commits.
 
 use super::*;
 use crate::store::boundary::{Change, LedgerEntry, LedgerState, Record, Txn};
@@ -47,6 +47,8 @@ pub(crate) struct MemoryTxn<'a> {
     pub(super) cell: Option<(&'a str, &'a Cell)>,
     /// The writer's part of `cell`, when the transaction writes it.
     pub(super) guarded: Option<&'a mut Guarded>,
+    /// A step's other resources, each with its writer's part (empty otherwise: no allocation).
+    pub(super) others: Vec<(&'a str, &'a Cell, &'a mut Guarded)>,
     /// The resource this transaction created.
     pub(super) inserted: Option<Arc<Cell>>,
 }
@@ -60,10 +62,12 @@ impl Txn for MemoryTxn<'_> {
         let held = self
             .held
             .ok_or_else(|| StoreError::Backend("operation id not held".into()))?;
-        if entry.handle.is_some() && matches!(entry.state, LedgerState::Done(_)) {
-            match (self.guarded.as_mut(), &self.inserted) {
-                (Some(guarded), _) => guarded.ledger.push_back(entry.expires_at),
-                (None, Some(cell)) => lock(&cell.guarded).ledger.push_back(entry.expires_at),
+        if let (Some(handle), LedgerState::Done(_)) = (entry.handle.as_deref(), &entry.state) {
+            let expires_at = entry.expires_at;
+            let inserted = self.inserted.clone();
+            match (self.guarded_of(handle), inserted) {
+                (Some(guarded), _) => guarded.ledger.push_back(expires_at),
+                (None, Some(cell)) => lock(&cell.guarded).ledger.push_back(expires_at),
                 (None, None) => {
                     return Err(StoreError::Backend("resource entry not held".into()));
                 }
@@ -86,8 +90,11 @@ impl Txn for MemoryTxn<'_> {
         // live record that gives way (a confirmed retry replacing its `stale_view`) takes its
         // count with it.
         let live = entry.expires_at > self.inner.config.clock.now_millis();
-        if let (true, LedgerState::Done(_), Some(guarded)) =
-            (live, &entry.state, self.guarded.as_mut())
+        let guarded = match entry.handle.as_deref() {
+            Some(handle) => self.guarded_of(handle),
+            None => None,
+        };
+        if let (true, LedgerState::Done(_), Some(guarded)) = (live, &entry.state, guarded)
             && let Some(at) = guarded
                 .ledger
                 .iter()
@@ -101,10 +108,9 @@ impl Txn for MemoryTxn<'_> {
         Ok(())
     }
 
-    fn ledger_full(&mut self, _: &str, quota: u64, now: i64) -> Result<bool, StoreError> {
+    fn ledger_full(&mut self, handle: &str, quota: u64, now: i64) -> Result<bool, StoreError> {
         let guarded = self
-            .guarded
-            .as_mut()
+            .guarded_of(handle)
             .ok_or_else(|| StoreError::Backend("resource entry not held".into()))?;
         while guarded.ledger.front().is_some_and(|at| *at <= now) {
             guarded.ledger.pop_front();
@@ -114,15 +120,24 @@ impl Txn for MemoryTxn<'_> {
 
     fn load(&mut self, handle: &str) -> Result<Option<Record>, StoreError> {
         let load = |cell: &Cell| Record::clone(&cell.current.load());
-        Ok(match self.cell {
-            Some((held, cell)) if held == handle => Some(load(cell)),
-            // A replay shows the resource its record names, which a create does not hold.
-            _ => self.inner.cell(handle).as_deref().map(load),
-        })
+        if let Some((held, cell)) = self.cell
+            && held == handle
+        {
+            return Ok(Some(load(cell)));
+        }
+        if let Some((_, cell, _)) = self.others.iter().find(|(held, ..)| *held == handle) {
+            return Ok(Some(load(cell)));
+        }
+        // A replay shows the resource its record names, which a create does not hold.
+        Ok(self.inner.cell(handle).as_deref().map(load))
     }
 
-    fn undo_since(&mut self, _: &str, version: u64) -> Result<Option<Vec<Vec<Undo>>>, StoreError> {
-        let Some(guarded) = self.guarded.as_ref() else {
+    fn undo_since(
+        &mut self,
+        handle: &str,
+        version: u64,
+    ) -> Result<Option<Vec<Vec<Undo>>>, StoreError> {
+        let Some(guarded) = self.guarded_of(handle) else {
             return Ok(None);
         };
         let mut patches = Vec::new();
@@ -159,21 +174,21 @@ impl Txn for MemoryTxn<'_> {
 
     fn items_get(
         &mut self,
-        _: &str,
+        handle: &str,
         wanted: &[(&'static str, u64)],
     ) -> Result<Vec<(&'static str, StoredItem)>, StoreError> {
-        Ok(self.items()?.get(wanted))
+        Ok(self.items(handle)?.get(wanted))
     }
 
     fn items_page(
         &mut self,
-        _: &str,
+        handle: &str,
         field: &'static str,
         after: u64,
         limit: usize,
     ) -> Result<Vec<StoredItem>, StoreError> {
         // A resource that does not exist has no items; one that does is held by a read of it.
-        Ok(match self.guarded.as_ref() {
+        Ok(match self.guarded_of(handle) {
             Some(guarded) => guarded.items.page(field, after, limit),
             None => Vec::new(),
         })
@@ -181,14 +196,14 @@ impl Txn for MemoryTxn<'_> {
 
     fn items_since(
         &mut self,
-        _: &str,
+        handle: &str,
         version: u64,
         limit: usize,
     ) -> Result<Vec<(String, StoredItem)>, StoreError> {
-        Ok(self.items()?.since(version, limit))
+        Ok(self.items(handle)?.since(version, limit))
     }
 
-    fn write(&mut self, _: &str, record: Record, change: Change) -> Result<(), StoreError> {
+    fn write(&mut self, handle: &str, record: Record, change: Change) -> Result<(), StoreError> {
         let Change {
             undo,
             drop_through,
@@ -196,7 +211,7 @@ impl Txn for MemoryTxn<'_> {
             effects,
             ..
         } = change;
-        let (Some((_, cell)), Some(guarded)) = (self.cell, self.guarded.as_mut()) else {
+        let Some((cell, guarded)) = self.held_mut(handle) else {
             return Err(StoreError::Backend("resource entry not held".into()));
         };
         if !items.is_empty() {
@@ -219,12 +234,29 @@ impl Txn for MemoryTxn<'_> {
     }
 }
 
-impl MemoryTxn<'_> {
-    fn items(&self) -> Result<&items::ItemTable, StoreError> {
-        self.guarded
-            .as_ref()
+impl<'a> MemoryTxn<'a> {
+    fn items(&mut self, handle: &str) -> Result<&items::ItemTable, StoreError> {
+        self.guarded_of(handle)
             .map(|guarded| &guarded.items)
             .ok_or_else(|| StoreError::Backend("resource entry not held".into()))
+    }
+
+    /// The writer's part of the held resource `handle`.
+    fn guarded_of(&mut self, handle: &str) -> Option<&mut Guarded> {
+        self.held_mut(handle).map(|(_, guarded)| guarded)
+    }
+
+    /// The held resource `handle` and its writer's part.
+    fn held_mut(&mut self, handle: &str) -> Option<(&'a Cell, &mut Guarded)> {
+        if let Some((held, cell)) = self.cell
+            && held == handle
+        {
+            return self.guarded.as_deref_mut().map(|guarded| (cell, guarded));
+        }
+        self.others
+            .iter_mut()
+            .find(|(held, ..)| *held == handle)
+            .map(|(_, cell, guarded)| (*cell, &mut **guarded))
     }
 }
 

@@ -37,6 +37,7 @@ use crate::store::columns::version_from_sql;
 use crate::store::error::{StoreError, StoreFuture};
 use crate::store::handle::has_prefix;
 use crate::store::outcome::{MutationOutcome, ReadOutcome};
+use crate::store::step::{StepOutcome, StepRequest, StepTransition};
 
 /// Where a [`PostgresStore`] reads the time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -263,6 +264,9 @@ struct Inner {
 /// null key takes no lock). Transaction-scoped advisory locks: held until commit or rollback,
 /// written nowhere.
 const LOCKS: &str = "SELECT pg_advisory_xact_lock($1::int8), pg_advisory_xact_lock($2::int8)";
+
+/// One more resource's lock, taken before [`LOCKS`] by a step over several resources.
+const LOCK_ONE: &str = "SELECT pg_advisory_xact_lock($1::int8)";
 
 /// Plans the rest of the transaction's statements on every call, for the values they are given:
 /// the sweeps' range scans, whose best plan depends on how much has expired (the session plans
@@ -546,6 +550,7 @@ impl Inner {
         &self,
         session: &Session,
         opening: &Opening<'_>,
+        earlier: &[i64],
         (resource_lock, operation_lock): LockKeys,
     ) -> Result<(PgTxn, i64), StoreError> {
         let client = session.client();
@@ -562,11 +567,33 @@ impl Inner {
         .map_err(backend)?;
         let lock_params: [&(dyn ToSql + Sync); 2] = [&resource_lock, &operation_lock];
         // Each request is sent when its future is first polled: `biased` polls them in this
-        // order, which is the order the server runs them in. The read starts after the locks
-        // are held, so it sees all that the units it waited for committed.
-        let (_, _, fetched) = tokio::try_join!(
+        // order (and `join_all` its own in theirs), which is the order the server runs them in.
+        // The read starts after the locks are held, so it sees all that the units it waited for
+        // committed.
+        let lock_one = match earlier {
+            [] => None,
+            _ => Some(client.prepare_cached(LOCK_ONE).await.map_err(backend)?),
+        };
+        let earlier_params: Vec<[&(dyn ToSql + Sync); 1]> = earlier
+            .iter()
+            .map(|key| [key as &(dyn ToSql + Sync)])
+            .collect();
+        let earlier_locks = join_all(earlier_params.iter().map(|params| {
+            let statement = lock_one
+                .as_ref()
+                .expect("prepared when there are earlier locks");
+            client.execute(statement, params)
+        }));
+        let earlier_locked = async {
+            for locked in earlier_locks.await {
+                locked?;
+            }
+            Ok(())
+        };
+        let (_, (), _, fetched) = tokio::try_join!(
             biased;
             client.batch_execute("BEGIN"),
+            earlier_locked,
             client.execute(&locks, &lock_params),
             client.query_one(&read, read_params),
         )
@@ -811,12 +838,28 @@ impl Inner {
         opening: Opening<'_>,
         step: impl FnMut(&mut PgTxn, i64) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
-        let mut step = step;
         let keys = self.lock_keys(&opening);
+        self.unit_locking(opening, &[], keys, step).await
+    }
+
+    /// [`unit`](Self::unit), taking the locks `earlier` (resource keys, in order) before the
+    /// opening's own `keys`: a step locks every resource it names, sorted.
+    async fn unit_locking<T>(
+        &self,
+        opening: Opening<'_>,
+        earlier: &[i64],
+        keys: LockKeys,
+        step: impl FnMut(&mut PgTxn, i64) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        let mut step = step;
+        let mut _earlier_turns = Vec::with_capacity(earlier.len());
+        for key in earlier {
+            _earlier_turns.push(self.turns.take(*key).await);
+        }
         let _resource_turn = self.turns.take_if(keys.0).await;
         let _operation_turn = self.turns.take_if(keys.1).await;
         let session = self.session().await?;
-        let (mut pg, now) = self.open(&session, &opening, keys).await?;
+        let (mut pg, now) = self.open(&session, &opening, earlier, keys).await?;
         let value = self
             .settle(&session, &mut pg, now, |pg| step(pg, now))
             .await?;
@@ -962,6 +1005,43 @@ impl Inner {
         };
         self.unit(opening, |pg, now| {
             boundary::mutate(pg, &self.config, request, transition, now)
+        })
+        .await
+    }
+
+    async fn step(
+        &self,
+        request: &StepRequest,
+        transition: &mut StepTransition,
+    ) -> Result<StepOutcome, StoreError> {
+        let principal = request.principal.key();
+        let first = request.parts.first();
+        // Every resource's lock, sorted by key: the last is taken with the operation id's, the
+        // others just before, in the opening round trip.
+        let mut resource_keys: Vec<i64> = request
+            .parts
+            .iter()
+            .map(|part| self.resource_key(&part.handle))
+            .collect();
+        resource_keys.sort_unstable();
+        resource_keys.dedup();
+        let last = resource_keys.pop();
+        let operation = request
+            .operation
+            .as_ref()
+            .map(|(operation_id, _)| (principal, operation_id.as_str()));
+        let keys = (
+            last,
+            operation.map(|(principal, operation_id)| self.op_key(principal, operation_id)),
+        );
+        let opening = Opening {
+            handle: first
+                .filter(|part| has_prefix(&part.handle, part.kind.prefix))
+                .map(|part| part.handle.as_str()),
+            operation,
+        };
+        self.unit_locking(opening, &resource_keys, keys, |pg, now| {
+            boundary::step::step(pg, &self.config, request, transition, now)
         })
         .await
     }
@@ -1174,6 +1254,18 @@ impl Store for PostgresStore {
         Box::pin(async move {
             self.inner
                 .bounded(self.inner.mutate(&request, &mut transition))
+                .await
+        })
+    }
+
+    fn mutate_step(
+        &self,
+        request: StepRequest,
+        mut transition: StepTransition,
+    ) -> StoreFuture<'_, StepOutcome> {
+        Box::pin(async move {
+            self.inner
+                .bounded(self.inner.step(&request, &mut transition))
                 .await
         })
     }

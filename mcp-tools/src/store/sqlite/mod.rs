@@ -501,6 +501,17 @@ impl Store for SqliteStore {
         }))
     }
 
+    /// One writer serializes every unit, so a step's resources need no lock order of their own.
+    fn mutate_step(
+        &self,
+        request: crate::store::step::StepRequest,
+        mut transition: crate::store::step::StepTransition,
+    ) -> StoreFuture<'_, crate::store::step::StepOutcome> {
+        Box::pin(self.write(move |txn, config, now| {
+            boundary::step::step(txn, config, &request, &mut transition, now)
+        }))
+    }
+
     fn prune(&self) -> StoreFuture<'_, PruneReport> {
         let inner = Arc::clone(&self.inner);
         Box::pin(async move {

@@ -1,6 +1,8 @@
 //! The atomic boundary, written once against a minimal transaction interface that each store
 //! implements while it holds its locks (memory) or its write transaction (SQL).
 
+pub(crate) mod step;
+
 use std::future::Future;
 use std::panic::{self, AssertUnwindSafe};
 use std::sync::Arc;
