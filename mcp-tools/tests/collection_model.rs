@@ -27,8 +27,9 @@ use mcp_tools::protocol::framework::code;
 use mcp_tools::store::{
     Applied, Changes, Collection, ConflictPolicy, CreateRequest, EffectState, EffectTicket, Entity,
     FieldChange, Fingerprint, Lifecycle, ManualClock, MutationOutcome, MutationRequest,
-    ReadOutcome, ReadRequest, RecordedApplied, RecordedOutcome, RecordedStaleView, Rejected,
-    Replayed, Resumption, Snapshot, StaleView, Store, StoreConfig, Transition, format_rfc3339,
+    PartVersion, ReadOutcome, ReadRequest, RecordedApplied, RecordedOutcome, RecordedStaleView,
+    RecordedStep, Rejected, Replayed, Resumption, Snapshot, StaleView, StepOutcome, StepPart,
+    StepRequest, StepTransition, Store, StoreConfig, Transition, format_rfc3339,
 };
 use mcp_tools::{MemoryStore, Recovery, SqliteStore};
 use proptest::prelude::*;
@@ -1331,6 +1332,443 @@ fn postgres_store_answers_every_sequence_as_the_model_does() {
         let n = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let options = mcp_tools::store::PostgresOptions {
             table_prefix: format!("m{n}_"),
+            ..schema.options()
+        };
+        let schema = &schema;
+        async move { schema.connect_with(model_config(), options).await }
+    });
+}
+
+// ---------------------------------------------------------------------------------------------
+// Steps over two plans, against a reference of two lists
+// ---------------------------------------------------------------------------------------------
+
+/// An operation of a sequence over two plans.
+#[derive(Debug, Clone)]
+enum StepOp {
+    /// Moves a step from plan `from` to the other: an existing one (`pick` among them) or, when
+    /// `missing`, one never made; each plan's version as read, or one behind.
+    Move {
+        from: usize,
+        pick: usize,
+        missing: bool,
+        behind: [bool; 2],
+    },
+    /// Sends the last move again, same operation id and payload.
+    Resend,
+    /// Appends a step to a plan, without a version.
+    Append { plan: usize },
+    /// Finishes a plan: it turns terminal.
+    Finish { plan: usize },
+}
+
+fn step_op() -> impl Strategy<Value = StepOp> {
+    prop_oneof![
+        10 => (0..2usize, any::<usize>(), prop::bool::weighted(0.15), any::<[bool; 2]>().prop_map(|b| b))
+            .prop_map(|(from, pick, missing, behind)| StepOp::Move {
+                from,
+                pick,
+                missing,
+                behind: [behind[0] && pick % 3 == 0, behind[1] && pick % 4 == 0],
+            }),
+        2 => Just(StepOp::Resend),
+        6 => (0..2usize).prop_map(|plan| StepOp::Append { plan }),
+        1 => (0..2usize).prop_map(|plan| StepOp::Finish { plan }),
+    ]
+}
+
+/// A plan as the reference keeps it.
+#[derive(Debug, Clone, Default, PartialEq)]
+struct RefPlan {
+    version: u64,
+    items: BTreeMap<u64, String>,
+    next_id: u64,
+    done: bool,
+}
+
+/// What the reference expects of a move: its outcome's shape.
+#[derive(Debug, Clone, PartialEq)]
+enum Expected {
+    /// `(version, version)` after, and the step's id in the plan it moved to.
+    Applied([u64; 2], u64),
+    /// The plans that moved, as `(index, expected, current)`.
+    Stale(Vec<(usize, u64, u64)>),
+    Rejected(&'static str),
+}
+
+fn move_transition(id: u64) -> StepTransition {
+    StepTransition::typed2(move |from: &mut Plan, to: &mut Plan| {
+        let text = from.steps.remove(id).ok_or_else(|| no_such_step(id))?;
+        Ok::<_, ToolError>(to.steps.push(text))
+    })
+}
+
+async fn run_steps<S: Store>(
+    store: &S,
+    ops: &[StepOp],
+) -> Result<BTreeMap<&'static str, u64>, String> {
+    let mut seen = BTreeMap::<&'static str, u64>::new();
+    let mut handles = Vec::new();
+    let mut plans = [RefPlan::default(), RefPlan::default()];
+    for plan in &mut plans {
+        let request = CreateRequest::typed(
+            alice(),
+            &Plan {
+                title: "move".into(),
+                steps: Collection::new(),
+                done: false,
+            },
+        )
+        .unwrap();
+        let outcome = within("a create", store.create(request))
+            .await
+            .map_err(|e| e.to_string())?;
+        handles.push(outcome.applied().ok_or("create")?.handle.clone());
+        *plan = RefPlan {
+            version: 1,
+            next_id: 1,
+            ..RefPlan::default()
+        };
+    }
+    // The last move sent: its request, its transition's id, and what it answered.
+    let mut last: Option<(StepRequest, u64, StepOutcome)> = None;
+    let mut texts = 0u64;
+    for (n, op) in ops.iter().enumerate() {
+        let context = |error: String| format!("operation {n}, {op:?}: {error}");
+        match op {
+            StepOp::Append { plan } => {
+                texts += 1;
+                let text = format!("t{texts}");
+                let transition = {
+                    let text = text.clone();
+                    Transition::typed(move |p: &mut Plan| {
+                        Ok::<_, ToolError>(p.steps.push(text.clone()))
+                    })
+                };
+                let request = MutationRequest::new(Plan::kind(), alice(), &handles[*plan]);
+                let outcome = within("an append", store.mutate(request, transition))
+                    .await
+                    .map_err(|e| context(e.to_string()))?;
+                let reference = &mut plans[*plan];
+                if reference.done {
+                    same(
+                        "append to a finished plan",
+                        &Some(code::TERMINAL),
+                        &outcome.code(),
+                    )
+                    .map_err(context)?;
+                    continue;
+                }
+                same("append", &None, &outcome.code()).map_err(context)?;
+                reference.items.insert(reference.next_id, text);
+                reference.next_id += 1;
+                reference.version += 1;
+            }
+            StepOp::Finish { plan } => {
+                let request = MutationRequest::new(Plan::kind(), alice(), &handles[*plan]);
+                let finish = Transition::typed(|p: &mut Plan| {
+                    p.done = true;
+                    Ok::<_, ToolError>(())
+                });
+                let outcome = within("a finish", store.mutate(request, finish))
+                    .await
+                    .map_err(|e| context(e.to_string()))?;
+                let reference = &mut plans[*plan];
+                if !reference.done {
+                    reference.done = true;
+                    reference.version += 1;
+                } else {
+                    same("finish twice", &Some(code::TERMINAL), &outcome.code())
+                        .map_err(context)?;
+                }
+            }
+            StepOp::Resend => {
+                let Some((request, id, answered)) = &last else {
+                    continue;
+                };
+                let outcome = within(
+                    "a resend",
+                    store.mutate_step(request.clone(), move_transition(*id)),
+                )
+                .await
+                .map_err(|e| context(e.to_string()))?;
+                let StepOutcome::Replayed(replayed) = &outcome else {
+                    return Err(context(format!("a resend is a replay: {outcome:?}")));
+                };
+                let recorded = match answered {
+                    StepOutcome::Replayed(earlier) => Some(earlier.original.clone()),
+                    StepOutcome::Applied(_)
+                    | StepOutcome::StaleView(_)
+                    | StepOutcome::Rejected(_) => answered_summary(answered),
+                    _ => None,
+                };
+                match recorded {
+                    Some(recorded) => same("the replayed outcome", &recorded, &replayed.original)
+                        .map_err(context)?,
+                    // An unrecorded answer (none here) would not replay.
+                    None => return Err(context("an unrecorded answer replayed".into())),
+                }
+                *seen.entry("step replayed").or_default() += 1;
+            }
+            StepOp::Move {
+                from,
+                pick,
+                missing,
+                behind,
+            } => {
+                let (f, t) = (*from, 1 - *from);
+                let id = match (plans[f].items.keys().copied().collect::<Vec<_>>(), missing) {
+                    (ids, false) if !ids.is_empty() => ids[pick % ids.len()],
+                    _ => plans[f].next_id + (*pick % 5) as u64,
+                };
+                let expected_of = |i: usize| {
+                    let version = plans[i].version;
+                    if behind[if i == f { 0 } else { 1 }] && version > 1 {
+                        version - 1
+                    } else {
+                        version
+                    }
+                };
+                let (ef, et) = (expected_of(f), expected_of(t));
+                let operation = format!("move-{n}");
+                let payload = json!({ "from": f, "id": id, "expected": [ef, et] });
+                let request = StepRequest::new(
+                    alice(),
+                    vec![
+                        StepPart::new(Plan::kind(), &handles[f]).expect_version(ef),
+                        StepPart::new(Plan::kind(), &handles[t]).expect_version(et),
+                    ],
+                )
+                .operation(operation, Fingerprint::of(&payload));
+                let outcome = within(
+                    "a move",
+                    store.mutate_step(request.clone(), move_transition(id)),
+                )
+                .await
+                .map_err(|e| context(e.to_string()))?;
+                // The reference, in the store's order of checks.
+                let expected = if plans[f].done || plans[t].done {
+                    Expected::Rejected(code::TERMINAL)
+                } else {
+                    let moved: Vec<(usize, u64, u64)> = [(f, ef), (t, et)]
+                        .into_iter()
+                        .filter(|(i, e)| *e != plans[*i].version)
+                        .map(|(i, e)| (i, e, plans[i].version))
+                        .collect();
+                    if !moved.is_empty() {
+                        Expected::Stale(moved)
+                    } else if !plans[f].items.contains_key(&id) {
+                        Expected::Rejected("NO_SUCH_STEP")
+                    } else {
+                        let text = plans[f].items.remove(&id).unwrap();
+                        let new_id = plans[t].next_id;
+                        plans[t].items.insert(new_id, text);
+                        plans[t].next_id += 1;
+                        plans[f].version += 1;
+                        plans[t].version += 1;
+                        let mut versions = [0; 2];
+                        versions[0] = plans[f].version;
+                        versions[1] = plans[t].version;
+                        Expected::Applied(versions, new_id)
+                    }
+                };
+                let actual = match &outcome {
+                    StepOutcome::Applied(applied) => {
+                        let versions: Vec<u64> =
+                            applied.resources.iter().map(|p| p.version).collect();
+                        let handles_in_order: Vec<&str> = applied
+                            .resources
+                            .iter()
+                            .map(|p| p.handle.as_str())
+                            .collect();
+                        same(
+                            "applied handles",
+                            &vec![handles[f].as_str(), handles[t].as_str()],
+                            &handles_in_order,
+                        )
+                        .map_err(context)?;
+                        Expected::Applied(
+                            [versions[0], versions[1]],
+                            applied.result.as_u64().unwrap_or(0),
+                        )
+                    }
+                    StepOutcome::StaleView(stale) => Expected::Stale(
+                        stale
+                            .moved
+                            .iter()
+                            .map(|part| {
+                                let index =
+                                    handles.iter().position(|h| *h == part.handle).unwrap_or(9);
+                                (index, part.expected_version, part.current_version)
+                            })
+                            .collect(),
+                    ),
+                    StepOutcome::Rejected(rejected) => {
+                        Expected::Rejected(match rejected.code.as_str() {
+                            code::TERMINAL => code::TERMINAL,
+                            "NO_SUCH_STEP" => "NO_SUCH_STEP",
+                            _ => return Err(context(format!("{outcome:?}"))),
+                        })
+                    }
+                    other => return Err(context(format!("{other:?}"))),
+                };
+                same("the move", &expected, &actual).map_err(context)?;
+                *seen
+                    .entry(match expected {
+                        Expected::Applied(..) => "step applied",
+                        Expected::Stale(ref moved) if moved.len() == 2 => "step stale: both moved",
+                        Expected::Stale(_) => "step stale: one moved",
+                        Expected::Rejected(code::TERMINAL) => "step terminal",
+                        Expected::Rejected(_) => "step domain error",
+                    })
+                    .or_default() += 1;
+                last = Some((request, id, outcome));
+            }
+        }
+        // Both plans are as the reference says: versions, items, lifecycle.
+        for (i, handle) in handles.iter().enumerate() {
+            let mut items = BTreeMap::new();
+            let mut after = None;
+            let version = loop {
+                let mut request = ReadRequest::new(Plan::kind(), alice(), handle);
+                request.page_after = after.map(|after| (FIELD.to_owned(), after));
+                let ReadOutcome::Current(snapshot) = within("a read", store.read(request))
+                    .await
+                    .map_err(|e| context(e.to_string()))?
+                else {
+                    return Err(context("a plan does not read".into()));
+                };
+                let page = &snapshot.pages[0];
+                for item in &page.items {
+                    let text = item
+                        .value
+                        .as_ref()
+                        .and_then(Value::as_str)
+                        .unwrap_or_default();
+                    items.insert(item.id, text.to_owned());
+                }
+                after = page.items.last().map(|item| item.id);
+                if !page.more {
+                    break snapshot.version;
+                }
+            };
+            same(&format!("plan {i}: version"), &plans[i].version, &version).map_err(context)?;
+            same(&format!("plan {i}: items"), &plans[i].items, &items).map_err(context)?;
+        }
+    }
+    Ok(seen)
+}
+
+/// The recorded summary of an outcome a store answered (a refusal of the transition is recorded,
+/// as is every outcome of these moves).
+fn answered_summary(outcome: &StepOutcome) -> Option<RecordedStep> {
+    Some(match outcome {
+        StepOutcome::Applied(applied) => RecordedStep::Applied {
+            resources: applied
+                .resources
+                .iter()
+                .map(|part| PartVersion {
+                    handle: part.handle.clone(),
+                    version: part.version,
+                })
+                .collect(),
+            result: applied.result.clone(),
+        },
+        StepOutcome::StaleView(stale) => RecordedStep::StaleView {
+            code: stale.code.clone(),
+            moved: stale
+                .moved
+                .iter()
+                .map(|part| PartVersion {
+                    handle: part.handle.clone(),
+                    version: part.current_version,
+                })
+                .collect(),
+        },
+        StepOutcome::Rejected(rejected) => RecordedStep::Rejected(rejected.clone()),
+        _ => return None,
+    })
+}
+
+fn run_step_model<S: Store, F: Future<Output = S>>(
+    label: &str,
+    default_cases: u32,
+    open: impl Fn(&std::path::Path) -> F,
+) {
+    let cases = cases(default_cases);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let coverage = Mutex::new(BTreeMap::<&'static str, u64>::new());
+    let mut runner = TestRunner::new(Config {
+        cases,
+        failure_persistence: None,
+        ..Config::default()
+    });
+    let started = Instant::now();
+    let result = runner.run(&prop::collection::vec(step_op(), 1..40), |ops| {
+        let dir = tempfile::tempdir().unwrap();
+        let store = runtime.block_on(open(dir.path()));
+        let seen = runtime
+            .block_on(run_steps(&store, &ops))
+            .map_err(TestCaseError::fail)?;
+        let mut total = coverage.lock().unwrap();
+        for (what, count) in seen {
+            *total.entry(what).or_default() += count;
+        }
+        Ok(())
+    });
+    if let Err(error) = result {
+        panic!("{label}'s steps depart from the reference: {error}");
+    }
+    let coverage = coverage.into_inner().unwrap();
+    eprintln!(
+        "{label} steps: {cases} sequences in {:?}; outcomes seen: {coverage:?}",
+        started.elapsed()
+    );
+    if cases >= default_cases {
+        for what in [
+            "step applied",
+            "step stale: one moved",
+            "step stale: both moved",
+            "step terminal",
+            "step domain error",
+            "step replayed",
+        ] {
+            assert!(
+                coverage.contains_key(what),
+                "{label}: never exercised {what:?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn memory_store_steps_as_the_reference_does() {
+    run_step_model("MemoryStore", 300, |_| {
+        std::future::ready(MemoryStore::new(model_config()))
+    });
+}
+
+#[test]
+fn sqlite_store_steps_as_the_reference_does() {
+    run_step_model("SqliteStore", 100, |dir| {
+        std::future::ready(SqliteStore::open(dir.join("steps.db"), model_config()).unwrap())
+    });
+}
+
+#[cfg(feature = "postgres")]
+#[test]
+fn postgres_store_steps_as_the_reference_does() {
+    let Some(schema) = pg::Schema::new() else {
+        return;
+    };
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    run_step_model("PostgresStore", 40, |_| {
+        let n = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let options = mcp_tools::store::PostgresOptions {
+            table_prefix: format!("s{n}_"),
             ..schema.options()
         };
         let schema = &schema;
