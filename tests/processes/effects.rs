@@ -22,9 +22,9 @@ use crate::common::payments::{Answer, PaymentStub};
 use crate::common::{children, within};
 use crate::pg;
 
-const CHILD_TEST: &str = concat!(module_path!(), "::a_child_process_delivers_charges");
+pub(crate) const CHILD_TEST: &str = concat!(module_path!(), "::a_child_process_delivers_charges");
 /// Set in a child's environment: the SQLite file to serve (otherwise the PostgreSQL schema).
-const CHILD_DB: &str = "MCP_TOOLS_TEST_EFFECTS_DB";
+pub(crate) const CHILD_DB: &str = "MCP_TOOLS_TEST_EFFECTS_DB";
 
 /// The body of a child process; does nothing unless a parent test started it.
 #[test]

@@ -25,3 +25,4 @@ mod postgres_replicas;
 mod soak;
 mod sqlite_processes;
 mod stdio;
+mod steps;

@@ -91,7 +91,10 @@ pub use args::{
 };
 pub(crate) use precondition::is_unguessable;
 pub use published::{PublishedPolicy, StatefulContract, ToolKind, no_domain_codes};
-pub use run::{CreateSpec, MutationSpec, create, mutate, read, read_result, tool_error};
+pub use run::{
+    CreateSpec, MutationSpec, StepPartSpec, StepSpec, create, mutate, mutate_step, read,
+    read_result, tool_error,
+};
 
 use schemars::SchemaGenerator;
 use serde_json::Value;

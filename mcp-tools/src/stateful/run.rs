@@ -18,9 +18,9 @@ use crate::protocol::reply::Reply;
 use crate::protocol::tool_error::{IntoToolError, ToolError};
 use crate::store::outbox::STATUSES_PER_READ;
 use crate::store::{
-    ConflictPolicy, CreateRequest, Creation, MutationOutcome, MutationRequest, ReadOutcome,
-    ReadRequest, RecordedOutcome, Rejected, Replayed, Resumption, Snapshot, Store, StoreError,
-    Transition,
+    ConflictPolicy, CreateRequest, Creation, EntityKind, MutationOutcome, MutationRequest,
+    ReadOutcome, ReadRequest, RecordedOutcome, Rejected, Replayed, Resumption, Snapshot,
+    StepOutcome, StepPart, StepRequest, StepTransition, Store, StoreError, Transition,
 };
 
 /// Seals the validator of every resumption record in an outcome.
@@ -352,5 +352,160 @@ pub async fn mutate<R: IsEntity>(
             StatefulReply(outcome.into_reply())
         }
         Err(error) => error.into_tool_error().into_result().into(),
+    }
+}
+
+/// One resource of a step tool's call: its kind, the handle the caller sent and its
+/// `expected_version` (a number or a validator), if the tool takes one.
+pub struct StepPartSpec {
+    /// The resource kind.
+    pub kind: EntityKind,
+    /// The handle the caller sent.
+    pub handle: String,
+    /// The caller's version of this resource; `None` when the tool takes none (the step
+    /// commutes with every change of it).
+    pub expected_version: Option<ExpectedVersion>,
+    /// Whether the tool takes a version of this resource: then one must be sent.
+    pub precondition: bool,
+}
+
+/// What a tool that changes several resources at once declares, and this call's resources
+/// and operation id.
+pub struct StepSpec {
+    /// The tool name, part of the payload fingerprint.
+    pub tool: &'static str,
+    /// The tool's own arguments, for the payload fingerprint.
+    pub arguments: &'static [PayloadArgument],
+    /// The resources, in the order the transition takes them.
+    pub parts: Vec<StepPartSpec>,
+    /// The caller's `operation_id`.
+    pub operation_id: Option<String>,
+}
+
+/// Runs a step over several resources in the store's atomic boundary: each resource's
+/// precondition (a number or a validator of that resource), then the store's step, the
+/// validators of every resumption record sealed in the outcome.
+pub async fn mutate_step(
+    cx: &Context,
+    spec: StepSpec,
+    raw: &Value,
+    transition: StepTransition,
+) -> StatefulReply {
+    let store = match store(cx) {
+        Ok(store) => store,
+        Err(result) => return result.into(),
+    };
+    if let Some(operation_id) = &spec.operation_id
+        && let Err(result) = unguessable(cx, operation_id)
+    {
+        return result.into();
+    }
+    let mut parts = Vec::with_capacity(spec.parts.len());
+    let kinds: Vec<(String, &'static str)> = spec
+        .parts
+        .iter()
+        .map(|part| (part.handle.clone(), part.kind.kind))
+        .collect();
+    let mut numbered = match raw {
+        Value::Object(members) => members.clone(),
+        _ => Default::default(),
+    };
+    for part in spec.parts {
+        let mut step_part = StepPart::new(part.kind, &part.handle);
+        if part.precondition {
+            let version = match part.expected_version {
+                Some(ExpectedVersion::Number(version)) => version,
+                Some(ExpectedVersion::Validator(validator)) => {
+                    match cx.seal().and_then(|seal| {
+                        seal.open_validator(part.kind.kind, &part.handle, &validator)
+                    }) {
+                        Some(version) => {
+                            // A retry that names the version by its validator is the same
+                            // request as one that sends the number.
+                            for value in numbered.values_mut() {
+                                if value.as_str() == Some(validator.as_str()) {
+                                    *value = Value::from(version);
+                                }
+                            }
+                            version
+                        }
+                        None => {
+                            return MutationOutcome::Rejected(Rejected::invalid_validator(
+                                part.kind.kind,
+                                &part.handle,
+                            ))
+                            .into_call_tool_result()
+                            .into();
+                        }
+                    }
+                }
+                None => {
+                    return ToolError::new(
+                        code::INVALID_ARGUMENTS,
+                        format!(
+                            "send the version of {} you based this change on (a number, or the \
+                             validator of a result about it)",
+                            part.handle
+                        ),
+                    )
+                    .into_result()
+                    .into();
+                }
+            };
+            step_part = step_part.expect_version(version);
+        }
+        parts.push(step_part);
+    }
+    let mut request = StepRequest::new(cx.principal().clone(), parts);
+    if let Some(operation_id) = spec.operation_id {
+        let fingerprint = fingerprint(spec.tool, spec.arguments, &Value::Object(numbered));
+        request = request.operation(operation_id, fingerprint);
+    }
+    match store.mutate_step(request, transition).await {
+        Ok(mut outcome) => {
+            seal_step_validators(cx, &kinds, &mut outcome);
+            let is_error = outcome.is_error();
+            let text = outcome.text();
+            StatefulReply::from(CallToolResult {
+                content: vec![crate::protocol::content::Content::text(text)],
+                structured_content: serde_json::to_value(&outcome).ok(),
+                is_error,
+                meta: None,
+            })
+        }
+        Err(error) => error.into_tool_error().into_result().into(),
+    }
+}
+
+/// Seals the validator of every resumption record in a step's outcome.
+fn seal_step_validators(cx: &Context, kinds: &[(String, &'static str)], outcome: &mut StepOutcome) {
+    let seal_one = |resumption: &mut Resumption| {
+        if let Some((_, kind)) = kinds
+            .iter()
+            .find(|(handle, _)| *handle == resumption.handle)
+        {
+            seal_validator(cx, kind, resumption);
+        }
+    };
+    match outcome {
+        StepOutcome::Applied(applied) => {
+            applied
+                .resources
+                .iter_mut()
+                .for_each(|part| seal_one(&mut part.resumption));
+        }
+        StepOutcome::StaleView(stale) => {
+            stale
+                .moved
+                .iter_mut()
+                .for_each(|part| seal_one(&mut part.resumption));
+        }
+        StepOutcome::Replayed(replayed) => {
+            replayed
+                .current
+                .iter_mut()
+                .for_each(|snapshot| seal_one(&mut snapshot.resumption));
+        }
+        _ => {}
     }
 }
