@@ -378,91 +378,27 @@ pub struct NoteMoved {
     pub to_note_count: u64,
 }
 
-/// The arguments of `basket_move_note`.
-#[derive(Debug, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct MoveNoteArgs {
-    /// The basket the note leaves: its handle (`bsk_...`).
-    pub from_basket_id: String,
-    /// The version of that basket you based the move on: a number, or the `validator` of a
-    /// result about it.
-    pub from_expected_version: Option<mcp_tools::stateful::ExpectedVersion>,
-    /// The basket the note joins: its handle (`bsk_...`), another basket.
-    pub to_basket_id: String,
-    /// The version of that basket you based the move on.
-    pub to_expected_version: Option<mcp_tools::stateful::ExpectedVersion>,
+/// Moves a note from one basket to another, both at once: the note leaves the first basket and
+/// joins the second in one step, or neither changes. Send the version of each basket you
+/// planned from; if either changed since, nothing moves and the result (`stale_view`) names
+/// each basket that moved, with what changed.
+#[tool(step, scopes = ["basket:write"])]
+pub fn basket_move_note(
+    from_basket: &mut Basket,
+    to_basket: &mut Basket,
     /// The note's id in the basket it leaves (`notes.items[].id` in `basket_get`).
-    pub note_id: u64,
-    /// A new UUID you generate for this move; send the same id to retry after a lost answer.
-    #[schemars(length(min = 1, max = 200))]
-    pub operation_id: String,
-}
-
-/// Moves a note from one basket to another, both at once: the note leaves the first and joins
-/// the second in one step, or neither changes. Refused (`stale_view`, naming each basket that
-/// moved) when either basket changed after the version you sent for it.
-pub struct BasketMoveNote;
-
-impl mcp_tools::tools::Tool for BasketMoveNote {
-    type Args = mcp_tools::stateful::WithRaw<MoveNoteArgs>;
-    type Output = mcp_tools::stateful::StatefulReply;
-
-    fn info(&self) -> mcp_tools::tools::ToolInfo {
-        mcp_tools::tools::ToolInfo::new(
-            "basket_move_note",
-            "Moves a note from one basket to another, both at once: the note leaves the first \
-             basket and joins the second in one step, or neither changes. Send the version of \
-             each basket you planned from; if either changed since, nothing moves and the \
-             result (`stale_view`) names each basket that moved, with what changed.",
-        )
-        .scopes(["basket:write"])
-    }
-
-    fn output_schema(&self, _: &mut schemars::SchemaGenerator) -> Option<serde_json::Value> {
-        Some(mcp_tools::store::StepOutcome::json_schema())
-    }
-
-    fn entity_kind(&self) -> Option<&'static str> {
-        Some(Basket::KIND)
-    }
-
-    async fn call(
-        &self,
-        args: mcp_tools::stateful::WithRaw<MoveNoteArgs>,
-        cx: mcp_tools::Context,
-    ) -> mcp_tools::stateful::StatefulReply {
-        let mcp_tools::stateful::WithRaw { raw, args } = args;
-        let part = |handle: String, expected_version| mcp_tools::stateful::StepPartSpec {
-            kind: Basket::kind(),
-            handle,
-            expected_version,
-            precondition: true,
-        };
-        let spec = mcp_tools::stateful::StepSpec {
-            tool: "basket_move_note",
-            arguments: &[],
-            parts: vec![
-                part(args.from_basket_id, args.from_expected_version),
-                part(args.to_basket_id, args.to_expected_version),
-            ],
-            operation_id: Some(args.operation_id),
-        };
-        let note_id = args.note_id;
-        let step =
-            mcp_tools::store::StepTransition::typed2(move |from: &mut Basket, to: &mut Basket| {
-                let text = from
-                    .notes
-                    .remove(note_id)
-                    .ok_or(BasketError::NoSuchNote { note_id })?;
-                let moved = to.notes.push(text);
-                Ok::<_, BasketError>(NoteMoved {
-                    note_id: moved,
-                    from_note_count: from.notes.len(),
-                    to_note_count: to.notes.len(),
-                })
-            });
-        mcp_tools::stateful::mutate_step(&cx, spec, &raw, step).await
-    }
+    note_id: u64,
+) -> Result<NoteMoved, BasketError> {
+    let text = from_basket
+        .notes
+        .remove(note_id)
+        .ok_or(BasketError::NoSuchNote { note_id })?;
+    let moved = to_basket.notes.push(text);
+    Ok(NoteMoved {
+        note_id: moved,
+        from_note_count: from_basket.notes.len(),
+        to_note_count: to_basket.notes.len(),
+    })
 }
 
 /// A price for a basket's configuration.
@@ -532,8 +468,8 @@ pub fn tool_set() -> ToolSet {
         basket_add_note,
         basket_edit_note,
         basket_remove_note,
+        basket_move_note,
     ]
-    .with(BasketMoveNote)
     .effect_handler(charge_card)
 }
 

@@ -114,7 +114,9 @@ struct Arguments {
 /// `cx` is an expression of type `&Context`: the function of a `creates` tool runs inside a
 /// future that only borrows the context.
 fn arguments(tool: &ToolFn, cx: &TokenStream) -> Arguments {
-    let mutates = tool.kind() == Some(StatefulKind::Mutates);
+    let mutates = tool.kind() == Some(StatefulKind::Mutates) || tool.is_step();
+    let step = tool.is_step();
+    let mut resources = 0usize;
     let mut out = Arguments {
         fields: Vec::new(),
         helpers: Vec::new(),
@@ -125,6 +127,11 @@ fn arguments(tool: &ToolFn, cx: &TokenStream) -> Arguments {
         let ty = &param.ty;
         let ident = &param.ident;
         match param.kind {
+            ParamKind::Resource { .. } if step => {
+                let resource = format_ident!("__mcp_resource_{}", resources);
+                resources += 1;
+                out.call_args.push(quote!(#resource));
+            }
             ParamKind::Resource { .. } => out.call_args.push(quote!(__mcp_resource)),
             ParamKind::Effects { .. } => out.call_args.push(quote!(__mcp_effects)),
             ParamKind::Context => out.call_args.push(quote!(::core::clone::Clone::clone(#cx))),
@@ -191,6 +198,152 @@ fn arguments(tool: &ToolFn, cx: &TokenStream) -> Arguments {
     out
 }
 
+/// `T` of a `&mut T` (or `&T`) entity parameter.
+fn entity_type(ty: &syn::Type) -> &syn::Type {
+    match ty {
+        syn::Type::Reference(reference) => &reference.elem,
+        other => other,
+    }
+}
+
+/// A `step` over several entities: each `&mut Entity` parameter gets a handle argument
+/// (`<name>_id`) and a version argument (`<name>_expected_version`), and the call runs the
+/// function as one step in the store's atomic boundary. Adds the injected arguments to
+/// `fields`.
+fn step_parts(
+    tool: &ToolFn,
+    call: &TokenStream,
+    fields: &mut Vec<TokenStream>,
+    helpers: &mut Vec<TokenStream>,
+) -> ImplParts {
+    let name = tool.name().0;
+    let resources: Vec<(String, &syn::Type)> = tool
+        .step_resources()
+        .into_iter()
+        .map(|(param, _)| (unraw(&param.ident), entity_type(&param.ty)))
+        .collect();
+    let mut injected = Vec::new();
+    let mut parts = Vec::new();
+    let mut published = Vec::new();
+    let mut typed = Vec::new();
+    for (index, (param, ty)) in resources.iter().enumerate() {
+        helpers.push(quote_spanned! {ty.span()=>
+            const _: () = ::mcp_tools::__private::stateful::assert_resource::<#ty>();
+        });
+        let (handle, version) = (format!("{param}_id"), format!("{param}_expected_version"));
+        let handle_doc = format!(
+            "Which entity is `{param}`: its handle, as returned in `handle` and `resumption.handle` by any result about it."
+        );
+        let version_doc = format!(
+            "The version of `{param}` you based this change on (a number, or the `validator` of a result about it). If it changed since, nothing changes and the result (`stale_view`) says what moved."
+        );
+        let (handle_field, version_field) = (
+            format_ident!("__mcp_handle_{}", index),
+            format_ident!("__mcp_expected_{}", index),
+        );
+        injected.push(quote! {
+            #[doc = #handle_doc]
+            #[serde(rename = #handle)]
+            pub #handle_field: ::std::string::String
+        });
+        // Required in the schema; a call without it is answered with what to send.
+        injected.push(quote! {
+            #[doc = #version_doc]
+            #[serde(rename = #version)]
+            #[schemars(with = "::mcp_tools::stateful::ExpectedVersion")]
+            pub #version_field: ::core::option::Option<::mcp_tools::stateful::ExpectedVersion>
+        });
+        parts.push(quote! {
+            ::mcp_tools::stateful::StepPartSpec {
+                kind: <#ty as ::mcp_tools::store::Entity>::kind(),
+                handle: ::core::mem::take(&mut __mcp_args.#handle_field),
+                expected_version: __mcp_args.#version_field.take(),
+                precondition: true,
+            }
+        });
+        published.push(quote! {
+            ::mcp_tools::__private::serde_json::json!({
+                "name": #param,
+                "resource": <#ty as ::mcp_tools::store::Entity>::KIND,
+                "handle": #handle,
+                "precondition": #version,
+            })
+        });
+        let resource = format_ident!("__mcp_resource_{}", index);
+        typed.push(quote!(#resource: &mut #ty));
+    }
+    let operation_doc = "A new UUID you generate for this change (or another unguessable id of at least 22 URL-safe characters). To retry after a lost or interrupted response, send the same id with the same arguments: the recorded outcome comes back and nothing is applied twice.";
+    injected.push(quote! {
+        #[doc = #operation_doc]
+        #[serde(rename = "operation_id")]
+        #[schemars(length(min = 1, max = 200))]
+        pub __mcp_operation_id: ::std::string::String
+    });
+    injected.append(fields);
+    *fields = injected;
+
+    let as_result = match &tool.output {
+        Output::Result { err, .. } => {
+            helpers.push(assert_error(err));
+            quote!(#call.map_err(::mcp_tools::stateful::tool_error))
+        }
+        Output::Plain(ty) | Output::Structured(ty) => {
+            helpers.push(quote_spanned! {tool.return_span=>
+                const _: () = ::mcp_tools::__private::assert_output::<#ty>();
+            });
+            quote!(::core::result::Result::Ok::<_, ::mcp_tools::ToolError>(#call))
+        }
+        Output::Unit(_) | Output::Unsupported(..) => quote!(#call),
+    };
+    let payload = payload_description(tool, true, helpers);
+    helpers.push(quote! {
+        const __MCP_PAYLOAD: &[::mcp_tools::stateful::PayloadArgument] = #payload;
+    });
+    let typed_fn = format_ident!("typed{}", resources.len());
+    ImplParts {
+        args: quote!(::mcp_tools::stateful::WithRaw<__McpArgs>),
+        output: quote!(::mcp_tools::stateful::StatefulReply),
+        input_schema: quote!(::mcp_tools::__private::input_schema::<__McpArgs>(generator)),
+        output_generator: format_ident!("_generator"),
+        output_schema: quote!(::core::option::Option::Some(
+            ::mcp_tools::store::StepOutcome::json_schema()
+        )),
+        info_meta: Some(quote! {
+            .with_meta(
+                ::mcp_tools::protocol::framework::STATE_META_KEY,
+                ::mcp_tools::__private::serde_json::json!({
+                    "tool": "step",
+                    "resources": [#(#published),*],
+                    "idempotency": "operation_id",
+                    "concurrency": "versioned",
+                }),
+            )
+        }),
+        call_lints: quote!(unused_variables, unused_mut),
+        input: format_ident!("__mcp_input"),
+        call_body: quote! {
+            let ::mcp_tools::stateful::WithRaw { raw: __mcp_raw, args: mut __mcp_args } = __mcp_input;
+            let __mcp_spec = ::mcp_tools::stateful::StepSpec {
+                tool: #name,
+                arguments: __MCP_PAYLOAD,
+                parts: ::std::vec![#(#parts),*],
+                operation_id: ::core::option::Option::Some(::core::mem::take(
+                    &mut __mcp_args.__mcp_operation_id,
+                )),
+            };
+            let __mcp_transition = ::mcp_tools::store::StepTransition::#typed_fn(
+                move |#(#typed),*| #as_result,
+            );
+            ::mcp_tools::stateful::mutate_step(
+                &__mcp_cx,
+                __mcp_spec,
+                &__mcp_raw,
+                __mcp_transition,
+            ).await
+        },
+    }
+}
+
 /// What differs between the `Tool` impl of a plain tool and of a stateful one.
 struct ImplParts {
     /// `type Args`, also the type of the `call` input.
@@ -228,6 +381,7 @@ fn tool_impl(tool: &ToolFn, target: &TokenStream, callee: &TokenStream) -> Token
     let await_ = tool.is_async.then(|| quote!(.await));
     let call = quote!(#callee(#(#call_args),*) #await_);
     let parts = match tool.stateful() {
+        None if tool.is_step() => step_parts(tool, &call, &mut fields, &mut helpers),
         None => plain_parts(tool, &call, &extractions, &mut helpers),
         Some(stateful) => stateful_parts(
             tool,
@@ -254,16 +408,27 @@ fn tool_impl(tool: &ToolFn, target: &TokenStream, callee: &TokenStream) -> Token
         Some(meta) => quote!(#info #meta),
         None => info,
     };
-    let entity_kind = tool.stateful().map(|stateful| {
-        let ty = &stateful.ty;
-        quote! {
-            fn entity_kind(&self) -> ::core::option::Option<&'static str> {
-                ::core::option::Option::Some(
-                    <#ty as ::mcp_tools::store::Entity>::KIND,
-                )
+    let step_entity = tool
+        .is_step()
+        .then(|| {
+            tool.step_resources()
+                .first()
+                .map(|(param, _)| entity_type(&param.ty))
+        })
+        .flatten();
+    let entity_kind = tool
+        .stateful()
+        .map(|stateful| &stateful.ty)
+        .or(step_entity)
+        .map(|ty| {
+            quote! {
+                fn entity_kind(&self) -> ::core::option::Option<&'static str> {
+                    ::core::option::Option::Some(
+                        <#ty as ::mcp_tools::store::Entity>::KIND,
+                    )
+                }
             }
-        }
-    });
+        });
     let effect_kinds = tool.effect_type().map(|effect| {
         quote! {
             fn effect_kinds(&self) -> &'static [&'static str] {

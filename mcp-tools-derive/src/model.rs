@@ -26,6 +26,7 @@ pub enum ToolKey {
     ExpectedVersion,
     OperationId,
     Terminal,
+    Step,
     Task,
 }
 
@@ -48,6 +49,7 @@ impl Key for ToolKey {
         ("expected_version", ToolKey::ExpectedVersion),
         ("operation_id", ToolKey::OperationId),
         ("terminal", ToolKey::Terminal),
+        ("step", ToolKey::Step),
         ("task", ToolKey::Task),
     ];
 }
@@ -146,6 +148,8 @@ pub struct ToolAttrs {
     pub operation_id: Option<Flag>,
     /// `terminal`: the transition ends the resource's life (published `destructiveHint: true`).
     pub terminal: Option<Flag>,
+    /// `step`: the tool changes several entities at once, each a `&mut Entity` parameter.
+    pub step: Option<Flag>,
     /// `task = optional | required`: calls may (or must) run as tasks of the Tasks extension.
     pub task: Option<TaskMode>,
 }
@@ -410,6 +414,22 @@ impl ToolFn {
             .collect()
     }
 
+    /// Whether the tool is a step over several entities (`step`).
+    pub fn is_step(&self) -> bool {
+        self.attrs.step.is_some_and(|flag| flag.value)
+    }
+
+    /// A step's entity parameters, in order: each one's parameter and whether it is `&mut`.
+    pub fn step_resources(&self) -> Vec<(&Param, bool)> {
+        self.params
+            .iter()
+            .filter_map(|param| match param.kind {
+                ParamKind::Resource { mutable } => Some((param, mutable)),
+                _ => None,
+            })
+            .collect()
+    }
+
     /// Whether the tool declares that its transition ends the resource's life.
     pub fn is_terminal(&self) -> bool {
         self.attrs.terminal.is_some_and(|flag| flag.value)
@@ -446,7 +466,10 @@ impl ToolFn {
                 self.kind() == Some(StatefulKind::Reads),
             ),
             destructive: derived(self.attrs.destructive, self.is_terminal()),
-            idempotent: derived(self.attrs.idempotent, self.takes_operation_id()),
+            idempotent: derived(
+                self.attrs.idempotent,
+                self.takes_operation_id() || self.is_step(),
+            ),
             open_world: self.attrs.open_world,
         }
     }

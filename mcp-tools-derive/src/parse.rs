@@ -37,7 +37,8 @@ pub fn tool_fn(
     let takes_resource = attrs
         .stateful
         .first()
-        .is_some_and(|stateful| stateful.kind != StatefulKind::Creates);
+        .is_some_and(|stateful| stateful.kind != StatefulKind::Creates)
+        || attrs.step.is_some_and(|flag| flag.value);
     let mut receiver = None;
     let mut params = Vec::new();
     for input in &sig.inputs {
@@ -283,6 +284,7 @@ fn tool_key(
         ToolKey::Terminal => {
             attr::set(cx, meta, key, &mut attrs.terminal, attr::flag(meta)?.into())
         }
+        ToolKey::Step => attr::set(cx, meta, key, &mut attrs.step, attr::flag(meta)?.into()),
     }
 }
 

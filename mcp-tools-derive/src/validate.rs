@@ -15,7 +15,7 @@ use crate::model::{
 };
 use crate::naming::{
     is_reserved_argument, is_scope_token, is_valid_handle_prefix, is_valid_resource_kind,
-    is_valid_tool_name,
+    is_valid_tool_name, unraw,
 };
 
 /// Rules on one tool.
@@ -151,6 +151,7 @@ pub fn tool(tool: &ToolFn, cx: &Ctxt) {
     }
     scopes(tool, cx);
     stateful(tool, cx);
+    step(tool, cx);
     task(tool, cx);
     output(&tool.output, cx);
 }
@@ -319,6 +320,85 @@ fn stateful(tool: &ToolFn, cx: &Ctxt) {
             Some((_, false)) => {}
         },
         StatefulKind::Mutates => mutation(tool, &ty_text, resources.first().copied(), cx),
+    }
+}
+
+/// Rules of a `step` over several entities: no stateful kind beside it, two `&mut Entity`
+/// parameters or more, a synchronous transition of the entities and its arguments only, and no
+/// argument named as an entity's handle or version.
+fn step(tool: &ToolFn, cx: &Ctxt) {
+    let Some(flag) = tool.attrs.step.filter(|flag| flag.value) else {
+        return;
+    };
+    if let Some(stateful) = tool.stateful() {
+        cx.error_at(
+            stateful.key_span,
+            format!(
+                "a `step` changes the entities it takes as `&mut` parameters; remove `{} = ..`",
+                stateful.kind.name()
+            ),
+        );
+        return;
+    }
+    let resources = tool.step_resources();
+    if let Some((extra, _)) = resources.get(4) {
+        cx.error_spanned_by(
+            &extra.ty,
+            "a `step` changes at most four entities at once; split the change, or gather what changes together into one entity",
+        );
+    }
+    if resources.len() < 2 {
+        cx.error_at(
+            flag.span,
+            "a `step` changes two entities or more at once: take each as a `&mut Entity` parameter (for one entity, declare `mutates = Entity`)",
+        );
+    }
+    for (param, mutable) in &resources {
+        if !mutable {
+            cx.error_spanned_by(
+                &param.ty,
+                "a `step` changes each entity it takes, so it takes `&mut Entity`",
+            );
+        }
+    }
+    if let Some(span) = tool.async_span {
+        cx.error_at(
+            span,
+            "a `step` transition cannot be `async`: it runs inside the store's atomic boundary (one transaction); make it a synchronous `fn`",
+        );
+    }
+    if let Some(receiver) = &tool.receiver {
+        cx.error_at(
+            receiver.span,
+            "a `step` transition cannot take `self`: make it an associated function without `self`",
+        );
+    }
+    let injected: Vec<String> = resources
+        .iter()
+        .flat_map(|(param, _)| {
+            let name = unraw(&param.ident);
+            [format!("{name}_id"), format!("{name}_expected_version")]
+        })
+        .collect();
+    for param in &tool.params {
+        match &param.kind {
+            ParamKind::Context | ParamKind::ContextRef | ParamKind::Extract => {
+                cx.error_spanned_by(
+                    &param.ty,
+                    "a `step` transition cannot take request-context values: it runs inside the store's atomic boundary and must depend only on the entities and its arguments; remove this parameter",
+                );
+            }
+            ParamKind::Argument { .. } if injected.contains(&param.wire_name()) => {
+                cx.error_at(
+                    param.wire_span(),
+                    format!(
+                        "`{}` names an entity's handle or version in this step; rename the argument",
+                        param.wire_name()
+                    ),
+                );
+            }
+            _ => {}
+        }
     }
 }
 

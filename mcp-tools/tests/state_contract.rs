@@ -6,7 +6,8 @@ mod collections;
 
 use collections::{
     a_plain_list_migrates_on_its_first_change, a_replay_appends_nothing,
-    appends_commute_and_reads_page, items_are_versioned_one_by_one, items_reached_in_rounds,
+    appends_commute_and_reads_page, items_are_versioned_one_by_one,
+    items_made_with_the_entity_are_kept, items_reached_in_rounds,
     removals_and_changes_since_a_version,
 };
 #[path = "state_contract/effects.rs"]
@@ -2204,6 +2205,7 @@ macro_rules! contract {
             case!(a_replay_appends_nothing);
             case!(items_reached_in_rounds);
             case!(a_plain_list_migrates_on_its_first_change);
+            case!(items_made_with_the_entity_are_kept);
             case!(effects_exist_exactly_when_their_change_committed);
             case!(leases_settle_and_retry);
             case!(a_step_changes_every_resource_or_none);

@@ -353,7 +353,7 @@ async fn a_host_of_an_earlier_revision_is_answered_in_its_revision() {
     let listed = host.send("tools/list", json!({})).await;
     assert!(listed["result"].get("resultType").is_none(), "{listed}");
     assert!(listed["result"].get("ttlMs").is_none());
-    assert_eq!(listed["result"]["tools"].as_array().unwrap().len(), 10);
+    assert_eq!(listed["result"]["tools"].as_array().unwrap().len(), 11);
 
     let created = host
         .send("tools/call", call_json("basket_create", json!({})))

@@ -390,7 +390,7 @@ async fn the_listing_is_read_page_by_page_and_kept_as_long_as_the_server_says() 
         let client = support::client(&proxy.url()).await;
         let tools = within("listing", client.list_tools()).await.unwrap();
         let names: Vec<&str> = tools.iter().map(|tool| tool.name()).collect();
-        assert_eq!(names.len(), 9, "{names:?}");
+        assert_eq!(names.len(), 10, "{names:?}");
         assert_eq!(
             proxy.seen_of("tools/list", None).len(),
             5,

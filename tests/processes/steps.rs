@@ -77,8 +77,8 @@ async fn moves(urls: &[String], label: &str) -> (u64, u64) {
                     continue;
                 };
                 let arguments = json!({
-                    "from_basket_id": from, "from_expected_version": from_version,
-                    "to_basket_id": to, "to_expected_version": to_version,
+                    "from_basket_id": from, "from_basket_expected_version": from_version,
+                    "to_basket_id": to, "to_basket_expected_version": to_version,
                     "note_id": note_id, "operation_id": operation_id("move"),
                 });
                 let result = within("a move", agent.call("basket_move_note", arguments)).await;
@@ -167,4 +167,101 @@ async fn moves_between_two_baskets_on_two_postgres_replicas_conserve_notes() {
     let replicas = children::start(CHILD_TEST, &env, 2);
     let urls: Vec<String> = replicas.iter().map(|child| child.url.clone()).collect();
     moves(&urls, "postgres, two replicas").await;
+}
+
+/// The step's contract over HTTP, one case at a time: versions by number or by validator, a
+/// replay, and every bad input a typed refusal that changes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_move_takes_validators_replays_and_refuses_bad_input_with_typed_errors() {
+    let server = TestServer::start(server(MemoryStore::default())).await;
+    let agent = Agent::connect(&server.url(), None).await;
+    let (a, b) = (agent.create().await, agent.create().await);
+    let add =
+        json!({ "basket_id": a, "text": "keep the receipt", "operation_id": operation_id("note") });
+    agent.call("basket_add_note", add).await;
+    let read = agent.call("basket_get", json!({ "basket_id": a })).await;
+    let validator = read["structuredContent"]["resumption"]["validator"].clone();
+    assert!(validator.is_string(), "{read}");
+    let move_with = |from_version: serde_json::Value, note_id: u64, operation: &str| {
+        json!({
+            "from_basket_id": a, "from_basket_expected_version": from_version,
+            "to_basket_id": b, "to_basket_expected_version": 1,
+            "note_id": note_id, "operation_id": operation,
+        })
+    };
+    let code = |result: &serde_json::Value| result["structuredContent"]["code"].clone();
+
+    // A note that does not exist: refused with the tool's code, nothing moved.
+    let missing = agent
+        .call(
+            "basket_move_note",
+            move_with(validator.clone(), 9, &operation_id("missing")),
+        )
+        .await;
+    assert_eq!(code(&missing), "NO_SUCH_NOTE", "{missing}");
+    assert_eq!(missing["isError"], true);
+    // A validator of another basket, or a made-up one.
+    let foreign = agent.call("basket_get", json!({ "basket_id": b })).await;
+    let foreign = foreign["structuredContent"]["resumption"]["validator"].clone();
+    let wrong = agent
+        .call(
+            "basket_move_note",
+            move_with(foreign, 1, &operation_id("wrong")),
+        )
+        .await;
+    assert_eq!(code(&wrong), "INVALID_VALIDATOR", "{wrong}");
+    // The same basket twice.
+    let twice = json!({
+        "from_basket_id": a, "from_basket_expected_version": 2,
+        "to_basket_id": a, "to_basket_expected_version": 2,
+        "note_id": 1, "operation_id": operation_id("twice"),
+    });
+    let twice = agent.call("basket_move_note", twice).await;
+    assert_eq!(code(&twice), "INVALID_ARGUMENTS", "{twice}");
+    let (version, _) = agent.get(&a).await;
+    assert_eq!(version, 2, "nothing moved");
+
+    // By validator: applied, both baskets at their new versions, with validators to go on.
+    let operation = operation_id("move");
+    let moved = agent
+        .call(
+            "basket_move_note",
+            move_with(validator.clone(), 1, &operation),
+        )
+        .await;
+    let outcome = &moved["structuredContent"];
+    assert_eq!(outcome["outcome"], "applied", "{moved}");
+    assert_eq!(outcome["resources"][0]["version"], 3);
+    assert_eq!(outcome["resources"][1]["version"], 2);
+    assert_eq!(outcome["result"]["note_id"], 1);
+    assert!(outcome["resources"][1]["resumption"]["validator"].is_string());
+    // The same request again (the validator or its number): replayed, nothing moves twice.
+    let again = agent
+        .call("basket_move_note", move_with(json!(2), 1, &operation))
+        .await;
+    assert_eq!(again["structuredContent"]["outcome"], "replayed", "{again}");
+    assert_eq!(
+        again["structuredContent"]["current"]
+            .as_array()
+            .unwrap()
+            .len(),
+        2
+    );
+    assert_eq!(agent.get(&b).await.0, 2);
+
+    // A checked-out basket refuses, and says which.
+    let checkout =
+        json!({ "basket_id": b, "expected_version": 2, "operation_id": operation_id("checkout") });
+    agent.call("basket_checkout", checkout).await;
+    let back = json!({
+        "from_basket_id": b, "from_basket_expected_version": 3,
+        "to_basket_id": a, "to_basket_expected_version": 3,
+        "note_id": 1, "operation_id": operation_id("back"),
+    });
+    let refused = agent.call("basket_move_note", back).await;
+    assert_eq!(code(&refused), "TERMINAL", "{refused}");
+    assert_eq!(
+        refused["structuredContent"]["details"]["handle"],
+        b.as_str()
+    );
 }

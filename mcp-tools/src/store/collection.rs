@@ -472,10 +472,18 @@ impl<'de, T: Deserialize<'de>> Visitor<'de> for Stored<T> {
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
         let (mut len, mut next_id) = (None, None);
+        let mut unstored = Vec::new();
         while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
             match &*key {
                 "len" => len = Some(map.next_value::<u64>()?),
                 "next_id" => next_id = Some(map.next_value::<u64>()?),
+                // Items shown without a version were made with the entity and never stored
+                // one by one (a `creates` function pushed them): they are in hand, and the
+                // entity's next change stores them. Items with a version are rows already.
+                "items" => {
+                    let items = map.next_value::<Vec<ShownIn<T>>>()?;
+                    unstored.extend(items.into_iter().filter(|item| item.version.is_none()));
+                }
                 _ => {
                     map.next_value::<serde::de::IgnoredAny>()?;
                 }
@@ -491,6 +499,17 @@ impl<'de, T: Deserialize<'de>> Visitor<'de> for Stored<T> {
         let mut collection = Collection::new();
         collection.len = len;
         collection.next_id = next_id;
+        for item in unstored {
+            if item.id == 0 || item.id >= next_id {
+                return Err(serde::de::Error::custom(format!(
+                    "a collection that mints id {next_id} next holds no item {}",
+                    item.id
+                )));
+            }
+            collection
+                .in_hand
+                .insert(item.id, Slot::Added { value: item.value });
+        }
         Ok(collection)
     }
 
@@ -501,6 +520,15 @@ impl<'de, T: Deserialize<'de>> Visitor<'de> for Stored<T> {
         }
         Ok(collection)
     }
+}
+
+/// An item as a collection shows it: an item without a version was never stored on its own.
+#[derive(Deserialize)]
+struct ShownIn<T> {
+    id: u64,
+    #[serde(default)]
+    version: Option<u64>,
+    value: T,
 }
 
 /// The schema of a collection as outcomes and reads show it.

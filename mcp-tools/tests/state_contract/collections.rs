@@ -532,3 +532,44 @@ async fn sqlite_items_live_and_go_with_their_aggregate() {
     let (_, items, _) = read_plan(&store, &kept, None, None).await;
     assert_eq!(items, vec![(1, 2, "kept".to_owned())]);
 }
+
+/// Items a create pushes are kept: a read shows them (without versions, not yet stored one by
+/// one), a transition reaches them, and the entity's first change stores them as items, the
+/// document then holding counts only.
+pub(super) async fn items_made_with_the_entity_are_kept<S: Store>(open: Open<'_, S>) {
+    let store = open(StoreConfig::default());
+    let mut steps = Collection::new();
+    for text in ["pack", "load", "drive"] {
+        steps.push(text.to_owned());
+    }
+    let made = Plan {
+        title: "move".into(),
+        steps,
+        done: false,
+    };
+    let request = CreateRequest::typed(alice(), &made).unwrap();
+    let handle = expect_applied(&create_outcome(&store, request).await)
+        .handle
+        .clone();
+    let reach = Transition::typed(|plan: &mut Plan| {
+        let load = plan.steps.get(2).cloned().ok_or("no step 2")?;
+        plan.steps.remove(3).ok_or("no step 3")?;
+        Ok::<_, &str>(load)
+    });
+    let applied = apply(&store, change(&handle, None, None, json!("reach")), reach).await;
+    assert_eq!(
+        applied.result,
+        json!("load"),
+        "the created items are reachable"
+    );
+    let (snapshot, items, _) = read_plan(&store, &handle, None, None).await;
+    assert_eq!(
+        items,
+        [(1, 2, "pack".to_owned()), (2, 2, "load".to_owned())],
+        "stored one by one at the first change"
+    );
+    assert_eq!(
+        *snapshot.state,
+        json!({ "title": "move", "done": false, "steps": { "len": 2, "next_id": 4 } })
+    );
+}

@@ -24,7 +24,7 @@ pub const BODY_LIMIT: usize = 16 * 1024;
 pub const PAGE_SIZE: usize = 4;
 
 /// Every tool, in listing order.
-pub const TOOLS: [&str; 14] = [
+pub const TOOLS: [&str; 15] = [
     "echo",
     "math/divide",
     "route",
@@ -39,6 +39,7 @@ pub const TOOLS: [&str; 14] = [
     "basket_add_note",
     "basket_edit_note",
     "basket_remove_note",
+    "basket_move_note",
 ];
 
 /// The `x-mcp-header` names of `route`, with the argument each mirrors.
