@@ -83,6 +83,19 @@ async fn effects_of(store: &dyn Store, outcome: &mut MutationOutcome) -> Result<
     Ok(())
 }
 
+/// The store of the server serving `cx`, once the operation id (if the call has one) is one
+/// another caller could not guess; or the result the call ends with.
+fn store_for<'c>(
+    cx: &'c Context,
+    operation_id: Option<&str>,
+) -> Result<&'c dyn Store, CallToolResult> {
+    let store = store(cx)?;
+    if let Some(operation_id) = operation_id {
+        unguessable(cx, operation_id)?;
+    }
+    Ok(store)
+}
+
 /// Converts a tool function's error for a stateful outcome.
 pub fn tool_error<E: IntoToolError>(error: E) -> ToolError {
     error.into_tool_error()
@@ -110,15 +123,10 @@ pub async fn create<R: IsEntity>(
     raw: &Value,
     creation: Creation<'_>,
 ) -> StatefulReply {
-    let store = match store(cx) {
+    let store = match store_for(cx, spec.operation_id.as_deref()) {
         Ok(store) => store,
         Err(result) => return result.into(),
     };
-    if let Some(operation_id) = &spec.operation_id
-        && let Err(result) = unguessable(cx, operation_id)
-    {
-        return result.into();
-    }
     let mut request = CreateRequest::deferred(R::kind(), cx.principal().clone(), creation);
     if let Some(operation_id) = spec.operation_id {
         request = request.operation(operation_id, fingerprint(spec.tool, spec.arguments, raw));
@@ -284,15 +292,10 @@ pub async fn mutate<R: IsEntity>(
     raw: &Value,
     transition: Transition,
 ) -> StatefulReply {
-    let store = match store(cx) {
+    let store = match store_for(cx, spec.operation_id.as_deref()) {
         Ok(store) => store,
         Err(result) => return result.into(),
     };
-    if let Some(operation_id) = &spec.operation_id
-        && let Err(result) = unguessable(cx, operation_id)
-    {
-        return result.into();
-    }
     let reconfirm = matches!(spec.policy, ConflictPolicy::Reconfirm);
     let confirmed = if reconfirm {
         match confirmed_version::<R>(cx, spec.tool, &spec.handle, raw) {
@@ -391,15 +394,10 @@ pub async fn mutate_step(
     raw: &Value,
     transition: StepTransition,
 ) -> StatefulReply {
-    let store = match store(cx) {
+    let store = match store_for(cx, spec.operation_id.as_deref()) {
         Ok(store) => store,
         Err(result) => return result.into(),
     };
-    if let Some(operation_id) = &spec.operation_id
-        && let Err(result) = unguessable(cx, operation_id)
-    {
-        return result.into();
-    }
     let mut parts = Vec::with_capacity(spec.parts.len());
     let kinds: Vec<(String, &'static str)> = spec
         .parts

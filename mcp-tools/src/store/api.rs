@@ -157,35 +157,9 @@ impl Transition {
     ) -> Self {
         // Decoded straight from the stored state: the decoded resource is the copy.
         Transition(Box::new(move |state: &Value, in_hand: &InHand| {
-            let unreadable = |error: &dyn fmt::Display| {
-                ToolError::new(
-                    crate::protocol::framework::code::INVALID_STATE,
-                    format!("stored {} is unreadable: {error}", R::KIND),
-                )
-            };
-            let mut resource = R::deserialize(state).map_err(|error| unreadable(&error))?;
-            for field in R::COLLECTIONS {
-                if let Some(collection) = resource.collection(field) {
-                    collection
-                        .hand(
-                            in_hand.items(field),
-                            in_hand.misses.as_ref().map(|log| (log, *field)),
-                        )
-                        .map_err(|error| unreadable(&error))?;
-                }
-            }
+            let mut resource = super::step::decode::<R>(state, in_hand)?;
             let (result, effects) = f(&mut resource)?;
-            let mut items = Vec::new();
-            for field in R::COLLECTIONS {
-                if let Some(collection) = resource.collection(field) {
-                    items.extend(collection.take_writes(field).map_err(|error| {
-                        ToolError::new(
-                            crate::protocol::framework::code::INVALID_STATE,
-                            format!("cannot encode the {field} of the state: {error}"),
-                        )
-                    })?);
-                }
-            }
+            let items = super::step::take_item_writes(&mut resource)?;
             let known = Known {
                 kind: R::KIND,
                 lifecycle: resource.lifecycle(),

@@ -123,8 +123,9 @@ impl fmt::Debug for StepTransition {
     }
 }
 
-/// Decodes the `index`-th resource of a step as `R`, its collections holding the items in hand.
-fn decode<R: Entity>(state: &Value, in_hand: &InHand) -> Result<R, ToolError> {
+/// Decodes a stored state as `R`, its collections holding the items in hand (and noting the
+/// ones a transition asks for and was not handed).
+pub(crate) fn decode<R: Entity>(state: &Value, in_hand: &InHand) -> Result<R, ToolError> {
     let unreadable = |error: &dyn fmt::Display| {
         ToolError::new(
             code::INVALID_STATE,
@@ -145,25 +146,32 @@ fn decode<R: Entity>(state: &Value, in_hand: &InHand) -> Result<R, ToolError> {
     Ok(resource)
 }
 
-/// Encodes a changed resource: its state and its collections' item writes.
-fn encode<R: Entity>(mut resource: R) -> Result<(Value, Vec<ItemWrite>), ToolError> {
-    let invalid = |error: &dyn fmt::Display| {
-        ToolError::new(
-            code::INVALID_STATE,
-            format!("cannot encode the {}: {error}", R::KIND),
-        )
-    };
+/// The item writes of a changed resource's collections, taken: what the store writes one by
+/// one, and what its document no longer carries.
+pub(crate) fn take_item_writes<R: Entity>(resource: &mut R) -> Result<Vec<ItemWrite>, ToolError> {
     let mut items = Vec::new();
     for field in R::COLLECTIONS {
         if let Some(collection) = resource.collection(field) {
-            items.extend(
-                collection
-                    .take_writes(field)
-                    .map_err(|error| invalid(&error))?,
-            );
+            items.extend(collection.take_writes(field).map_err(|error| {
+                ToolError::new(
+                    code::INVALID_STATE,
+                    format!("cannot encode the {field} of the state: {error}"),
+                )
+            })?);
         }
     }
-    let state = serde_json::to_value(&resource).map_err(|error| invalid(&error))?;
+    Ok(items)
+}
+
+/// Encodes a changed resource: its state and its collections' item writes.
+fn encode<R: Entity>(mut resource: R) -> Result<(Value, Vec<ItemWrite>), ToolError> {
+    let items = take_item_writes(&mut resource)?;
+    let state = serde_json::to_value(&resource).map_err(|error| {
+        ToolError::new(
+            code::INVALID_STATE,
+            format!("cannot encode the state: {error}"),
+        )
+    })?;
     Ok((state, items))
 }
 
