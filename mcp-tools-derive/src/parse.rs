@@ -404,18 +404,16 @@ fn type_arguments(arguments: &PathArguments) -> Vec<&Type> {
 
 /// Where a parameter's value comes from, by its type's last path segment.
 fn param_kind(ty: &Type) -> ParamKind {
-    let (referenced, mutable) = match ty {
-        Type::Reference(reference) => (&*reference.elem, reference.mutability.is_some()),
-        other => (other, false),
-    };
-    if let Some((ident, arguments)) = last_segment(referenced)
+    // Only a borrowed `Effects`: an argument whose own type is named so stays an argument.
+    if let Type::Reference(reference) = ty
+        && let Some((ident, arguments)) = last_segment(&reference.elem)
         && ident == "Effects"
     {
         let effect = match type_arguments(arguments).as_slice() {
             [effect] => Some(Box::new((*effect).clone())),
             _ => None,
         };
-        let mutable = mutable && matches!(ty, Type::Reference(_));
+        let mutable = reference.mutability.is_some();
         return ParamKind::Effects { effect, mutable };
     }
     if let Type::Reference(reference) = ty

@@ -14,7 +14,7 @@ use collections::{
 mod effects;
 use effects::{
     concurrent_claims_share_nothing, effects_exist_exactly_when_their_change_committed,
-    leases_settle_and_retry,
+    expired_ids_and_deep_effects, leases_settle_and_retry,
 };
 #[path = "state_contract/steps.rs"]
 mod steps;
@@ -2208,6 +2208,7 @@ macro_rules! contract {
             case!(items_made_with_the_entity_are_kept);
             case!(effects_exist_exactly_when_their_change_committed);
             case!(leases_settle_and_retry);
+            case!(expired_ids_and_deep_effects);
             case!(a_step_changes_every_resource_or_none);
             case!(a_stale_step_names_each_resource_that_moved);
             case!(a_step_checks_each_resource);

@@ -9,6 +9,9 @@ use futures_util::FutureExt;
 use futures_util::future::join_all;
 
 use super::{DeliveryPolicy, EffectError, Handler};
+use serde_json::Value;
+
+use crate::store::outbox::keepable;
 use crate::store::{Claim, ClaimedEffect, Settlement, Store};
 use crate::sync::{read, write};
 
@@ -34,7 +37,12 @@ impl Deliverer {
         policy: DeliveryPolicy,
         reporting: HashSet<&'static str>,
     ) -> Self {
-        let mut id = String::from("worker-");
+        // The process id and the time as well as random bytes: two workers never share a name,
+        // even where the system's randomness failed.
+        let started = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |since| since.as_nanos());
+        let mut id = format!("worker-{}-{started:x}-", std::process::id());
         let random: [u8; 8] = rand_bytes();
         for byte in random {
             id.push_str(&format!("{byte:02x}"));
@@ -121,6 +129,16 @@ impl Deliverer {
         };
         let (key, kind, attempt) = (effect.key.clone(), effect.kind.clone(), effect.attempt);
         let span = tracing::info_span!("effect", key = %key, kind = %kind, attempt);
+        if attempt > self.policy.max_attempts {
+            // Every attempt ended with its worker (its process died, or its settlement was
+            // lost): the cap holds for those too.
+            let gave_up = Settlement::Failed(format!(
+                "no attempt finished: {} were started and none settled",
+                attempt - 1
+            ));
+            self.settle(&key, owner, gave_up, &span).await;
+            return;
+        }
         let call = std::panic::AssertUnwindSafe(handler.call(effect)).catch_unwind();
         let outcome = match tokio::time::timeout(self.policy.timeout, call).await {
             Ok(Ok(outcome)) => outcome,
@@ -131,7 +149,11 @@ impl Deliverer {
             ))),
         };
         let settlement = match outcome {
-            Ok(result) => Settlement::Delivered(result),
+            Ok(result) if keepable(&result) => Settlement::Delivered(result),
+            // Delivered all the same: only what it returned is not kept.
+            Ok(_) => Settlement::Delivered(Value::String(
+                "the handler's result nests too deeply to keep".to_owned(),
+            )),
             Err(error) if error.is_permanent() => Settlement::Failed(error.message),
             Err(error) if attempt >= self.policy.max_attempts => Settlement::Failed(format!(
                 "{} (gave up after {attempt} attempts)",
@@ -147,8 +169,14 @@ impl Deliverer {
                 }
             }
         };
+        self.settle(&key, owner, settlement, &span).await;
+    }
+
+    /// Records how an attempt ended, if `owner` still holds the effect's lease.
+    async fn settle(&self, key: &str, owner: &str, settlement: Settlement, span: &tracing::Span) {
+        let settled = self.store.settle_effect(key, owner, settlement).await;
         let _entered = span.enter();
-        match self.store.settle_effect(&key, owner, settlement).await {
+        match settled {
             Ok(true) => {}
             // Its lease lapsed while the handler ran, and another worker took it over: that
             // worker's attempt, with the same key, decides.
@@ -182,4 +210,95 @@ fn rand_bytes<const N: usize>() -> [u8; N] {
     // two processes with the same name would only let one settle the other's attempt.
     let _ = getrandom::fill(&mut bytes);
     bytes
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::AtomicUsize;
+    use std::time::Duration;
+
+    use serde::{Deserialize, Serialize};
+
+    use super::*;
+    use crate::auth::Principal;
+    use crate::effects::{Delivery, Effect, Effects};
+    use crate::store::memory::MemoryStore;
+    use crate::store::{
+        CreateRequest, EffectState, Entity, ManualClock, MutationRequest, Outbox, StoreConfig,
+        Transition,
+    };
+
+    #[derive(Clone, Serialize, Deserialize, schemars::JsonSchema)]
+    struct Gauge {
+        level: u32,
+    }
+
+    impl Entity for Gauge {
+        const KIND: &'static str = "gauge";
+        const PREFIX: &'static str = "gau";
+    }
+
+    #[derive(Serialize, Deserialize)]
+    struct Ping;
+
+    impl Effect for Ping {
+        const KIND: &'static str = "ping";
+    }
+
+    /// An effect whose every attempt ended with its worker (claimed, never settled) is failed
+    /// once its attempts run out, without calling its handler again.
+    #[tokio::test]
+    async fn attempts_whose_workers_died_count_against_the_cap() {
+        let clock = ManualClock::at_millis(1_000_000);
+        let store = Arc::new(MemoryStore::new(StoreConfig {
+            clock: Arc::new(clock.clone()),
+            ..StoreConfig::default()
+        }));
+        let alice = Principal::subject("alice");
+        let created = store
+            .create(CreateRequest::typed(alice.clone(), &Gauge { level: 1 }).unwrap())
+            .await
+            .unwrap();
+        let handle = created.applied().unwrap().handle.clone();
+        let emit = Transition::typed_with_effects(|_: &mut Gauge, effects: &mut Effects<Ping>| {
+            effects.emit(Ping);
+            Ok::<_, String>(())
+        });
+        let request = MutationRequest::new(Gauge::kind(), alice, &handle);
+        store.mutate(request, emit).await.unwrap();
+        // Two workers claim it and die: their leases lapse.
+        for dead in ["dead-1", "dead-2"] {
+            let claim = Claim::new(dead, 10, 1, vec!["ping".to_owned()]);
+            assert_eq!(store.claim_effects(claim).await.unwrap().len(), 1);
+            clock.advance(Duration::from_millis(20));
+        }
+        let calls = Arc::new(AtomicUsize::new(0));
+        let counted = Arc::clone(&calls);
+        let handler = Handler::new(move |_: Delivery<Ping>| {
+            counted.fetch_add(1, Ordering::SeqCst);
+            std::future::ready(Ok::<_, EffectError>(()))
+        });
+        let deliverer = Deliverer::new(
+            store.clone() as Arc<dyn Store>,
+            vec![handler],
+            DeliveryPolicy::default().max_attempts(2),
+            HashSet::new(),
+        );
+        assert_eq!(deliverer.round().await, 1);
+        assert_eq!(
+            calls.load(Ordering::SeqCst),
+            0,
+            "the handler was not called a third time"
+        );
+        let statuses = store.effect_statuses(&handle, 10).await.unwrap();
+        assert_eq!(statuses[0].state, EffectState::Failed, "{statuses:?}");
+        assert_eq!(statuses[0].attempts, 3);
+        assert!(
+            statuses[0]
+                .error
+                .as_deref()
+                .unwrap()
+                .contains("none settled")
+        );
+    }
 }

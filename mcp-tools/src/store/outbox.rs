@@ -132,10 +132,11 @@ pub(crate) struct OutboxEntry {
     pub(crate) created_at: i64,
 }
 
-/// The idempotency key of the `index`-th effect of a change: derived from the caller and the
-/// operation id, so the external API sees one key however often the effect is delivered and
-/// however often the request was retried; without an operation id, from the resource and the
-/// version the change produced (a version is produced once). 128 bits, `eff_` and 32 hex digits.
+/// The idempotency key of the `index`-th effect of a change: derived from the caller, the
+/// operation id, the resource and the version the change produced, so the external API sees one
+/// key however often the effect is delivered (the key is stored with it) and a retry of the
+/// request replays the change instead of emitting again; an operation id reused after its
+/// ledger record expired makes a new change, and so new keys. 128 bits: `eff_` and 32 hex digits.
 pub(crate) fn effect_key(
     principal: &str,
     operation_id: Option<&str>,
@@ -145,21 +146,12 @@ pub(crate) fn effect_key(
 ) -> String {
     let mut digest = Sha256::new();
     digest.update(b"mcp-tools effect\0");
-    digest.update(principal.as_bytes());
-    digest.update([0]);
-    match operation_id {
-        Some(operation_id) => {
-            digest.update(b"operation\0");
-            digest.update(operation_id.as_bytes());
-        }
-        None => {
-            digest.update(b"version\0");
-            digest.update(handle.as_bytes());
-            digest.update([0]);
-            digest.update(version.to_be_bytes());
-        }
+    for part in [principal, operation_id.unwrap_or(""), handle] {
+        digest.update((part.len() as u64).to_be_bytes());
+        digest.update(part.as_bytes());
     }
-    digest.update([0]);
+    digest.update([u8::from(operation_id.is_some())]);
+    digest.update(version.to_be_bytes());
     digest.update((index as u64).to_be_bytes());
     let bytes = digest.finalize();
     let mut key = String::with_capacity(36);
@@ -168,6 +160,12 @@ pub(crate) fn effect_key(
         key.push_str(&format!("{byte:02x}"));
     }
     key
+}
+
+/// Whether a value can be kept in the outbox and read back: no deeper than a stored state may
+/// be (a JSON parser refuses what nests too deep).
+pub(crate) fn keepable(value: &Value) -> bool {
+    !super::depth::deeper_than(value, super::depth::MAX_DEPTH)
 }
 
 /// Where an effect is in its delivery.
@@ -377,10 +375,10 @@ pub(crate) fn status_from_columns(
         state: EffectState::parse(state)
             .ok_or_else(|| StoreError::Corrupt(format!("unknown effect state {state:?}")))?,
         attempts: u32::try_from(attempts).unwrap_or(u32::MAX),
-        result: result
-            .map(serde_json::from_str)
-            .transpose()
-            .map_err(|error| StoreError::Corrupt(format!("an effect's result: {error}")))?,
+        // A result that does not parse back (written by something else) is shown as its text.
+        result: result.map(|text| {
+            serde_json::from_str(text).unwrap_or_else(|_| Value::String(text.to_owned()))
+        }),
         error,
     })
 }
@@ -412,11 +410,12 @@ pub(crate) fn settlement_columns(
     }
 }
 
-/// Effects a claim may take, from a JSON payload column.
+/// A claimed effect's payload, from its JSON column. One that does not parse (written by
+/// something else) is handed on as `null`: its handler cannot decode it and fails it for good,
+/// rather than every claim failing on it.
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
-pub(crate) fn payload_from_text(text: &str) -> Result<Value, super::error::StoreError> {
-    serde_json::from_str(text)
-        .map_err(|error| super::error::StoreError::Corrupt(format!("an effect's payload: {error}")))
+pub(crate) fn payload_from_text(text: &str) -> Value {
+    serde_json::from_str(text).unwrap_or(Value::Null)
 }
 
 #[cfg(test)]
@@ -424,24 +423,27 @@ mod tests {
     use super::*;
 
     #[test]
-    fn keys_follow_the_operation_not_the_attempt() {
+    fn a_key_names_one_effect_of_one_change() {
         let first = effect_key("alice", Some("op-1"), "bsk_a", 2, 0);
-        assert_eq!(first, effect_key("alice", Some("op-1"), "bsk_b", 9, 0));
+        assert_eq!(first, effect_key("alice", Some("op-1"), "bsk_a", 2, 0));
         assert_ne!(first, effect_key("bob", Some("op-1"), "bsk_a", 2, 0));
         assert_ne!(first, effect_key("alice", Some("op-2"), "bsk_a", 2, 0));
         assert_ne!(first, effect_key("alice", Some("op-1"), "bsk_a", 2, 1));
+        // The same operation id applied again once its record expired: another change.
+        assert_ne!(first, effect_key("alice", Some("op-1"), "bsk_a", 3, 0));
+        assert_ne!(first, effect_key("alice", Some("op-1"), "bsk_b", 2, 0));
         assert_eq!(first.len(), 36);
         assert!(first.starts_with("eff_"));
     }
 
     #[test]
-    fn keys_without_an_operation_follow_the_version() {
+    fn parts_of_a_key_do_not_run_into_each_other() {
         let first = effect_key("alice", None, "bsk_a", 2, 0);
-        assert_eq!(first, effect_key("alice", None, "bsk_a", 2, 0));
-        assert_ne!(first, effect_key("alice", None, "bsk_a", 3, 0));
-        assert_ne!(first, effect_key("alice", None, "bsk_b", 2, 0));
-        // An operation id that looks like a handle never meets a key made without one.
-        assert_ne!(first, effect_key("alice", Some("bsk_a"), "bsk_a", 2, 0));
+        assert_ne!(first, effect_key("alice", Some(""), "bsk_a", 2, 0));
+        assert_ne!(
+            effect_key("ab", Some("c"), "h", 1, 0),
+            effect_key("a", Some("bc"), "h", 1, 0)
+        );
     }
 
     #[derive(Serialize, Deserialize)]

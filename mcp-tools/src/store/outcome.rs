@@ -218,7 +218,7 @@ impl Rejected {
         Rejected {
             code: code::INVALID_STATE.into(),
             message: format!(
-                "The tool made a {kind} state, a result or an error's details that nest arrays and objects more than {} levels deep, more than the store keeps; nothing was changed. The same call will fail the same way: report it to the server's operator.",
+                "The tool made a {kind} state, a result, an effect or an error's details that nest arrays and objects more than {} levels deep, more than the store keeps; nothing was changed. The same call will fail the same way: report it to the server's operator.",
                 super::MAX_DEPTH
             ),
             recovery: Some(Recovery::Stop),

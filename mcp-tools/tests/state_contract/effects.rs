@@ -377,3 +377,47 @@ pub(super) async fn concurrent_claims_share_nothing<S: Store + Clone>(stores: &[
             .all(|s| s.state == EffectState::Delivered && s.attempts == 1)
     );
 }
+
+/// An operation id sent again once its ledger record expired makes a new change, whose effects
+/// get new keys (the old ones may still be in the outbox); an effect nested deeper than a state
+/// may be is refused with its change, unrecorded, and leaves nothing.
+pub(super) async fn expired_ids_and_deep_effects<S: Store>(open: Open<'_, S>) {
+    let clock = ManualClock::at_millis(T0);
+    let store = open(StoreConfig {
+        ledger_retention: Duration::from_secs(60),
+        ..config(&clock)
+    });
+    let handle = create(&store, alice(), &laptop()).await;
+    let first = mutate(
+        &store,
+        charge_request(&handle, None, Some("op-again")),
+        checkout(vec![5], false),
+    )
+    .await;
+    let first_key = expect_applied(&first).effects[0].key.clone();
+    clock.advance(Duration::from_secs(61));
+    let again = mutate(
+        &store,
+        charge_request(&handle, None, Some("op-again")),
+        checkout(vec![5], false),
+    )
+    .await;
+    let again = expect_applied(&again);
+    assert_ne!(again.effects[0].key, first_key, "a new change, a new key");
+    assert_eq!(statuses(&store, &handle).await.len(), 2);
+
+    let deep = Transition::typed_with_effects(|_: &mut Basket, effects: &mut Effects<Nested>| {
+        effects.emit(Nested(super::nested(MAX_DEPTH + 5)));
+        Ok::<_, ToolError>(())
+    });
+    let refused = mutate(&store, charge_request(&handle, None, Some("op-deep")), deep).await;
+    expect_rejected(&refused, code::INVALID_STATE);
+    assert_eq!(statuses(&store, &handle).await.len(), 2, "nothing emitted");
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct Nested(Value);
+
+impl Effect for Nested {
+    const KIND: &'static str = "nested";
+}

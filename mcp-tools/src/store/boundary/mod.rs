@@ -1103,7 +1103,12 @@ fn decide(
         effects,
     } = changed;
     // Unrecorded, as a panic is: a server whose tool was fixed applies the retry.
-    if deeper_than(&state, MAX_DEPTH) || deeper_than(&result, MAX_DEPTH) {
+    if deeper_than(&state, MAX_DEPTH)
+        || deeper_than(&result, MAX_DEPTH)
+        || effects
+            .iter()
+            .any(|effect| deeper_than(&effect.payload, MAX_DEPTH))
+    {
         return Ok(Decision::Unrecorded(MutationOutcome::Rejected(
             Rejected::too_deep(kind.kind),
         )));

@@ -135,7 +135,12 @@ fn answer(
 /// A refusal about one resource of a step: its handle in the details, so the caller knows
 /// which one.
 fn about(mut rejected: Rejected, handle: &str) -> Rejected {
-    rejected.details = Some(serde_json::json!({ "handle": handle }));
+    match &mut rejected.details {
+        Some(Value::Object(details)) => {
+            details.insert("handle".to_owned(), Value::from(handle));
+        }
+        _ => rejected.details = Some(serde_json::json!({ "handle": handle })),
+    }
     rejected
 }
 

@@ -77,7 +77,11 @@ impl OutboxTable {
                 continue;
             };
             let leased = stored.lease.as_ref().is_some_and(|(_, until)| *until > now);
-            if leased || stored.next_at > now || !claim.kinds.contains(&stored.entry.kind) {
+            if stored.state != EffectState::Pending
+                || leased
+                || stored.next_at > now
+                || !claim.kinds.contains(&stored.entry.kind)
+            {
                 continue;
             }
             stored.attempts = stored.attempts.saturating_add(1);

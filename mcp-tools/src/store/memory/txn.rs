@@ -1,5 +1,8 @@
 //! The boundary's primitives on the memory store: a transaction holds the locks of one resource
-//! (of several, for a step) and one operation id, and publishes its writes when it commits.
+//! (of several, for a step) and one operation id, and publishes each resource's new version as
+//! the boundary writes it, once every check passed. A plain read takes no lock, so while a step
+//! writes, a read of one of its resources may see it before another is published (as two reads
+//! in two transactions may on any store).
 
 use super::*;
 use crate::store::boundary::{Change, LedgerEntry, LedgerState, Record, Txn};

@@ -50,7 +50,7 @@ impl Outbox for PostgresStore {
                         kind: row.try_get(2).map_err(corrupt)?,
                         handle: row.try_get(3).map_err(corrupt)?,
                         principal: row.try_get(4).map_err(corrupt)?,
-                        payload: payload_from_text(payload)?,
+                        payload: payload_from_text(payload),
                         attempt: u32::try_from(attempts).unwrap_or(0),
                     },
                 ));

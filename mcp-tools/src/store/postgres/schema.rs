@@ -110,7 +110,7 @@ CREATE TABLE {outbox} (
     created_at  bigint NOT NULL,
     settled_at  bigint
 );
-CREATE INDEX {outbox_pending} ON {outbox} (next_at) WHERE state = 'pending';
+CREATE INDEX {outbox_pending} ON {outbox} (seq) WHERE state = 'pending';
 CREATE INDEX {outbox_handle} ON {outbox} (handle, seq);
 CREATE INDEX {outbox_settled} ON {outbox} (settled_at) WHERE settled_at IS NOT NULL;
 ",

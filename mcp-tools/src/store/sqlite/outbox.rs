@@ -14,8 +14,8 @@ use crate::store::outbox::{
 };
 
 /// Leases up to `?5` due effects of the kinds in the JSON array `?4` to `?1` until `?2`, at `?3`:
-/// a search of the pending effects' index by due time, so its cost follows what is pending, not
-/// what the outbox keeps.
+/// a walk of the pending effects' index in emission order, so its cost follows what is pending,
+/// not what the outbox keeps.
 pub(super) const CLAIM_SQL: &str = "UPDATE mcp_outbox
     SET attempts = attempts + 1, lease_owner = ?1, lease_until = ?2
     WHERE seq IN (
@@ -76,7 +76,7 @@ impl Outbox for SqliteStore {
                                 kind,
                                 handle,
                                 principal,
-                                payload: payload_from_text(&payload)?,
+                                payload: payload_from_text(&payload),
                                 attempt: u32::try_from(attempts).unwrap_or(u32::MAX),
                             },
                         ));

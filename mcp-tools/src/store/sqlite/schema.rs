@@ -24,8 +24,9 @@ use std::time::{Duration, Instant};
 ///   (handle, version, collection, id) as long as the history of that version is kept. Files of
 ///   this layout made before collections existed get both tables when they are next opened.
 /// - `mcp_outbox` holds each effect a change emitted, written in the change's transaction, in
-///   emission order (`seq`), with its delivery state, attempts, lease and result; indexed by
-///   due time among the pending ones, by resource, and by when it was settled (for the sweep).
+///   emission order (`seq`), with its delivery state, attempts, lease and result; the pending
+///   ones indexed in emission order (a claim reads those, however many settled ones are kept),
+///   all by resource, the settled ones by when (for the sweep).
 ///   Files of this layout made before effects existed get the table when they are next opened.
 /// - `mcp_tasks` holds one row per task of the Tasks extension: its record as a JSON document
 ///   and its expiry, for the purge. Files of this layout made before tasks existed get the
@@ -104,7 +105,7 @@ CREATE TABLE IF NOT EXISTS mcp_outbox (
     created_at  INTEGER NOT NULL,
     settled_at  INTEGER
 ) STRICT;
-CREATE INDEX IF NOT EXISTS mcp_outbox_pending ON mcp_outbox (next_at) WHERE state = 'pending';
+CREATE INDEX IF NOT EXISTS mcp_outbox_pending ON mcp_outbox (seq) WHERE state = 'pending';
 CREATE INDEX IF NOT EXISTS mcp_outbox_handle ON mcp_outbox (handle, seq);
 CREATE INDEX IF NOT EXISTS mcp_outbox_settled ON mcp_outbox (settled_at)
     WHERE settled_at IS NOT NULL;
