@@ -107,8 +107,9 @@ impl<E> Delivery<E> {
     }
 
     /// The effect's idempotency key (`eff_` and 32 hex digits): the same on every attempt, and
-    /// derived from the caller and the request's operation id, so a retried request does not
-    /// make a new one. Send it to the external API as its idempotency key.
+    /// derived from the change that emitted it (the caller, the operation id, the resource, the
+    /// version it made, the effect's index); a retried request replays that change and makes no
+    /// new one. Send it to the external API as its idempotency key.
     pub fn idempotency_key(&self) -> &str {
         &self.key
     }

@@ -6,8 +6,9 @@
 //! outside. The store writes it beside the new version, so an effect exists exactly when its
 //! change was committed: a refused change, a `stale_view`, a replay or a transition that ran
 //! again with more items in hand emits nothing more. Each effect gets an idempotency key derived
-//! from the caller, the operation id and the effect's index ([`effect_key`]), the same however
-//! often delivery is retried, for the external API to deduplicate on.
+//! from its change (the caller, the operation id, the resource, the version made, the effect's
+//! index: [`effect_key`]), stored with it, so it is the same however often delivery is retried,
+//! for the external API to deduplicate on.
 //!
 //! The [`Outbox`] trait is what every store offers the delivery worker: claim due effects under
 //! a lease (one replica delivers each), settle them (delivered, retry later, failed for good),
