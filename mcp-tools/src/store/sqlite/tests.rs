@@ -212,7 +212,7 @@ fn reclaim_uses_the_expiry_index() {
     );
 }
 
-/// The outbox's statements search its indexes: claims the pending effects' by due time,
+/// The outbox's statements use its indexes: claims the pending effects' in emission order,
 /// statuses the resource's, the sweep the settled effects'.
 #[test]
 fn the_outbox_statements_search_their_indexes() {
