@@ -1369,7 +1369,8 @@ fn step_op() -> impl Strategy<Value = StepOp> {
                 from,
                 pick,
                 missing,
-                behind: [behind[0] && pick % 3 == 0, behind[1] && pick % 4 == 0],
+                // A plan read behind in about one move of four, both in about one of eight.
+                behind: [behind[0] && pick % 2 == 0, behind[1] && pick % 2 == 0],
             }),
         2 => Just(StepOp::Resend),
         6 => (0..2usize).prop_map(|plan| StepOp::Append { plan }),
