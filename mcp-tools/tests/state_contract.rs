@@ -2151,6 +2151,19 @@ async fn tasks_are_kept_changed_under_lock_and_purged_after_their_ttl<S: Store>(
     assert!(store.load_task("tsk_long").await.unwrap().is_some());
 }
 
+/// Two instances of one store, as two replicas would hold it: opened twice where a store can
+/// be (two processes on one SQLite file, two PostgreSQL replicas), two clones of one memory
+/// store (which share it).
+fn two_instances<S: Store + Clone>(open: &str, mut make: impl FnMut() -> S) -> [S; 2] {
+    let first = make();
+    let second = if open == "memory" {
+        first.clone()
+    } else {
+        make()
+    };
+    [first, second]
+}
+
 macro_rules! contract {
     ($module:ident, $open:ident) => {
         mod $module {
@@ -2219,15 +2232,8 @@ macro_rules! contract {
                 let Some(fixture) = Fixture::new(stringify!($open)) else {
                     return;
                 };
-                let stores = [
-                    fixture.$open(StoreConfig::default()),
-                    fixture.$open(StoreConfig::default()),
-                ];
-                let stores = if stringify!($open) == "memory" {
-                    [stores[0].clone(), stores[0].clone()]
-                } else {
-                    stores
-                };
+                let stores =
+                    two_instances(stringify!($open), || fixture.$open(StoreConfig::default()));
                 concurrent_moves_conserve_and_never_deadlock(&stores, 8, 6, stringify!($module))
                     .await;
             }
@@ -2237,18 +2243,8 @@ macro_rules! contract {
                 let Some(fixture) = Fixture::new(stringify!($open)) else {
                     return;
                 };
-                // Two stores on one backing store where the store can be opened twice (two
-                // processes on one SQLite file, two PostgreSQL replicas); the memory store's
-                // clones share it.
-                let stores = [
-                    fixture.$open(StoreConfig::default()),
-                    fixture.$open(StoreConfig::default()),
-                ];
-                let stores = if stringify!($open) == "memory" {
-                    [stores[0].clone(), stores[0].clone()]
-                } else {
-                    stores
-                };
+                let stores =
+                    two_instances(stringify!($open), || fixture.$open(StoreConfig::default()));
                 concurrent_claims_share_nothing(&stores, stringify!($module)).await;
             }
 
